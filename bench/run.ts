@@ -1,0 +1,25 @@
+/**
+ * `npm run bench`: every benchmark, each reported as a ratio to a baseline measured in the same
+ * run (these machines are noisy). Writes bench/results/<name>.json. Pass names to run a subset:
+ * `npm run bench -- locks`.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+
+const all: Record<string, () => Promise<Record<string, unknown>>> = {
+  locks: async () => (await import('./locks.js')).benchLocks(),
+  scheduler: async () => (await import('./scheduler.js')).benchScheduler(),
+};
+const wanted = process.argv.slice(2).filter((a) => a in all);
+const names = wanted.length > 0 ? wanted : Object.keys(all);
+mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
+for (const name of names) {
+  const result = await all[name]!();
+  const file = new URL(`./results/${name}.json`, import.meta.url);
+  writeFileSync(file, JSON.stringify({ at: new Date().toISOString(), node: process.version, ...result }, bigintJson, 2));
+  console.log(`\nwrote bench/results/${name}.json`);
+}
+process.exit(0);
+
+function bigintJson(_key: string, value: unknown): unknown {
+  return typeof value === 'bigint' ? value.toString() : value;
+}

@@ -1,0 +1,143 @@
+import type pg from 'pg';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { Replica } from '../scheduler/replica.js';
+
+/**
+ * Prometheus metrics for one replica, fed by the Replica's typed events; run outcomes and
+ * durations come from the ledger's attempt rows that THIS replica executed (so sums across
+ * replicas count every attempt once), read at scrape time.
+ */
+export class ReplicaMetrics {
+  readonly registry = new Registry();
+  private readonly attempts: Counter<'job' | 'outcome'>;
+  private readonly durations: Histogram<'job' | 'outcome'>;
+  /** Attempts finished after this instant (database time) are still to be counted. */
+  private watermark: Date;
+  private readonly counted = new Map<string, number>();
+
+  constructor(
+    private readonly replica: Replica,
+    private readonly pool: Pick<pg.Pool, 'query'>,
+  ) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry, prefix: 'cronwarden_process_' });
+    this.registry.setDefaultLabels({ replica: replica.replicaId, namespace: replica.namespace });
+    this.watermark = new Date(replica.startedAt);
+
+    const isLeader = new Gauge({ name: 'cronwarden_is_leader', help: '1 while this replica holds the scheduler lease', registers });
+    const token = new Gauge({ name: 'cronwarden_lease_token', help: 'Fencing token of the current (or last) tenure of this replica', registers });
+    const renew = new Histogram({
+      name: 'cronwarden_lease_renew_latency_seconds',
+      help: 'Round trip of successful lease renewals',
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+      registers,
+    });
+    const acquired = new Counter({ name: 'cronwarden_leader_elections_total', help: 'Tenures won by this replica', registers });
+    const lost = new Counter({ name: 'cronwarden_leader_losses_total', help: 'Tenures ended, by reason class', labelNames: ['reason'], registers });
+    const fires = new Counter({ name: 'cronwarden_fires_total', help: 'Fires committed to the ledger by this replica', labelNames: ['trigger'], registers });
+    const duplicates = new Counter({
+      name: 'cronwarden_fires_duplicate_total',
+      help: 'Fires refused by the unique (job, scheduled_at) key: already committed',
+      registers,
+    });
+    const refused = new Counter({
+      name: 'cronwarden_fires_refused_total',
+      help: 'Fire batches refused by the fence: this replica led with a stale token',
+      registers,
+    });
+    const missed = new Counter({ name: 'cronwarden_fires_missed_total', help: 'Scheduled times not fired (misfire policy)', labelNames: ['job'], registers });
+    const skipped = new Counter({ name: 'cronwarden_fires_skipped_total', help: 'Fires skipped by the pause or overlap policy', labelNames: ['job'], registers });
+    const lateness = new Histogram({
+      name: 'cronwarden_fire_lateness_seconds',
+      help: 'Commit time minus scheduled time of each fire',
+      labelNames: ['trigger'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+      registers,
+    });
+    const enqueueFailed = new Counter({ name: 'cronwarden_enqueue_failures_total', help: 'Committed fires whose BullMQ enqueue failed (retried by the outbox)', registers });
+    const backendErrors = new Counter({ name: 'cronwarden_backend_errors_total', help: 'Lease backend errors seen by the elector', registers });
+    this.attempts = new Counter({
+      name: 'cronwarden_run_attempts_total',
+      help: 'Run attempts executed by this replica, by outcome (completed, failed, retrying, skipped, stale, cancelled)',
+      labelNames: ['job', 'outcome'],
+      registers,
+    });
+    this.durations = new Histogram({
+      name: 'cronwarden_run_duration_seconds',
+      help: 'Duration of run attempts executed by this replica',
+      labelNames: ['job', 'outcome'],
+      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
+      registers,
+    });
+    new Gauge({
+      name: 'cronwarden_runs_active',
+      help: 'Runs pending, running or retrying in the ledger (cluster-wide)',
+      labelNames: ['state'],
+      registers,
+      collect: async function (this: Gauge<'state'>) {
+        this.reset();
+        const res = await pool.query<{ state: string; n: number }>(
+          `SELECT state, count(*)::int AS n FROM cw_runs WHERE state IN ('pending', 'running', 'retrying') GROUP BY state`,
+        );
+        for (const s of ['pending', 'running', 'retrying']) this.set({ state: s }, res.rows.find((r) => r.state === s)?.n ?? 0);
+      },
+    });
+    isLeader.set(0);
+
+    replica.on('role:changed', (role) => isLeader.set(role === 'leader' ? 1 : 0));
+    replica.on('lease:acquired', (lease) => {
+      token.set(Number(lease.token));
+      acquired.inc();
+    });
+    replica.on('lease:renewed', (_lease, ms) => renew.observe(ms / 1000));
+    replica.on('lease:lost', (_lease, reason) => lost.inc({ reason: reasonClass(reason) }));
+    replica.on('fire:committed', (fire, latenessMs, trigger) => {
+      if (fire.state === 'skipped') return; // counted by fire:skipped
+      fires.inc({ trigger });
+      lateness.observe({ trigger }, Math.max(0, latenessMs) / 1000);
+    });
+    replica.on('fire:duplicate', (count) => duplicates.inc(count));
+    replica.on('fire:refused', () => refused.inc());
+    replica.on('fire:missed', (job, _dates, _reason, count) => missed.inc({ job }, count));
+    replica.on('fire:skipped', (job) => skipped.inc({ job }));
+    replica.on('enqueue:failed', () => enqueueFailed.inc());
+    replica.on('backend:error', () => backendErrors.inc());
+  }
+
+  /** Prometheus text exposition; first folds in attempts this replica finished since the last scrape. */
+  async exposition(): Promise<string> {
+    await this.countAttempts().catch((err: Error) => this.replica.logger.warn({ err: err.message }, 'metrics: could not read run attempts'));
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+
+  private async countAttempts(): Promise<void> {
+    const res = await this.pool.query<{ run_id: string; attempt: number; job: string; state: string; seconds: number; finished_at: Date }>(
+      `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, a.finished_at
+       FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
+       WHERE a.worker = $1 AND a.finished_at IS NOT NULL AND a.finished_at > $2::timestamptz - interval '5 seconds'
+       ORDER BY a.finished_at LIMIT 10000`,
+      [this.replica.replicaId, this.watermark],
+    );
+    // Re-read a 5 s overlap (attempts whose transaction committed late) and skip what was counted.
+    for (const row of res.rows) {
+      const key = `${row.run_id}/${row.attempt}`;
+      if (this.counted.has(key)) continue;
+      this.counted.set(key, row.finished_at.getTime());
+      this.attempts.inc({ job: row.job, outcome: row.state });
+      this.durations.observe({ job: row.job, outcome: row.state }, Math.max(0, row.seconds));
+      if (row.finished_at > this.watermark) this.watermark = row.finished_at;
+    }
+    for (const [key, at] of this.counted) if (at <= this.watermark.getTime() - 5000) this.counted.delete(key);
+  }
+}
+
+function reasonClass(reason: string): string {
+  if (reason === 'resigned' || reason === 'stopped') return reason;
+  if (reason.startsWith('local deadline')) return 'deadline';
+  if (reason.startsWith('fence')) return 'fence';
+  return 'lost';
+}

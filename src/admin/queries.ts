@@ -1,0 +1,162 @@
+import type pg from 'pg';
+
+/** Read-only ledger queries behind the admin API. */
+type Db = Pick<pg.Pool, 'query'>;
+
+export interface MemberRow {
+  replicaId: string;
+  host: string;
+  pid: number;
+  version: string;
+  role: string;
+  adminUrl: string | null;
+  startedAt: string;
+  lastSeen: string;
+  lastSeenAgoMs: number;
+}
+
+export async function listMembers(db: Db, withinMs = 60_000): Promise<MemberRow[]> {
+  const res = await db.query<{
+    replica_id: string; host: string; pid: number; version: string; role: string; admin_url: string | null;
+    started_at: Date; last_seen: Date; ago_ms: number;
+  }>(
+    `SELECT replica_id, host, pid, version, role, admin_url, started_at, last_seen,
+            (extract(epoch FROM now() - last_seen) * 1000)::float8 AS ago_ms
+     FROM cw_members WHERE last_seen > now() - ($1::int * interval '1 millisecond') ORDER BY replica_id`,
+    [withinMs],
+  );
+  return res.rows.map((r) => ({
+    replicaId: r.replica_id,
+    host: r.host,
+    pid: r.pid,
+    version: r.version,
+    role: r.role,
+    adminUrl: r.admin_url,
+    startedAt: r.started_at.toISOString(),
+    lastSeen: r.last_seen.toISOString(),
+    lastSeenAgoMs: Math.max(0, Math.round(r.ago_ms)),
+  }));
+}
+
+export async function memberAdminUrl(db: Db, replicaId: string): Promise<string | null> {
+  const res = await db.query<{ admin_url: string | null }>('SELECT admin_url FROM cw_members WHERE replica_id = $1', [replicaId]);
+  return res.rows[0]?.admin_url ?? null;
+}
+
+export async function electedAt(db: Db, leaseName: string, leader: string, token: bigint): Promise<string | null> {
+  const res = await db.query<{ elected_at: Date }>(
+    'SELECT elected_at FROM cw_elections WHERE lease_name = $1 AND leader = $2 AND token = $3 ORDER BY id DESC LIMIT 1',
+    [leaseName, leader, token.toString()],
+  );
+  return res.rows[0]?.elected_at.toISOString() ?? null;
+}
+
+export interface LastRun {
+  runId: string;
+  scheduledAt: string;
+  trigger: string;
+  state: string;
+  finishedAt: string | null;
+  error: string | null;
+}
+
+/** Newest run (by scheduled time) of each job. */
+export async function lastRuns(db: Db, jobs: string[]): Promise<Map<string, LastRun>> {
+  const res = await db.query<{ id: string; job: string; scheduled_at: Date; trigger: string; state: string; finished_at: Date | null; error: string | null }>(
+    `SELECT DISTINCT ON (job) id::text, job, scheduled_at, trigger, state, finished_at, error
+     FROM cw_runs WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, id DESC`,
+    [jobs],
+  );
+  return new Map(
+    res.rows.map((r) => [
+      r.job,
+      { runId: r.id, scheduledAt: r.scheduled_at.toISOString(), trigger: r.trigger, state: r.state, finishedAt: r.finished_at?.toISOString() ?? null, error: r.error },
+    ]),
+  );
+}
+
+export interface RunFilter {
+  job?: string;
+  state?: string;
+  limit: number;
+  /** Run id cursor: only runs with a smaller id. */
+  before?: bigint;
+}
+
+/** Runs newest first (by id), each with its attempts. */
+export async function listRuns(db: Db, f: RunFilter) {
+  const res = await db.query<{
+    id: string; job: string; scheduled_at: Date; trigger: string; leader_token: string; leader_id: string; state: string;
+    enqueued_at: Date | null; attempts: number; completed_attempt: number | null; skipped_attempts: number;
+    started_at: Date | null; finished_at: Date | null; error: string | null; created_at: Date;
+  }>(
+    `SELECT id::text, job, scheduled_at, trigger, leader_token::text, leader_id, state, enqueued_at, attempts, completed_attempt,
+            skipped_attempts, started_at, finished_at, error, created_at
+     FROM cw_runs
+     WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2) AND ($3::bigint IS NULL OR id < $3)
+     ORDER BY id DESC LIMIT $4`,
+    [f.job ?? null, f.state ?? null, f.before?.toString() ?? null, f.limit],
+  );
+  const ids = res.rows.map((r) => r.id);
+  const att = await db.query<{ run_id: string; attempt: number; token: string; worker: string; state: string; started_at: Date; finished_at: Date | null; error: string | null }>(
+    `SELECT run_id::text, attempt, token::text, worker, state, started_at, finished_at, error
+     FROM cw_run_attempts WHERE run_id = ANY($1::bigint[]) ORDER BY run_id, attempt`,
+    [ids],
+  );
+  const iso = (d: Date | null) => d?.toISOString() ?? null;
+  const runs = res.rows.map((r) => ({
+    id: r.id,
+    job: r.job,
+    scheduledAt: r.scheduled_at.toISOString(),
+    trigger: r.trigger,
+    leaderToken: r.leader_token,
+    leaderId: r.leader_id,
+    state: r.state,
+    enqueuedAt: iso(r.enqueued_at),
+    startedAt: iso(r.started_at),
+    finishedAt: iso(r.finished_at),
+    error: r.error,
+    createdAt: r.created_at.toISOString(),
+    attemptCount: r.attempts,
+    completedAttempt: r.completed_attempt,
+    skippedAttempts: r.skipped_attempts,
+    attempts: att.rows
+      .filter((a) => a.run_id === r.id)
+      .map((a) => ({ attempt: a.attempt, token: a.token, worker: a.worker, state: a.state, startedAt: a.started_at.toISOString(), finishedAt: iso(a.finished_at), error: a.error })),
+  }));
+  const last = runs[runs.length - 1];
+  return { runs, nextBefore: runs.length === f.limit && last ? last.id : null };
+}
+
+/**
+ * Won elections newest first. gapMs: from the previous tenure's last committed fire to this
+ * election (how long no leader fired); sincePreviousMs: between the two elections.
+ */
+export async function listElections(db: Db, leaseName: string, limit: number) {
+  const res = await db.query<{
+    id: string; leader: string; token: string; backend: string; elected_at: Date;
+    prev_leader: string | null; prev_token: string | null; since_prev_ms: number | null; gap_ms: number | null;
+  }>(
+    `WITH e AS (
+       SELECT id, leader, token, backend, elected_at,
+              lag(leader) OVER w AS prev_leader, lag(token) OVER w AS prev_token, lag(elected_at) OVER w AS prev_at
+       FROM cw_elections WHERE lease_name = $1 WINDOW w AS (ORDER BY id))
+     SELECT e.id::text, e.leader, e.token::text, e.backend, e.elected_at, e.prev_leader, e.prev_token::text,
+            (extract(epoch FROM e.elected_at - e.prev_at) * 1000)::float8 AS since_prev_ms,
+            (extract(epoch FROM e.elected_at - (SELECT max(r.created_at) FROM cw_runs r
+                WHERE r.leader_token = e.prev_token AND r.leader_id = e.prev_leader AND r.created_at <= e.elected_at)) * 1000)::float8 AS gap_ms
+     FROM e ORDER BY e.id DESC LIMIT $2`,
+    [leaseName, limit],
+  );
+  return res.rows.map((r) => ({
+    id: r.id,
+    leader: r.leader,
+    token: r.token,
+    backend: r.backend,
+    electedAt: r.elected_at.toISOString(),
+    previousLeader: r.prev_leader,
+    previousToken: r.prev_token,
+    sincePreviousMs: r.since_prev_ms === null ? null : Math.round(r.since_prev_ms),
+    gapMs: r.gap_ms === null ? null : Math.round(r.gap_ms),
+  }));
+}

@@ -1,0 +1,141 @@
+/**
+ * The ledger: the single source of truth for what fired, who ran it, and which tokens were seen.
+ * drizzle-kit generates migrations/ from this file; never edit a migration that has landed.
+ */
+import { sql } from 'drizzle-orm';
+import {
+  bigint,
+  bigserial,
+  boolean,
+  index,
+  integer,
+  pgSequence,
+  pgTable,
+  primaryKey,
+  text,
+  timestamp,
+  uniqueIndex,
+  uuid,
+} from 'drizzle-orm/pg-core';
+
+const tstz = (name: string) => timestamp(name, { withTimezone: true, mode: 'date' });
+const token = (name: string) => bigint(name, { mode: 'bigint' });
+
+/** PostgreSQL lease backend: one row per lease name; `token` only grows, on every change of holder. */
+export const leases = pgTable('cw_leases', {
+  name: text('name').primaryKey(),
+  holder: text('holder'),
+  token: token('token').notNull().default(sql`0`),
+  expiresAt: tstz('expires_at'),
+  acquiredAt: tstz('acquired_at'),
+  renewedAt: tstz('renewed_at'),
+});
+
+/** Highest token accepted per resource. A write with a lower token is refused (fencing). */
+export const fences = pgTable('cw_fences', {
+  resource: text('resource').primaryKey(),
+  token: token('token').notNull(),
+  updatedAt: tstz('updated_at').notNull().defaultNow(),
+});
+
+/** Execution tokens for run claims: each claim of any run gets a value above every earlier one. */
+export const executionTokenSeq = pgSequence('cw_execution_token_seq', { startWith: 1, increment: 1 });
+
+export const runStates = ['pending', 'running', 'retrying', 'completed', 'failed', 'skipped', 'cancelled'] as const;
+export type RunState = (typeof runStates)[number];
+
+/** One row per fire. The unique (job, scheduled_at) key is invariant I1. */
+export const runs = pgTable(
+  'cw_runs',
+  {
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    job: text('job').notNull(),
+    scheduledAt: tstz('scheduled_at').notNull(),
+    /** schedule | catchup | manual */
+    trigger: text('trigger').notNull().default('schedule'),
+    leaderToken: token('leader_token').notNull(),
+    leaderId: text('leader_id').notNull(),
+    state: text('state').$type<RunState>().notNull().default('pending'),
+    /** Set once the run is handed to BullMQ; NULL rows are the outbox. */
+    enqueuedAt: tstz('enqueued_at'),
+    /** Execution token of the newest claim; older attempts are stale. */
+    claimToken: token('claim_token'),
+    attempts: integer('attempts').notNull().default(0),
+    completedAttempt: integer('completed_attempt'),
+    skippedAttempts: integer('skipped_attempts').notNull().default(0),
+    startedAt: tstz('started_at'),
+    finishedAt: tstz('finished_at'),
+    error: text('error'),
+    createdAt: tstz('created_at').notNull().defaultNow(),
+  },
+  (t) => [
+    uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt),
+    index('cw_runs_outbox').on(t.createdAt).where(sql`${t.enqueuedAt} IS NULL`),
+    index('cw_runs_active').on(t.job).where(sql`${t.state} IN ('pending', 'running', 'retrying')`),
+    index('cw_runs_state_created').on(t.state, t.createdAt),
+  ],
+);
+
+/** Every attempt of every run, for the admin view and the drill checker. */
+export const runAttempts = pgTable(
+  'cw_run_attempts',
+  {
+    runId: bigint('run_id', { mode: 'bigint' })
+      .notNull()
+      .references(() => runs.id, { onDelete: 'cascade' }),
+    attempt: integer('attempt').notNull(),
+    token: token('token').notNull(),
+    worker: text('worker').notNull(),
+    /** running | completed | failed | skipped | stale */
+    state: text('state').notNull(),
+    startedAt: tstz('started_at').notNull().defaultNow(),
+    finishedAt: tstz('finished_at'),
+    error: text('error'),
+  },
+  (t) => [primaryKey({ columns: [t.runId, t.attempt] })],
+);
+
+/** Per-job state the leader needs across elections: paused flag, last committed fire. */
+export const jobState = pgTable('cw_job_state', {
+  job: text('job').primaryKey(),
+  paused: boolean('paused').notNull().default(false),
+  lastScheduledAt: tstz('last_scheduled_at'),
+  updatedAt: tstz('updated_at').notNull().defaultNow(),
+});
+
+/** Replicas that are alive (heartbeat), for the admin members view. */
+export const members = pgTable('cw_members', {
+  replicaId: text('replica_id').primaryKey(),
+  host: text('host').notNull(),
+  pid: integer('pid').notNull(),
+  version: text('version').notNull(),
+  role: text('role').notNull(),
+  /** Where this replica's admin HTTP listens, so any replica can point a client at the leader. */
+  adminUrl: text('admin_url'),
+  startedAt: tstz('started_at').notNull().defaultNow(),
+  lastSeen: tstz('last_seen').notNull().defaultNow(),
+});
+
+/** One row per won election: failover history with the gap since the previous leader's last fire. */
+export const elections = pgTable(
+  'cw_elections',
+  {
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    leaseName: text('lease_name').notNull(),
+    leader: text('leader').notNull(),
+    token: token('token').notNull(),
+    backend: text('backend').notNull(),
+    electedAt: tstz('elected_at').notNull().defaultNow(),
+  },
+  (t) => [index('cw_elections_lease_elected').on(t.leaseName, t.electedAt)],
+);
+
+/**
+ * One row: this ledger's identity, a random id made when the ledger was created. Queue job ids
+ * include it, so runs of a new ledger (same Redis, reset database) are never mistaken for the old
+ * ledger's finished jobs that BullMQ still retains.
+ */
+export const ledgerMeta = pgTable('cw_ledger', {
+  id: uuid('id').primaryKey().defaultRandom(),
+  createdAt: tstz('created_at').notNull().defaultNow(),
+});

@@ -1,0 +1,307 @@
+/**
+ * The failover drill: N real replica processes (`cronwarden start`) against a lease backend the
+ * drill starts itself (so it can restart it), a workload of jobs due every second, and a seeded
+ * schedule of faults. Afterwards the checker reads the ledger and the effect log and checks
+ * DESIGN.md's invariants. A fault counts only if fires were flowing before it and a fire committed
+ * after it (as in etcd's robustness tests: a run that proves nothing fails).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { migrateDatabase } from '../db/migrate.js';
+import { createLeaseBackend, type BackendConfig } from '../locks/create-backend.js';
+import type { LeaseBackend } from '../locks/lease.js';
+import { checkHistory, readHistory, type CheckReport } from './checker.js';
+import { faultSchedule, seededRandom, type FaultKind } from './faults.js';
+import { startEtcdCluster } from './servers/etcd-server.js';
+import { startPostgresCluster } from './servers/postgres-cluster.js';
+import { startRedis } from './servers/redis-server.js';
+
+export interface DrillOptions {
+  backend: 'etcd' | 'redis' | 'postgres';
+  replicas: number;
+  jobs: number;
+  faults: FaultKind[];
+  /** Total faults to strike (each chosen kind at least once). */
+  faultCount: number;
+  /** Seconds between the end of one fault and the next. */
+  intervalSeconds: number;
+  ttlMs: number;
+  seed: number;
+  /** Server for the ledger; the drill creates and drops its own database there. */
+  databaseUrl: string;
+  redisUrl: string;
+  log?: (line: string) => void;
+}
+
+export interface FaultRecord {
+  kind: FaultKind;
+  at: string;
+  leaderBefore: string | null;
+  leaderAfter: string | null;
+  /** From the strike to the first fire committed after it. */
+  gapMs: number | null;
+  /** From the strike until the backend names a different, live leader (null: it did not change). */
+  handoverMs: number | null;
+  /** I5's bound for this fault, if it has one. */
+  boundMs: number | null;
+  counted: boolean;
+}
+
+export interface DrillReport {
+  options: Omit<DrillOptions, 'log' | 'databaseUrl' | 'redisUrl'>;
+  window: { from: string; to: string };
+  faults: FaultRecord[];
+  check: CheckReport;
+  staleAttemptsRefused: number;
+  violations: string[];
+  ok: boolean;
+}
+
+interface Proc {
+  id: string;
+  child: ChildProcess;
+  exited: Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export async function runDrill(o: DrillOptions): Promise<DrillReport> {
+  const log = o.log ?? (() => {});
+  const random = seededRandom(o.seed);
+  const schedule = faultSchedule(o.faults, o.faultCount, random);
+  const dbName = `cronwarden_drill_${randomUUID().replace(/-/g, '').slice(0, 10)}`;
+  const admin = new pg.Client({ connectionString: o.databaseUrl });
+  await admin.connect();
+  await admin.query(`CREATE DATABASE ${dbName}`);
+  await admin.end();
+  const url = new URL(o.databaseUrl);
+  url.pathname = `/${dbName}`;
+  const ledgerUrl = url.toString();
+  await migrateDatabase(ledgerUrl);
+  const pool = new pg.Pool({ connectionString: ledgerUrl });
+  await pool.query('CREATE TABLE cw_drill_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)');
+
+  const servers = await startBackend(o.backend);
+  const observer = await createLeaseBackend(servers.config);
+  const namespace = `drill-${o.seed}-${randomUUID().slice(0, 6)}`;
+  const leaseName = `cronwarden/${namespace}/scheduler`;
+  const procs = new Map<string, Proc>();
+  let generation = 0;
+  const spawnReplica = (slot: number) => {
+    const id = `r${slot}.${generation++}`;
+    const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], {
+      env: {
+        ...process.env,
+        CRONWARDEN_BACKEND: servers.config.kind,
+        ...(servers.config.kind === 'etcd' ? { CRONWARDEN_ETCD_ENDPOINTS: servers.config.endpoints.join(',') } : { CRONWARDEN_BACKEND_URL: (servers.config as { url: string }).url }),
+        CRONWARDEN_DATABASE_URL: ledgerUrl,
+        CRONWARDEN_REDIS_URL: o.redisUrl,
+        CRONWARDEN_REPLICA_ID: id,
+        CRONWARDEN_NAMESPACE: namespace,
+        CRONWARDEN_LEASE_TTL_MS: String(o.ttlMs),
+        CRONWARDEN_SHUTDOWN_GRACE_MS: '2000',
+        CRONWARDEN_LOG_LEVEL: 'error',
+        CRONWARDEN_DRILL_JOBS: String(o.jobs),
+        CRONWARDEN_ADMIN_PORT: '0', // several replicas on one machine: any free port each
+      },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    procs.set(id, { id, child, exited });
+    void exited.then(() => procs.delete(id));
+  };
+  const leader = async (): Promise<Proc | undefined> => {
+    const rec = await observer.current(leaseName).catch(() => null);
+    return rec ? procs.get(rec.holder) : undefined;
+  };
+  const lastCommit = async (): Promise<number> => {
+    const r = await pool.query<{ t: Date | null }>('SELECT max(created_at) AS t FROM cw_runs');
+    return r.rows[0]?.t?.getTime() ?? 0;
+  };
+  const firstCommitAfter = async (t: number, timeoutMs: number): Promise<number | null> => {
+    const deadline = Date.now() + timeoutMs;
+    while (Date.now() < deadline) {
+      const r = await pool.query<{ t: Date | null }>('SELECT min(created_at) AS t FROM cw_runs WHERE created_at > $1', [new Date(t)]);
+      if (r.rows[0]?.t) return r.rows[0].t.getTime();
+      await sleep(50);
+    }
+    return null;
+  };
+
+  /** Poll the backend from now on until a live replica other than `previous` holds the lease. */
+  const watchHandover = (previous: string | undefined) => {
+    const start = Date.now();
+    let stop = false;
+    const done = (async () => {
+      while (!stop && Date.now() - start < 30_000) {
+        const rec = await observer.current(leaseName).catch(() => null);
+        if (rec && rec.holder !== previous && procs.has(rec.holder)) return Date.now() - start;
+        await sleep(10);
+      }
+      return null;
+    })();
+    return {
+      result: async () => {
+        const r = await Promise.race([done, sleep(1000).then(() => undefined)]);
+        stop = true;
+        return r === undefined ? null : r;
+      },
+    };
+  };
+
+  const faults: FaultRecord[] = [];
+  const violations: string[] = [];
+  let from = new Date();
+  let to = new Date();
+  try {
+    for (let i = 0; i < o.replicas; i++) spawnReplica(i);
+    const warm = await firstCommitAfter(0, 60_000);
+    if (warm === null) throw new Error('no fire committed within 60 s of starting the replicas');
+    from = new Date(Math.ceil((warm + 2000) / 1000) * 1000);
+    await sleep(o.intervalSeconds * 1000);
+    for (const kind of schedule) {
+      const before = await leader();
+      const flowing = Date.now() - (await lastCommit()) < 3000;
+      const at = Date.now();
+      log(`fault ${faults.length + 1}/${schedule.length}: ${kind} (leader ${before?.id ?? 'unknown'})`);
+      const handover = watchHandover(before?.id);
+      await strike(kind, before, o, servers, spawnReplica);
+      const next = await firstCommitAfter(at, 30_000);
+      const handoverMs = await handover.result();
+      const after = await leader();
+      const gapMs = next === null ? null : next - at;
+      const boundMs = kind === 'kill' || kind === 'stop' ? o.ttlMs + Math.max(50, Math.floor(o.ttlMs / 5)) * 1.5 + 1000 + 500 : kind === 'term' ? 1500 : null;
+      const counted = flowing && next !== null && before !== undefined;
+      faults.push({ kind, at: new Date(at).toISOString(), leaderBefore: before?.id ?? null, leaderAfter: after?.id ?? null, gapMs, handoverMs, boundMs, counted });
+      if (!counted) violations.push(`fault ${kind} at ${new Date(at).toISOString()} proves nothing (fires flowing before: ${flowing}, leader known: ${before !== undefined}, fire after: ${next !== null})`);
+      if (gapMs !== null && boundMs !== null && gapMs > boundMs) violations.push(`I5: ${kind} at ${new Date(at).toISOString()}: next fire after ${gapMs} ms, bound ${boundMs} ms`);
+      log(`  next fire after ${gapMs ?? 'none'} ms; leader now ${after?.id ?? 'unknown'}`);
+      await sleep(o.intervalSeconds * 1000);
+    }
+    to = new Date(Math.floor((Date.now() - 3000) / 1000) * 1000);
+    // Let every run of the window finish (re-deliveries of killed workers included) before checking.
+    const drainDeadline = Date.now() + 60_000;
+    while (Date.now() < drainDeadline) {
+      const open = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_runs WHERE scheduled_at BETWEEN $1 AND $2 AND state <> 'completed'`, [from, to]);
+      if (open.rows[0]!.n === 0) break;
+      await sleep(500);
+    }
+  } finally {
+    for (const p of procs.values()) {
+      p.child.kill('SIGCONT');
+      p.child.kill('SIGTERM');
+    }
+    await Promise.race([Promise.all([...procs.values()].map((p) => p.exited)), sleep(10_000)]);
+    for (const p of procs.values()) p.child.kill('SIGKILL');
+    await observer.close().catch(() => {});
+    await servers.cleanup();
+  }
+
+  const expectedTimes: number[] = [];
+  for (let t = from.getTime(); t <= to.getTime(); t += 1000) expectedTimes.push(t);
+  const expected = new Map(Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]));
+  const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects' });
+  const check = checkHistory(history, { expected, requireCompleted: true });
+  const stale = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_run_attempts WHERE state = 'stale'`);
+  await pool.end();
+  const drop = new pg.Client({ connectionString: o.databaseUrl });
+  await drop.connect();
+  await drop.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+  await drop.end();
+  for (const v of check.violations) violations.push(`${v.invariant}: ${v.message}`);
+  const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
+  return {
+    options,
+    window: { from: from.toISOString(), to: to.toISOString() },
+    faults,
+    check,
+    staleAttemptsRefused: stale.rows[0]!.n,
+    violations,
+    ok: violations.length === 0 && check.ok,
+  };
+}
+
+interface Servers {
+  config: BackendConfig;
+  restart(all: boolean): Promise<void>;
+  cleanup(): Promise<void>;
+}
+
+async function startBackend(kind: DrillOptions['backend']): Promise<Servers> {
+  switch (kind) {
+    case 'redis': {
+      const r = await startRedis();
+      return { config: { kind: 'redis', url: r.url }, restart: () => r.server.restart('kill'), cleanup: () => r.cleanup() };
+    }
+    case 'postgres': {
+      const p = await startPostgresCluster();
+      return { config: { kind: 'postgres', url: p.url }, restart: () => p.server.restart('kill'), cleanup: () => p.cleanup() };
+    }
+    case 'etcd': {
+      const e = await startEtcdCluster(3);
+      let next = 0;
+      return {
+        config: { kind: 'etcd', endpoints: e.endpoints },
+        restart: async (all) => {
+          if (all) {
+            await Promise.all(e.members.map((m) => m.kill()));
+            await Promise.all(e.members.map((m) => m.start()));
+          } else {
+            await e.members[next++ % e.members.length]!.restart('kill');
+          }
+        },
+        cleanup: () => e.cleanup(),
+      };
+    }
+  }
+}
+
+async function strike(
+  kind: FaultKind,
+  leader: Proc | undefined,
+  o: DrillOptions,
+  servers: Servers,
+  spawnReplica: (slot: number) => void,
+): Promise<void> {
+  const replace = async (p: Proc) => {
+    await p.exited;
+    spawnReplica(Number(p.id.slice(1).split('.')[0]));
+  };
+  switch (kind) {
+    case 'kill':
+      if (!leader) return;
+      leader.child.kill('SIGKILL');
+      void replace(leader);
+      return;
+    case 'term':
+      if (!leader) return;
+      leader.child.kill('SIGTERM');
+      void replace(leader);
+      return;
+    case 'stop':
+      if (!leader) return;
+      leader.child.kill('SIGSTOP');
+      await sleep(o.ttlMs * 2);
+      leader.child.kill('SIGCONT');
+      return;
+    case 'backend-restart':
+      await servers.restart(false);
+      return;
+    case 'backend-restart-all':
+      if (o.backend !== 'etcd') return servers.restart(false);
+      await servers.restart(true);
+      return;
+  }
+}
+
+/** The CLI and the workload module: compiled (dist) or source (through tsx), like this file. */
+function cliPath(): string {
+  return fileURLToPath(new URL('../../bin/cronwarden.js', import.meta.url));
+}
+
+function workloadPath(): string {
+  const here = fileURLToPath(import.meta.url);
+  return here.replace(/drill\.(ts|js)$/, (_m, ext: string) => `workload.${ext}`);
+}

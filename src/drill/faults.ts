@@ -1,0 +1,29 @@
+/** Fault kinds the drill can strike, and a seeded schedule of them. */
+export const faultKinds = ['kill', 'stop', 'term', 'backend-restart', 'backend-restart-all'] as const;
+export type FaultKind = (typeof faultKinds)[number];
+
+/**
+ * A small seeded PRNG (mulberry32), so a failing drill replays with --seed. Hand-written: ten
+ * lines, and the drill needs nothing more than a reproducible stream of floats.
+ */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** Every chosen kind at least once, then random picks, `count` in all, in a seeded order. */
+export function faultSchedule(kinds: FaultKind[], count: number, random: () => number): FaultKind[] {
+  const out: FaultKind[] = [...kinds];
+  while (out.length < count) out.push(kinds[Math.floor(random() * kinds.length)]!);
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out.slice(0, Math.max(count, kinds.length));
+}

@@ -1,0 +1,15 @@
+/** cronwarden's public API. */
+export { defineJob, type JobOptions, type JobDefinition, type MisfirePolicy, type OverlapPolicy } from './jobs/define-job.js';
+export type { JobContext, JobHandler, TransactionClient } from './jobs/job-context.js';
+export { JobRegistry, UnknownJobError } from './jobs/job-registry.js';
+export { NodeCronCoordinator } from './jobs/node-cron-coordinator.js';
+export { Replica, type ReplicaOptions } from './scheduler/replica.js';
+export { CronSchedule } from './scheduler/cron-schedule.js';
+export { createLeaseBackend, type BackendConfig } from './locks/create-backend.js';
+export { MemoryLeaseBackend, MemoryLeaseStore } from './locks/memory.js';
+export { withLock, type LockContext, type WithLockOptions } from './locks/with-lock.js';
+export type { Lease, LeaseBackend, LeaseRecord, LeaseRequest } from './locks/lease.js';
+export { migrateDatabase } from './db/migrate.js';
+export { checkHistory, readHistory } from './drill/checker.js';
+export { systemClock, type Clock } from './clock.js';
+export * from './errors.js';

@@ -1,0 +1,109 @@
+import { z } from 'zod';
+import { InvalidConfigError } from '../errors.js';
+import { CronSchedule } from '../scheduler/cron-schedule.js';
+import type { JobHandler } from './job-context.js';
+
+export type MisfirePolicy = 'all' | 'latest' | 'skip';
+export type OverlapPolicy = 'allow' | 'skip' | 'queue' | 'replace';
+
+export interface BackoffOptions {
+  type: 'fixed' | 'exponential';
+  delayMs: number;
+}
+
+export interface JobOptions {
+  /** Unique; letters, digits and . _ : - (it becomes part of Redis keys and ledger rows). */
+  name: string;
+  /** Cron expression, 5 fields (minute resolution) or 6 (leading seconds), or @hourly and friends. */
+  schedule: string;
+  /** IANA time zone the schedule is read in. Default UTC. */
+  timezone?: string;
+  handler: JobHandler;
+  /** What a new leader does with times missed during an election. Default 'all'. */
+  misfire?: MisfirePolicy;
+  /** What happens when a fire comes while the previous run is still active. Default 'allow'. */
+  overlap?: OverlapPolicy;
+  /** How far back 'all' / 'latest' may reach after an election. Default 5 minutes. */
+  catchUpWindowMs?: number;
+  /** A fire later than this counts as a misfire and the misfire policy applies. Default 1 s. */
+  misfireGraceMs?: number;
+  /** Random delay (0..jitter) added to delivery; scheduledAt is unchanged. Default 0. */
+  jitterMs?: number;
+  /** Abort the handler's signal after this long; 0 = no timeout. Default 0. */
+  timeoutMs?: number;
+  /** Extra attempts after a failure. Default 0. */
+  retries?: number;
+  /** Delay between retries. Default exponential from 1 s. */
+  backoff?: BackoffOptions;
+}
+
+export interface JobDefinition {
+  readonly name: string;
+  readonly schedule: CronSchedule;
+  readonly handler: JobHandler;
+  readonly misfire: MisfirePolicy;
+  readonly overlap: OverlapPolicy;
+  readonly catchUpWindowMs: number;
+  readonly misfireGraceMs: number;
+  readonly jitterMs: number;
+  readonly timeoutMs: number;
+  readonly retries: number;
+  readonly backoff: Readonly<BackoffOptions>;
+}
+
+const WEEK_MS = 7 * 24 * 3600 * 1000;
+const ms = () => z.number().int('must be a whole number of milliseconds').min(0, 'must not be negative').max(WEEK_MS, 'must be at most 7 days');
+
+const jobSchema = z.strictObject({
+  name: z
+    .string()
+    .min(1, 'must not be empty')
+    .max(128, 'must be at most 128 characters')
+    .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits and . _ : -'),
+  schedule: z.string().min(1, 'must be a cron expression'),
+  timezone: z.string().min(1).optional(),
+  handler: z.custom<JobHandler>((v) => typeof v === 'function', 'must be a function'),
+  misfire: z.enum(['all', 'latest', 'skip']).optional(),
+  overlap: z.enum(['allow', 'skip', 'queue', 'replace']).optional(),
+  catchUpWindowMs: ms().optional(),
+  misfireGraceMs: ms().optional(),
+  jitterMs: ms().optional(),
+  timeoutMs: ms().optional(),
+  retries: z.number().int('must be a whole number').min(0, 'must not be negative').max(100, 'must be at most 100').optional(),
+  backoff: z.strictObject({ type: z.enum(['fixed', 'exponential']), delayMs: ms() }).optional(),
+});
+
+/**
+ * Define a job in code. Everything is checked here, at definition, so a typo in a cron
+ * expression, time zone or option stops start-up with a message naming the job and the field.
+ */
+export function defineJob(options: JobOptions): JobDefinition {
+  const label = typeof options?.name === 'string' && options.name ? `job "${options.name}"` : 'job';
+  const parsed = jobSchema.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]!;
+    const field = issue.path.join('.') || (issue.code === 'unrecognized_keys' ? issue.keys.join(', ') : 'options');
+    throw new InvalidConfigError(`${label}: ${field}`, issue.message);
+  }
+  const o = parsed.data;
+  let schedule: CronSchedule;
+  try {
+    schedule = CronSchedule.parse(o.schedule, o.timezone ?? 'UTC');
+  } catch (err) {
+    if (err instanceof InvalidConfigError) throw new InvalidConfigError(`${label}: ${err.setting}`, err.message.slice(err.setting.length + 2));
+    throw err;
+  }
+  return Object.freeze({
+    name: o.name,
+    schedule,
+    handler: o.handler,
+    misfire: o.misfire ?? 'all',
+    overlap: o.overlap ?? 'allow',
+    catchUpWindowMs: o.catchUpWindowMs ?? 5 * 60 * 1000,
+    misfireGraceMs: o.misfireGraceMs ?? 1000,
+    jitterMs: o.jitterMs ?? 0,
+    timeoutMs: o.timeoutMs ?? 0,
+    retries: o.retries ?? 0,
+    backoff: Object.freeze(o.backoff ?? { type: 'exponential' as const, delayMs: 1000 }),
+  });
+}

@@ -1,0 +1,38 @@
+import type { Logger } from 'pino';
+import type { PoolClient } from 'pg';
+
+/** A transaction handle for ctx.transaction / ctx.fence: a pg client inside BEGIN … COMMIT. */
+export type TransactionClient = PoolClient;
+
+/** What a handler receives for one attempt of one run. */
+export interface JobContext {
+  readonly jobName: string;
+  /** The scheduled instant this run stands for (not "now"; a catch-up run can be late). */
+  readonly scheduledAt: Date;
+  /** Ledger id of the run, stable across attempts. */
+  readonly runId: string;
+  /** 1 for the first attempt, 2 after a retry or a re-delivery, … */
+  readonly attempt: number;
+  /** Execution token of this attempt: higher than every earlier claim of any run. */
+  readonly fencingToken: bigint;
+  /** Stable across attempts of one run: pass it to external APIs as their idempotency key. */
+  readonly idempotencyKey: string;
+  /** Aborted on shutdown, timeout, or when a newer attempt claims the run. */
+  readonly signal: AbortSignal;
+  readonly logger: Logger;
+  /**
+   * Refuse to go on if a newer attempt has already written `resource` (throws StaleTokenError),
+   * else record this attempt's token as the resource's highest. Pass `tx` to make the check part
+   * of your own transaction, so the check and your write commit or roll back together.
+   */
+  fence(resource: string, tx?: TransactionClient): Promise<void>;
+  /**
+   * Run fn in one PostgreSQL transaction together with this run's completion record. Inside, first
+   * checks that the run is not completed yet and that this attempt still holds the newest claim;
+   * if an earlier attempt already committed, fn is not called and the attempt is recorded as
+   * skipped.
+   */
+  transaction<T>(fn: (tx: TransactionClient) => Promise<T>): Promise<T | undefined>;
+}
+
+export type JobHandler = (ctx: JobContext) => Promise<unknown> | unknown;

@@ -1,0 +1,36 @@
+import type { Clock } from '../clock.js';
+import { InvalidConfigError } from '../errors.js';
+import type { BackendKind, LeaseBackend } from './lease.js';
+import { MemoryLeaseBackend } from './memory.js';
+
+export type BackendConfig =
+  | { kind: 'etcd'; endpoints: string[] }
+  | { kind: 'redis'; url: string }
+  | { kind: 'postgres'; url: string }
+  | { kind: 'memory' };
+
+export const backendKinds: readonly BackendKind[] = ['etcd', 'redis', 'postgres', 'memory'];
+
+/**
+ * Build a lease backend from configuration; a missing address is a clear error, not a hang.
+ * Each backend's client library is loaded only when it is chosen (etcd3 brings gRPC with it).
+ */
+export async function createLeaseBackend(config: BackendConfig, clock?: Clock): Promise<LeaseBackend> {
+  switch (config.kind) {
+    case 'etcd':
+      if (config.endpoints.length === 0) throw new InvalidConfigError('backend.endpoints', 'etcd needs at least one endpoint');
+      return new (await import('./etcd.js')).EtcdLeaseBackend({ endpoints: config.endpoints, clock });
+    case 'redis':
+      if (!config.url) throw new InvalidConfigError('backend.url', 'redis needs a URL such as redis://127.0.0.1:6379');
+      return new (await import('./redis.js')).RedisLeaseBackend({ url: config.url, clock });
+    case 'postgres':
+      if (!config.url) throw new InvalidConfigError('backend.url', 'postgres needs a URL such as postgres://user@host/db');
+      return new (await import('./postgres.js')).PostgresLeaseBackend({ connectionString: config.url, clock });
+    case 'memory':
+      return new MemoryLeaseBackend({ clock });
+    default: {
+      const kind: string = (config as { kind: string }).kind;
+      throw new InvalidConfigError('backend.kind', `unknown backend "${kind}"; expected one of ${backendKinds.join(', ')}`);
+    }
+  }
+}

@@ -1,0 +1,269 @@
+/**
+ * Cron schedules: next fire times in an IANA time zone, computed against any instant, so an
+ * injected clock can drive them.
+ *
+ * Expressions: 5 fields (minute resolution), 6 fields (leading seconds), or a nickname (@yearly,
+ * @annually, @monthly, @weekly, @daily, @hourly). Day-of-month and day-of-week combine as in
+ * Vixie cron (either may match). `?` is refused (croner reads it as "the time of parsing", which
+ * would differ between replicas), and so is a pattern that can never fire (`0 0 31 2 *`).
+ *
+ * Daylight saving time. Fire times are wall-clock times in the schedule's zone, and:
+ * - No wall-clock time fires twice. When clocks go back and an hour repeats, every time in it
+ *   fires once, at its first occurrence (01:30 fires in the first 01:30, not again an hour later;
+ *   `*\/15 * * * *` fires 01:00-01:45 once, then 02:00).
+ * - No fixed time is lost. When clocks go forward and an hour does not exist, a time inside the
+ *   gap (02:30 daily) fires once that day at the first instant after the gap (03:00 local),
+ *   merged with a fire the schedule has at 03:00 anyway. A schedule whose hour field is `*`
+ *   (it fires in every hour) has nothing to make up: its times inside the gap do not exist and
+ *   are not fired (`5 * * * *` fires 01:05, 03:05; Vixie cron treats such jobs the same way).
+ * So in the repeated hour there is one fire per wall-clock time, and on the short day there is
+ * one fire per fixed time.
+ *
+ * What croner 9.1.0 does natively with its `timezone` option (and why we don't use it): spring
+ * forward shifts a gap time by the gap's length (02:30 fires at 03:30, not 03:00); fall back is
+ * inconsistent between zones (America/New_York 01:30 fires at the first occurrence, Europe/Berlin
+ * 02:30 at the second, and `*\/30 2 * * *` in Berlin skips 02:30 CEST and 02:00 CET), and
+ * `nextRun` from inside the repeated hour can return an instant *before* its start date. It is
+ * also slow (~600 µs per next run, building Intl formatters per call).
+ *
+ * So the work is split: croner matches the pattern in "wall-clock space" (the pattern read as if
+ * the zone were UTC, a few µs), and the mapping from a wall-clock time to an instant, with the
+ * rules above, is done here over one cached Intl formatter per zone. node-cron's
+ * `validateDetailed` supplies the per-field error messages; node-cron itself cannot compute
+ * "the next fire after instant T" (it only schedules from the real now), so it cannot serve an
+ * injected clock, which is why croner does the maths.
+ *
+ * Memory: a schedule holds its two strings and a parsed croner pattern shared by every schedule
+ * with the same expression; the pattern's field arrays are interned too (most expressions share
+ * their month, day and second fields), about 0.3 KB per schedule with 100,000 distinct expressions.
+ */
+import { CronDate, CronPattern } from 'croner';
+import { validateDetailed } from 'node-cron';
+import { InvalidConfigError } from '../errors.js';
+
+interface Compiled {
+  readonly pattern: CronPattern;
+  /** The hour field matches all 24 hours: gap times are skipped, not made up. */
+  readonly everyHour: boolean;
+}
+
+/** Parsed patterns, shared by every schedule with the same expression (matching is stateless). */
+const compiled = new Map<string, Compiled>();
+const MATCH_OPTIONS = { legacyMode: true };
+
+const HOUR_MS = 3_600_000;
+/** Offsets are compared this far either side of an instant to detect a nearby DST transition. */
+const NEAR_MS = 36 * HOUR_MS;
+
+export class CronSchedule {
+  private constructor(
+    readonly expression: string,
+    readonly timezone: string,
+    private readonly compiled: Compiled,
+  ) {}
+
+  /** Parse and validate; throws InvalidConfigError naming 'schedule' or 'timezone'. */
+  static parse(expression: string, timezone = 'UTC'): CronSchedule {
+    if (typeof expression !== 'string' || expression.trim() === '') {
+      throw new InvalidConfigError('schedule', 'must be a cron expression such as "*/5 * * * *"');
+    }
+    if (typeof timezone !== 'string' || timezone === '') throw badTimezone(String(timezone));
+    assertTimezone(timezone);
+    let c = compiled.get(expression);
+    if (!c) {
+      c = compile(expression);
+      compiled.set(expression, c);
+    }
+    return new CronSchedule(expression, timezone, c);
+  }
+
+  /** The first fire time strictly after afterMs (epoch ms), or null if the schedule never fires again. */
+  nextAfter(afterMs: number): number | null {
+    if (isUtc(this.timezone)) return this.nextWall(afterMs);
+    const zone = this.timezone;
+    const here = transitionNear(afterMs, zone);
+    let wallFrom: number;
+    if (here.transition === null) {
+      wallFrom = afterMs + here.offset;
+    } else {
+      const { at, before, after } = here.transition;
+      wallFrom = afterMs + (afterMs < at ? before : after);
+      // In the second pass of a repeated hour every wall time up to its end has already had its
+      // first occurrence: continue from the end of the repeated hour.
+      if (before > after && afterMs >= at && afterMs < at + (before - after)) wallFrom = at + before - 1;
+    }
+    for (let guard = 0; guard < 1000; guard++) {
+      const wall = this.nextWall(wallFrom);
+      if (wall === null) return null;
+      let instant: number | null;
+      const near =
+        here.transition === null && wall - afterMs < NEAR_MS - 15 * HOUR_MS
+          ? here // the wall time's instant lies inside the window already known to have no transition
+          : transitionNear(wall, zone);
+      if (near.transition === null) {
+        instant = wall - near.offset;
+      } else {
+        const { at, before, after } = near.transition;
+        if (wall < at + before) instant = wall - before; // before the change, and first occurrences
+        else if (wall >= at + after) instant = wall - after;
+        else {
+          // Inside a spring-forward gap: the wall time does not exist.
+          instant = this.compiled.everyHour ? null : at;
+          if (instant === null || instant <= afterMs) {
+            wallFrom = at + after - 1; // skip the rest of the gap in one step
+            continue;
+          }
+        }
+      }
+      if (instant > afterMs) return instant;
+      wallFrom = wall;
+    }
+    return null;
+  }
+
+  /** Fire times t with fromMs < t <= toMs, ascending, at most `limit` (default 10,000). */
+  between(fromMs: number, toMs: number, limit = 10_000): number[] {
+    const out: number[] = [];
+    if (limit <= 0) return out;
+    let t = this.nextAfter(fromMs);
+    while (t !== null && t <= toMs && out.length < limit) {
+      out.push(t);
+      t = this.nextAfter(t);
+    }
+    return out;
+  }
+
+  toString(): string {
+    return isUtc(this.timezone) ? this.expression : `${this.expression} (${this.timezone})`;
+  }
+
+  /** Next wall-clock time (as if it were UTC) matching the pattern, strictly after `wallMs`. */
+  private nextWall(wallMs: number): number | null {
+    return nextMatch(this.compiled.pattern, wallMs);
+  }
+}
+
+function nextMatch(pattern: CronPattern, wallMs: number): number | null {
+  // CronDate with utcOffset 0 is what croner's Cron#nextRun does internally with { utcOffset: 0 }.
+  const next = new CronDate(new Date(wallMs), 0).increment(pattern, MATCH_OPTIONS, true);
+  return next ? next.getTime() : null;
+}
+
+function isUtc(timezone: string): boolean {
+  return timezone === 'UTC' || timezone === 'Etc/UTC';
+}
+
+function badTimezone(timezone: string): InvalidConfigError {
+  return new InvalidConfigError('timezone', `unknown time zone "${timezone}"; use an IANA name such as "Europe/Berlin" or "UTC"`);
+}
+
+function assertTimezone(timezone: string): void {
+  try {
+    formatter(timezone);
+  } catch {
+    throw badTimezone(timezone);
+  }
+}
+
+function invalid(expression: string, reason: string): InvalidConfigError {
+  return new InvalidConfigError('schedule', `invalid cron expression "${expression}": ${reason}`);
+}
+
+function compile(expression: string): Compiled {
+  if (expression.includes('?')) {
+    throw invalid(expression, '"?" is not supported (croner reads it as the time of parsing, which differs between replicas); use "*"');
+  }
+  let pattern: CronPattern;
+  try {
+    pattern = new CronPattern(expression);
+  } catch (err) {
+    const first = validateDetailed(expression).errors[0];
+    throw invalid(expression, first ? `${first.field}: ${first.message}` : (err as Error).message.replace(/^CronPattern: /, ''));
+  }
+  // croner accepts days no month has (31 February) and then never fires; node-cron names them.
+  const impossible = validateDetailed(expression).errors.find((e) => /impossible/.test(e.message));
+  if (impossible) throw invalid(expression, `${impossible.field}: ${impossible.message}`);
+  const fields = ['second', 'minute', 'hour', 'day', 'month', 'dayOfWeek'] as const;
+  for (const field of fields) pattern[field] = intern(pattern[field]);
+  if (nextMatch(pattern, Date.UTC(2000, 0, 1)) === null) throw invalid(expression, 'no date matches it, so it would never fire');
+  return { pattern, everyHour: pattern.hour.length === 24 && pattern.hour.every((h) => h !== 0) };
+}
+
+/**
+ * One shared array per distinct field content. croner only reads these arrays after parsing
+ * (index and length), so sharing them is safe, and it keeps 100,000 distinct schedules from
+ * holding 100,000 copies of the same month and weekday tables (~1.6 KB each otherwise).
+ */
+const fieldTables = new Map<string, number[]>();
+function intern(values: number[]): number[] {
+  const key = values.join(',');
+  let shared = fieldTables.get(key);
+  if (!shared) {
+    shared = values;
+    fieldTables.set(key, shared);
+  }
+  return shared;
+}
+
+const formatters = new Map<string, Intl.DateTimeFormat>();
+
+function formatter(timezone: string): Intl.DateTimeFormat {
+  let f = formatters.get(timezone);
+  if (!f) {
+    f = new Intl.DateTimeFormat('en-US', {
+      timeZone: timezone,
+      hourCycle: 'h23',
+      year: 'numeric',
+      month: 'numeric',
+      day: 'numeric',
+      hour: 'numeric',
+      minute: 'numeric',
+      second: 'numeric',
+    });
+    formatters.set(timezone, f);
+  }
+  return f;
+}
+
+/** Offset of `timezone` from UTC at instant t, in ms (wall = instant + offset). */
+function offsetAt(t: number, timezone: string): number {
+  const p: Record<string, number> = {};
+  for (const part of formatter(timezone).formatToParts(new Date(t))) if (part.type !== 'literal') p[part.type] = Number(part.value);
+  const wall = Date.UTC(p.year!, p.month! - 1, p.day!, p.hour!, p.minute!, p.second!);
+  return wall - Math.floor(t / 1000) * 1000;
+}
+
+interface Transition {
+  /** First instant (whole second) with the new offset. */
+  readonly at: number;
+  readonly before: number;
+  readonly after: number;
+}
+
+/** Transitions found so far, per zone (a few per year; binary search is ~18 formatter calls). */
+const transitions = new Map<string, Transition[]>();
+
+/**
+ * The offset at t when no DST transition lies within 36 hours of t, else that transition. Real
+ * zones change offset months apart, so one transition per 72-hour window is assumed.
+ */
+function transitionNear(t: number, zone: string): { offset: number; transition: Transition | null } {
+  const before = offsetAt(t - NEAR_MS, zone);
+  const after = offsetAt(t + NEAR_MS, zone);
+  if (before === after) return { offset: before, transition: null };
+  let known = transitions.get(zone);
+  if (!known) transitions.set(zone, (known = []));
+  const cached = known.find((tr) => Math.abs(tr.at - t) <= NEAR_MS && tr.before === before && tr.after === after);
+  if (cached) return { offset: before, transition: cached };
+  let lo = Math.floor((t - NEAR_MS) / 1000); // offset `before` here
+  let hi = Math.ceil((t + NEAR_MS) / 1000); // offset `after` here
+  while (hi - lo > 1) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (offsetAt(mid * 1000, zone) === before) lo = mid;
+    else hi = mid;
+  }
+  const transition = { at: hi * 1000, before, after };
+  if (known.length >= 64) known.shift();
+  known.push(transition);
+  return { offset: before, transition };
+}

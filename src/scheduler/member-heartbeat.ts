@@ -1,0 +1,68 @@
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import type { Logger } from 'pino';
+
+export interface MemberHeartbeatOptions {
+  pool: Pick<pg.Pool, 'query'>;
+  replicaId: string;
+  /** Current role, read on every beat. */
+  role: () => string;
+  version: string;
+  /** This replica's admin base URL (http://host:port), if it serves one. */
+  adminUrl?: string;
+  intervalMs?: number;
+  logger?: Logger;
+}
+
+/**
+ * Upserts this replica into cw_members every few seconds (host, pid, version, role, admin URL,
+ * last_seen on the database clock). The admin API lists members seen recently; a replica that
+ * stops cleanly deletes its row.
+ */
+export class MemberHeartbeat {
+  private timer: NodeJS.Timeout | undefined;
+  private beating: Promise<void> = Promise.resolve();
+  private stopped = false;
+  readonly intervalMs: number;
+
+  constructor(private readonly o: MemberHeartbeatOptions) {
+    this.intervalMs = o.intervalMs ?? 3000;
+  }
+
+  /** Write the row now, then every intervalMs. Resolves after the first write (or its failure, logged). */
+  async start(): Promise<void> {
+    await this.beat();
+    this.timer = setInterval(() => void this.beat(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  /** Write the row now (a role change need not wait for the next beat). */
+  beat(): Promise<void> {
+    if (this.stopped) return this.beating; // a role change during shutdown must not re-insert the row
+    this.beating = this.beating.then(() => this.write()).catch((err: Error) => {
+      this.o.logger?.warn({ err: err.message }, 'member heartbeat failed');
+    });
+    return this.beating;
+  }
+
+  /** Stop beating and remove this replica's row. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.beating;
+    await this.o.pool.query('DELETE FROM cw_members WHERE replica_id = $1', [this.o.replicaId]).catch((err: Error) => {
+      this.o.logger?.warn({ err: err.message }, 'could not remove the member row');
+    });
+  }
+
+  private async write(): Promise<void> {
+    await this.o.pool.query(
+      `INSERT INTO cw_members (replica_id, host, pid, version, role, admin_url, started_at, last_seen)
+       VALUES ($1, $2, $3, $4, $5, $6, now(), now())
+       ON CONFLICT (replica_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
+         role = EXCLUDED.role, admin_url = EXCLUDED.admin_url, last_seen = now()`,
+      [this.o.replicaId, hostname(), process.pid, this.o.version, this.o.role(), this.o.adminUrl ?? null],
+    );
+  }
+}

@@ -1,0 +1,192 @@
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { randomUUID } from 'node:crypto';
+import pg from 'pg';
+import { Redis } from 'ioredis';
+import { pino, type Logger } from 'pino';
+import { systemClock, type Clock } from '../clock.js';
+import { InvalidArgumentError } from '../errors.js';
+import type { JobDefinition } from '../jobs/define-job.js';
+import { JobRegistry } from '../jobs/job-registry.js';
+import { BullmqDelivery } from '../jobs/bullmq-delivery.js';
+import { BullmqWorker } from '../jobs/bullmq-worker.js';
+import { RunExecutor } from '../jobs/run-executor.js';
+import type { Lease, LeaseBackend } from '../locks/lease.js';
+import { Elector, type ElectorRole } from './elector.js';
+import type { ElectorOptions } from './elector-options.js';
+import { FireLoop, type FireLoopEvents } from './fire-loop.js';
+import { Ledger } from './ledger.js';
+
+export interface ReplicaOptions {
+  /** Unique per process. Default: host-pid-random. */
+  replicaId?: string;
+  /** Separates deployments sharing one Redis/Postgres/etcd. Default "default". */
+  namespace?: string;
+  backend: LeaseBackend;
+  /** PostgreSQL holding the ledger (migrated: see `cronwarden migrate`). */
+  databaseUrl: string;
+  /** Redis for BullMQ delivery. */
+  redisUrl: string;
+  jobs: JobDefinition[] | JobRegistry;
+  election?: Omit<ElectorOptions, 'leaseName' | 'replicaId'>;
+  worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
+  /** How long running handlers may finish on shutdown before their signal aborts. Default 10 s. */
+  shutdownGraceMs?: number;
+  clock?: Clock;
+  logger?: Logger;
+}
+
+export type ReplicaEvents = FireLoopEvents & {
+  'role:changed': [role: ElectorRole];
+  'lease:acquired': [lease: Lease];
+  'lease:renewed': [lease: Lease, latencyMs: number];
+  'lease:lost': [lease: Lease, reason: string];
+  'backend:error': [error: Error];
+};
+
+/** One cronwarden replica: campaigns for leadership, fires while leading, executes runs always. */
+export class Replica extends EventEmitter<ReplicaEvents> {
+  readonly replicaId: string;
+  readonly namespace: string;
+  readonly leaseName: string;
+  readonly registry: JobRegistry;
+  readonly ledger: Ledger;
+  readonly elector: Elector;
+  readonly fireLoop: FireLoop;
+  readonly logger: Logger;
+  readonly startedAt: number;
+  private readonly pool: pg.Pool;
+  private readonly redis: Redis;
+  private readonly delivery: BullmqDelivery;
+  private readonly executor: RunExecutor;
+  private worker: BullmqWorker | undefined;
+  private stopped = false;
+
+  constructor(private readonly o: ReplicaOptions) {
+    super();
+    if (!o.backend) throw new InvalidArgumentError('a lease backend is required');
+    if (!o.databaseUrl) throw new InvalidArgumentError('databaseUrl is required (the ledger lives in PostgreSQL)');
+    if (!o.redisUrl) throw new InvalidArgumentError('redisUrl is required (runs are delivered through BullMQ)');
+    const clock = o.clock ?? systemClock;
+    this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
+    this.namespace = o.namespace ?? 'default';
+    this.leaseName = `cronwarden/${this.namespace}/scheduler`;
+    this.registry = o.jobs instanceof JobRegistry ? o.jobs : new JobRegistry(o.jobs);
+    this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
+    this.startedAt = clock.now();
+    this.pool = new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
+    this.pool.on('error', (err) => this.logger.warn({ err }, 'idle PostgreSQL connection error'));
+    this.ledger = new Ledger(this.pool);
+    this.redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 2 });
+    this.redis.on('error', (err) => this.logger.warn({ err }, 'Redis connection error'));
+    this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
+    const fenceResource = `scheduler/${this.leaseName}`;
+
+    this.elector = new Elector(
+      o.backend,
+      { ...o.election, leaseName: this.leaseName, replicaId: this.replicaId },
+      {
+        beforeCampaign: () => this.raiseTokenFloor(fenceResource),
+        onStartedLeading: (lease, signal) => this.onLeading(lease, signal),
+        onStoppedLeading: () => this.fireLoop.stop(),
+      },
+      clock,
+    );
+    this.fireLoop = new FireLoop({
+      registry: this.registry,
+      ledger: this.ledger,
+      delivery: this.delivery,
+      leadership: this.elector,
+      clock,
+      logger: this.logger,
+      replicaId: this.replicaId,
+      fenceResource,
+    });
+    this.executor = new RunExecutor({ ledger: this.ledger, registry: this.registry, replicaId: this.replicaId, logger: this.logger });
+    this.forward();
+  }
+
+  get role(): ElectorRole {
+    return this.elector.role;
+  }
+
+  async start(): Promise<void> {
+    if (this.o.worker?.enabled !== false) {
+      this.worker = new BullmqWorker({
+        redisUrl: this.o.redisUrl,
+        namespace: this.namespace,
+        executor: this.executor,
+        logger: this.logger,
+        concurrency: this.o.worker?.concurrency,
+        lockDurationMs: this.o.worker?.lockDurationMs,
+        stalledIntervalMs: this.o.worker?.stalledIntervalMs,
+      });
+      this.executor.setPublisher(this.worker.publisherFor());
+      await this.worker.start();
+    }
+    this.elector.start();
+    this.logger.info({ jobs: this.registry.size, backend: this.o.backend.kind }, 'replica started');
+  }
+
+  /**
+   * Graceful stop: stop firing, resign (a follower takes over at once), let running handlers
+   * finish up to the grace period, then close every connection.
+   */
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.fireLoop.stop();
+    await this.elector.stop();
+    await this.worker?.close(this.o.shutdownGraceMs ?? 10_000);
+    await this.delivery.close();
+    await this.redis.quit().catch(() => {});
+    await this.o.backend.close();
+    await this.pool.end();
+    this.logger.info('replica stopped');
+  }
+
+  private async onLeading(lease: Lease, signal: AbortSignal): Promise<void> {
+    this.logger.info({ token: lease.token.toString() }, 'elected leader');
+    await this.ledger.recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind).catch((err: Error) => {
+      this.logger.warn({ err }, 'could not record the election');
+    });
+    await this.fireLoop.lead(signal);
+  }
+
+  /**
+   * Before campaigning, make the backend's next token exceed the highest token the ledger accepted,
+   * so a Redis that restarted without persistence cannot hand out a token the fence would refuse.
+   */
+  private async raiseTokenFloor(fenceResource: string): Promise<void> {
+    const highest = await this.ledger.fenceToken(fenceResource);
+    if (highest === null) return;
+    try {
+      await this.o.backend.ensureTokenAbove(this.leaseName, highest);
+    } catch (err) {
+      if (!(err instanceof InvalidArgumentError)) throw err;
+      this.logger.error({ err, highest: highest.toString() }, 'backend cannot honour the ledger token floor');
+    }
+  }
+
+  private forward(): void {
+    const e = this.elector;
+    e.on('role:changed', (role) => this.emit('role:changed', role));
+    e.on('lease:acquired', (lease) => this.emit('lease:acquired', lease));
+    e.on('lease:renewed', (lease, ms) => this.emit('lease:renewed', lease, ms));
+    e.on('lease:lost', (lease, reason) => {
+      this.logger.warn({ token: lease.token.toString(), reason }, 'leadership ended');
+      this.emit('lease:lost', lease, reason);
+    });
+    e.on('backend:error', (err) => {
+      this.logger.warn({ err: err.message }, 'lease backend error');
+      this.emit('backend:error', err);
+    });
+    const f = this.fireLoop;
+    f.on('fire:committed', (...a) => this.emit('fire:committed', ...a));
+    f.on('fire:duplicate', (...a) => this.emit('fire:duplicate', ...a));
+    f.on('fire:refused', (...a) => this.emit('fire:refused', ...a));
+    f.on('fire:missed', (...a) => this.emit('fire:missed', ...a));
+    f.on('fire:skipped', (...a) => this.emit('fire:skipped', ...a));
+    f.on('enqueue:failed', (...a) => this.emit('enqueue:failed', ...a));
+  }
+}

@@ -1,0 +1,283 @@
+/**
+ * The admin HTTP API of in-process replicas (memory lease backend, real PostgreSQL ledger and
+ * Redis): each route's shape, auth refusals that change nothing, 400/404, a follower's 409 with
+ * the leader's URL, and the Prometheus exposition.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { AdminServer } from '../../src/admin/server.js';
+import { MemoryLeaseBackend } from '../../src/locks/memory.js';
+import { Cluster, ADMIN_TOKEN, firstLeader, json, waitForRole, type Node } from './support.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+let db: TestDatabase;
+let cluster: Cluster;
+let leader: Node;
+let follower: Node;
+
+before(async () => {
+  db = await createTestDatabase();
+  cluster = new Cluster(db.url);
+  const a = await cluster.add('api-a');
+  const b = await cluster.add('api-b');
+  const l = await firstLeader([a.replica, b.replica]);
+  leader = l === a.replica ? a : b;
+  follower = l === a.replica ? b : a;
+  await waitForRole(follower.replica, 'candidate').catch(() => {});
+});
+after(async () => {
+  await cluster.stopAll();
+  await db.drop();
+});
+
+const post = (node: Node, path: string, token?: string) =>
+  fetch(`${node.url}${path}`, { method: 'POST', headers: token === undefined ? {} : { authorization: `Bearer ${token}` } });
+
+async function paused(job: string): Promise<boolean> {
+  const r = await db.pool.query<{ paused: boolean }>('SELECT paused FROM cw_job_state WHERE job = $1', [job]);
+  return r.rows[0]?.paused ?? false;
+}
+
+describe('read routes', () => {
+  it('GET /api/lease names the holder, token, TTL and this replica role, on leader and follower alike', async () => {
+    for (const node of [leader, follower]) {
+      const body = await json(await fetch(`${node.url}/api/lease`));
+      assert.equal(body.backend, 'memory');
+      assert.equal(body.leaseName, `cronwarden/${cluster.namespace}/scheduler`);
+      assert.equal(body.holder, leader.replica.replicaId);
+      assert.match(body.token, /^[1-9][0-9]*$/);
+      assert.equal(body.ttlMs, 3000);
+      assert.ok(body.expiresInMs > 0 && body.expiresInMs <= 3000, `expiresInMs ${body.expiresInMs}`);
+      assert.ok(!Number.isNaN(Date.parse(body.leaderSince)), `leaderSince ${body.leaderSince}`);
+      assert.equal(body.leaderAdminUrl, leader.url);
+      assert.equal(body.replicaId, node.replica.replicaId);
+      assert.equal(body.role, node === leader ? 'leader' : node.replica.role);
+    }
+  });
+
+  it('GET /api/members lists both replicas with host, pid, version, role and admin URL', async () => {
+    const body = await json(await fetch(`${follower.url}/api/members`));
+    const ids = body.members.map((m: { replicaId: string }) => m.replicaId).sort();
+    assert.deepEqual(ids, ['api-a', 'api-b']);
+    const l = body.members.find((m: { replicaId: string }) => m.replicaId === leader.replica.replicaId);
+    assert.equal(l.role, 'leader');
+    assert.equal(l.pid, process.pid);
+    assert.equal(l.version, 'test');
+    assert.equal(l.adminUrl, leader.url);
+    assert.equal(typeof l.host, 'string');
+    assert.ok(l.lastSeenAgoMs >= 0 && l.lastSeenAgoMs < 10_000);
+  });
+
+  it('GET /api/jobs shows schedule, timezone, next fire, last run and paused', async () => {
+    // Wait for a tick run to exist, through the ledger rather than a sleep.
+    await waitUntil(async () => (await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'tick' AND state = 'completed'")).rowCount! > 0);
+    const body = await json(await fetch(`${leader.url}/api/jobs`));
+    const tick = body.jobs.find((j: { name: string }) => j.name === 'tick');
+    const yearly = body.jobs.find((j: { name: string }) => j.name === 'yearly');
+    assert.equal(tick.schedule, '*/2 * * * * *');
+    assert.equal(tick.timezone, 'UTC');
+    assert.equal(tick.paused, false);
+    assert.ok(Date.parse(tick.nextFireAt) > Date.now() - 1000);
+    assert.equal(tick.lastRun.trigger, 'schedule');
+    assert.match(tick.lastRun.runId, /^[0-9]+$/);
+    assert.equal(yearly.timezone, 'Europe/Berlin');
+    assert.equal(yearly.nextFireAt.slice(5), '12-31T23:00:00.000Z');
+    assert.equal(yearly.lastRun, null);
+  });
+
+  it('GET /api/runs pages newest first with attempts, filters by job and state', async () => {
+    await waitUntil(async () => (await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'tick' AND state = 'completed'")).rowCount! >= 2);
+    const page1 = await json(await fetch(`${leader.url}/api/runs?job=tick&state=completed&limit=1`));
+    assert.equal(page1.runs.length, 1);
+    const run = page1.runs[0];
+    assert.equal(run.job, 'tick');
+    assert.equal(run.state, 'completed');
+    assert.equal(run.completedAttempt, 1);
+    assert.equal(run.skippedAttempts, 0);
+    assert.equal(run.attempts.length, 1);
+    assert.equal(run.attempts[0].state, 'completed');
+    assert.match(run.attempts[0].token, /^[0-9]+$/);
+    assert.equal(page1.nextBefore, run.id);
+    const page2 = await json(await fetch(`${leader.url}/api/runs?job=tick&state=completed&limit=1&before=${page1.nextBefore}`));
+    assert.equal(page2.runs.length, 1);
+    assert.ok(BigInt(page2.runs[0].id) < BigInt(run.id));
+    const none = await json(await fetch(`${leader.url}/api/runs?job=yearly&state=failed`));
+    assert.deepEqual(none, { runs: [], nextBefore: null });
+  });
+
+  it('GET /api/elections lists won elections with token', async () => {
+    const body = await json(await fetch(`${follower.url}/api/elections`));
+    assert.ok(body.elections.length >= 1);
+    const e = body.elections[0];
+    assert.equal(e.leader, leader.replica.replicaId);
+    assert.match(e.token, /^[1-9][0-9]*$/);
+    assert.equal(e.backend, 'memory');
+    assert.ok(!Number.isNaN(Date.parse(e.electedAt)));
+    assert.ok('gapMs' in e && 'previousLeader' in e);
+  });
+
+  it('GET /healthz and /readyz answer 200 with their checks', async () => {
+    const h = await fetch(`${leader.url}/healthz`);
+    assert.equal(h.status, 200);
+    assert.deepEqual(await json(h), { ok: true, role: 'leader', replicaId: leader.replica.replicaId });
+    const r = await fetch(`${follower.url}/readyz`);
+    assert.equal(r.status, 200);
+    assert.deepEqual(await json(r), { ok: true, backend: 'ok', database: 'ok' });
+  });
+
+  it('GET /readyz is 503 naming the check that failed when the lease backend does not answer', async () => {
+    const broken = new MemoryLeaseBackend({ store: cluster.store });
+    broken.current = () => new Promise(() => {}); // a backend that never answers
+    const admin = new AdminServer({ replica: follower.replica, backend: broken, port: 0, readyTimeoutMs: 200 });
+    const url = await admin.listen();
+    try {
+      const res = await fetch(`${url}/readyz`);
+      assert.equal(res.status, 503);
+      assert.deepEqual(await json(res), { ok: false, backend: 'no answer within 200 ms', database: 'ok' });
+    } finally {
+      await admin.close();
+    }
+  });
+
+  it('GET / serves the status page', async () => {
+    const res = await fetch(`${follower.url}/`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /text\/html/);
+    assert.match(await res.text(), /id="holder"/);
+  });
+});
+
+describe('bad requests', () => {
+  for (const [path, field] of [
+    ['/api/runs?limit=abc', 'limit'],
+    ['/api/runs?limit=0', 'limit'],
+    ['/api/runs?state=exploded', 'state'],
+    ['/api/runs?before=-3', 'before'],
+    ['/api/elections?limit=100000', 'limit'],
+  ] as const) {
+    it(`GET ${path} is 400 naming ${field}`, async () => {
+      const res = await fetch(`${leader.url}${path}`);
+      assert.equal(res.status, 400);
+      const body = await json(res);
+      assert.equal(body.code, 'bad_request');
+      assert.match(body.error, new RegExp(`^${field}: `));
+    });
+  }
+  it('unknown job is 404 on runs, trigger, pause and resume', async () => {
+    assert.equal((await fetch(`${leader.url}/api/runs?job=nope`)).status, 404);
+    for (const action of ['trigger', 'pause', 'resume']) {
+      const res = await post(leader, `/api/jobs/nope/${action}`, ADMIN_TOKEN);
+      assert.equal(res.status, 404, action);
+      assert.deepEqual(await json(res), { error: 'unknown job "nope"', code: 'unknown_job' });
+    }
+  });
+  it('a job name with forbidden characters is 400', async () => {
+    const res = await post(leader, `/api/jobs/${encodeURIComponent('a b<')}/pause`, ADMIN_TOKEN);
+    assert.equal(res.status, 400);
+    assert.match((await json(res)).error, /^name: /);
+  });
+});
+
+describe('mutations', () => {
+  it('are refused (401) without a token or with a wrong one, and nothing changes', async () => {
+    const runsBefore = (await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'manual'")).rows[0].n;
+    const tokenBefore = (await json(await fetch(`${leader.url}/api/lease`))).token;
+    for (const token of [undefined, '', 'wrong', `${ADMIN_TOKEN}x`, ADMIN_TOKEN.slice(0, -1)]) {
+      for (const path of ['/api/jobs/tick/pause', '/api/jobs/yearly/trigger', '/api/resign']) {
+        const res = await post(leader, path, token);
+        assert.equal(res.status, 401, `${path} with ${token}`);
+        assert.equal((await json(res)).code, 'unauthorized');
+      }
+    }
+    const basic = await fetch(`${leader.url}/api/jobs/tick/pause`, { method: 'POST', headers: { authorization: `Basic ${ADMIN_TOKEN}` } });
+    assert.equal(basic.status, 401);
+    assert.equal(await paused('tick'), false);
+    assert.equal((await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'manual'")).rows[0].n, runsBefore);
+    assert.equal(leader.replica.role, 'leader');
+    assert.equal((await json(await fetch(`${leader.url}/api/lease`))).token, tokenBefore);
+  });
+
+  it('pause and resume work on any replica and show in /api/jobs', async () => {
+    const res = await post(follower, '/api/jobs/tick/pause', ADMIN_TOKEN);
+    assert.equal(res.status, 200);
+    assert.deepEqual(await json(res), { job: 'tick', paused: true });
+    assert.equal(await paused('tick'), true);
+    const jobs = await json(await fetch(`${leader.url}/api/jobs`));
+    assert.equal(jobs.jobs.find((j: { name: string }) => j.name === 'tick').paused, true);
+    assert.equal((await post(leader, '/api/jobs/tick/resume', ADMIN_TOKEN)).status, 200);
+    assert.equal(await paused('tick'), false);
+  });
+
+  it('trigger on the leader commits a manual run; on a follower it is 409 with the leader URL', async () => {
+    const res = await post(leader, '/api/jobs/yearly/trigger', ADMIN_TOKEN);
+    assert.equal(res.status, 200);
+    const body = await json(res);
+    assert.equal(body.job, 'yearly');
+    const row = await db.pool.query('SELECT job, trigger FROM cw_runs WHERE id = $1', [body.runId]);
+    assert.deepEqual(row.rows[0], { job: 'yearly', trigger: 'manual' });
+
+    const f = await post(follower, '/api/jobs/yearly/trigger', ADMIN_TOKEN);
+    assert.equal(f.status, 409);
+    const fb = await json(f);
+    assert.equal(fb.code, 'not_leader');
+    assert.equal(fb.leader, leader.replica.replicaId);
+    assert.equal(fb.leaderAdminUrl, leader.url);
+    const r = await post(follower, '/api/resign', ADMIN_TOKEN);
+    assert.equal(r.status, 409);
+    assert.equal((await json(r)).leaderAdminUrl, leader.url);
+  });
+});
+
+describe('metrics', () => {
+  it('GET /metrics is Prometheus text with the named series and numeric values', async () => {
+    await waitUntil(async () => (await db.pool.query("SELECT 1 FROM cw_run_attempts WHERE worker = $1 AND state = 'completed'", [leader.replica.replicaId])).rowCount! > 0);
+    const res = await fetch(`${leader.url}/metrics`);
+    assert.equal(res.status, 200);
+    assert.match(res.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
+    const samples = parseExposition(await res.text());
+    const value = (name: string, labels: Record<string, string> = {}) =>
+      samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+    assert.equal(value('cronwarden_is_leader'), 1);
+    assert.ok(value('cronwarden_lease_token')! >= 1);
+    assert.ok(value('cronwarden_fires_total', { trigger: 'schedule' })! >= 1);
+    assert.ok(value('cronwarden_fires_total', { trigger: 'manual' })! >= 1);
+    assert.ok(value('cronwarden_fire_lateness_seconds_count', { trigger: 'schedule' })! >= 1);
+    assert.ok(value('cronwarden_run_attempts_total', { job: 'tick', outcome: 'completed' })! >= 1);
+    assert.ok(value('cronwarden_run_duration_seconds_count', { job: 'tick', outcome: 'completed' })! >= 1);
+    for (const name of ['cronwarden_fires_duplicate_total', 'cronwarden_fires_refused_total', 'cronwarden_lease_renew_latency_seconds_count', 'cronwarden_leader_elections_total']) {
+      assert.equal(typeof value(name), 'number', name);
+    }
+    assert.equal(value('cronwarden_runs_active', { state: 'pending' }) !== undefined, true);
+    for (const s of samples) assert.ok(Number.isFinite(s.value) || Math.abs(s.value) === Infinity, `${s.name} ${s.value}`);
+    assert.equal(value('cronwarden_is_leader', { replica: leader.replica.replicaId, namespace: cluster.namespace }), 1);
+    const f = parseExposition(await (await fetch(`${follower.url}/metrics`)).text());
+    assert.equal(f.find((s) => s.name === 'cronwarden_is_leader')?.value, 0);
+  });
+});
+
+interface Sample { name: string; labels: Record<string, string>; value: number }
+
+/** A strict-enough parser of the Prometheus text format: throws on a line it cannot read. */
+function parseExposition(text: string): Sample[] {
+  const out: Sample[] = [];
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('# HELP ') || line.startsWith('# TYPE ')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$/.exec(line);
+    if (!m) throw new Error(`unparseable exposition line: ${line}`);
+    const labels: Record<string, string> = {};
+    for (const l of (m[3] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
+    const raw = m[4]!;
+    const value = raw === '+Inf' ? Infinity : raw === '-Inf' ? -Infinity : Number(raw);
+    if (Number.isNaN(value)) throw new Error(`not a number: ${line}`);
+    out.push({ name: m[1]!, labels, value });
+  }
+  return out;
+}
+
+async function waitUntil(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -1,0 +1,207 @@
+/**
+ * The cronwarden CLI against real `cronwarden start` processes (postgres lease backend, shared
+ * PostgreSQL and Redis): status, trigger/pause/resume/resign through any replica, exit codes,
+ * --help, config errors, and SIGTERM handing leadership over with exit 0.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { EventedChild } from '../support/evented-child.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { ADMIN_TOKEN, SHARED_REDIS_URL } from './support.js';
+
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const bin = 'bin/cronwarden.js';
+const namespace = `cli${randomUUID().slice(0, 8)}`;
+
+type Log = { msg?: string; adminUrl?: string; token?: string; [k: string]: unknown };
+
+/** `cronwarden start` in a child process, its pino log lines kept as events. */
+class StartedReplica extends EventedChild<Log> {
+  constructor(id: string, databaseUrl: string) {
+    super(
+      id,
+      [bin, 'start', '--backend', 'postgres', '--jobs', 'test/admin/fixtures/jobs.ts', '--replica-id', id,
+        '--namespace', namespace, '--lease-ttl-ms', '3000', '--admin-port', '0', '--shutdown-grace-ms', '1000'],
+      { cwd: root, env: { ...process.env, CRONWARDEN_DATABASE_URL: databaseUrl, CRONWARDEN_REDIS_URL: SHARED_REDIS_URL, CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN } },
+    );
+  }
+
+  get logs(): Log[] {
+    return this.events;
+  }
+
+  /** The first log line with message `msg` from index `since` on. */
+  waitForLog(msg: string, timeoutMs = 20_000, since = 0): Promise<Log> {
+    return this.waitFor((l) => l.msg === msg, timeoutMs, since);
+  }
+
+  get leading(): boolean {
+    const last = [...this.logs].reverse().find((l) => l.msg === 'elected leader' || l.msg === 'leadership ended');
+    return last?.msg === 'elected leader';
+  }
+}
+
+function cli(args: string[], env: Record<string, string | undefined> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [bin, ...args], { cwd: root, env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN, ...env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+let db: TestDatabase;
+const replicas: StartedReplica[] = [];
+let leader: StartedReplica;
+let follower: StartedReplica;
+const urls = new Map<StartedReplica, string>();
+
+before(async () => {
+  db = await createTestDatabase();
+  replicas.push(new StartedReplica('cli-a', db.url), new StartedReplica('cli-b', db.url), new StartedReplica('cli-c', db.url));
+  all.push(...replicas);
+  for (const r of replicas) urls.set(r, (await r.waitForLog('admin HTTP listening')).adminUrl!);
+  await Promise.any(replicas.map((r) => r.waitForLog('elected leader')));
+  leader = replicas.find((r) => r.leading)!;
+  follower = replicas.find((r) => r !== leader)!;
+  // Both member rows (with admin URLs) are written once each replica's admin HTTP listens.
+  await waitUntil(async () => (await db.pool.query('SELECT 1 FROM cw_members WHERE admin_url IS NOT NULL')).rowCount === 3);
+});
+const all: StartedReplica[] = [];
+after(async () => {
+  for (const r of all) r.child.kill('SIGKILL');
+  await Promise.all(all.map((r) => r.exited));
+  await db.drop();
+});
+
+describe('cronwarden CLI against running replicas', () => {
+  it('status (asked of the follower) shows the leader, token, TTL left, members and jobs', async () => {
+    const { code, stdout, stderr } = await cli(['status', '--url', urls.get(follower)!]);
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, new RegExp(`^leader\\s+${leader.id}\\s+token \\d+\\s+expires in \\d+ ms`, 'm'));
+    assert.match(stdout, new RegExp(`^${follower.id}\\s`, 'm'));
+    assert.match(stdout, new RegExp(`^${leader.id}\\s+leader\\s`, 'm'));
+    assert.match(stdout, /^tick\s+\*\/2 \* \* \* \* \*\s+UTC/m);
+    assert.match(stdout, /^yearly\s+0 0 1 1 \*\s+Europe\/Berlin/m);
+    const json = await cli(['status', '--json', '--url', urls.get(leader)!]);
+    assert.equal(JSON.parse(json.stdout).lease.holder, leader.id);
+  });
+
+  it('trigger sent to a follower is followed to the leader and commits one manual run', async () => {
+    const { code, stdout, stderr } = await cli(['trigger', 'yearly', '--url', urls.get(follower)!]);
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, new RegExp(`^triggered yearly: run (\\d+) .*leader ${leader.id}, ${urls.get(leader)!.replace(/[.]/g, '\\.')}\\)$`, 'm'));
+    const runId = /run (\d+)/.exec(stdout)![1];
+    const row = await db.pool.query('SELECT job, trigger, leader_id FROM cw_runs WHERE id = $1', [runId]);
+    assert.deepEqual(row.rows[0], { job: 'yearly', trigger: 'manual', leader_id: leader.id });
+  });
+
+  it('pause and resume change the ledger', async () => {
+    const p = await cli(['pause', 'tick', '--url', urls.get(follower)!]);
+    assert.equal(p.code, 0, p.stderr);
+    assert.equal(p.stdout, 'tick: paused\n');
+    assert.equal((await db.pool.query("SELECT paused FROM cw_job_state WHERE job = 'tick'")).rows[0].paused, true);
+    const r = await cli(['resume', 'tick', '--url', urls.get(leader)!]);
+    assert.equal(r.code, 0, r.stderr);
+    assert.equal((await db.pool.query("SELECT paused FROM cw_job_state WHERE job = 'tick'")).rows[0].paused, false);
+  });
+
+  it('errors are one line with exit 2 for usage (unknown job, no/wrong token) and 1 for an unreachable replica', async () => {
+    const unknown = await cli(['trigger', 'nope', '--url', urls.get(leader)!]);
+    assert.equal(unknown.code, 2);
+    assert.equal(unknown.stderr, 'cronwarden: POST /api/jobs/nope/trigger: 404 unknown job "nope"\n');
+    const noToken = await cli(['pause', 'tick', '--url', urls.get(leader)!], { CRONWARDEN_ADMIN_TOKEN: '' });
+    assert.equal(noToken.code, 2);
+    assert.match(noToken.stderr, /^cronwarden: CRONWARDEN_ADMIN_TOKEN: is required/);
+    const wrong = await cli(['pause', 'tick', '--url', urls.get(leader)!], { CRONWARDEN_ADMIN_TOKEN: 'not-the-token-at-all' });
+    assert.equal(wrong.code, 2);
+    assert.match(wrong.stderr, /401 missing or wrong bearer token\n$/);
+    assert.equal((await db.pool.query("SELECT paused FROM cw_job_state WHERE job = 'tick'")).rows[0].paused, false);
+    const port = await closedPort();
+    const dead = await cli(['status', '--url', `http://127.0.0.1:${port}`]);
+    assert.equal(dead.code, 1);
+    assert.equal(dead.stderr, `cronwarden: cannot reach http://127.0.0.1:${port}: ECONNREFUSED\n`);
+    const usage = await cli(['trigger']);
+    assert.equal(usage.code, 2);
+  });
+
+  it('--help works on every command', async () => {
+    for (const cmd of ['start', 'status', 'trigger', 'pause', 'resume', 'resign', 'migrate']) {
+      const { code, stdout } = await cli([cmd, '--help']);
+      assert.equal(code, 0, cmd);
+      assert.match(stdout, new RegExp(`^Usage: cronwarden ${cmd}`), cmd);
+    }
+  });
+
+  it('a wrong start-up setting stops with exit 2, names the setting, and never echoes a secret', async () => {
+    const bad = await cli(['start', '--backend', 'postgres', '--jobs', 'test/admin/fixtures/jobs.ts'], {
+      CRONWARDEN_DATABASE_URL: 'mysql://app:hunter2secret@db/app',
+      CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
+    });
+    assert.equal(bad.code, 2);
+    assert.equal(bad.stderr, 'cronwarden: CRONWARDEN_DATABASE_URL (--database-url): must be a URL starting with postgres:// or postgresql://\n');
+    const shortToken = await cli(['start', '--backend', 'postgres', '--jobs', 'test/admin/fixtures/jobs.ts'], {
+      CRONWARDEN_DATABASE_URL: db.url, CRONWARDEN_REDIS_URL: SHARED_REDIS_URL, CRONWARDEN_ADMIN_TOKEN: 'short',
+    });
+    assert.equal(shortToken.code, 2);
+    assert.match(shortToken.stderr, /^cronwarden: CRONWARDEN_ADMIN_TOKEN: must be at least 16 characters/);
+    assert.doesNotMatch(shortToken.stderr, /short\b(?! token)/);
+  });
+
+  it('the start-up log masks the database password and the admin token', () => {
+    const starting = leader.logs.find((l) => l.msg === 'starting replica')!;
+    const text = JSON.stringify(starting);
+    assert.ok(!text.includes(ADMIN_TOKEN), text);
+    assert.match(text, /"token":"\*\*\*\*\*"/);
+  });
+
+  it('SIGTERM of the leader: another replica leads within a second or so and the process exits 0', async () => {
+    const others = replicas.filter((r) => r !== leader);
+    const marks = others.map((r) => r.logs.length);
+    const t0 = Date.now();
+    leader.child.kill('SIGTERM');
+    const next = await Promise.any(others.map((r, i) => r.waitForLog('elected leader', 10_000, marks[i]).then(() => r)));
+    const took = Date.now() - t0;
+    assert.equal(await leader.exited, 0, JSON.stringify(leader.logs.slice(-4)));
+    // Released on the way out: far below the 3 s TTL a crash would cost (slack for 2 busy cores).
+    assert.ok(took < 1500, `took ${took} ms`);
+    assert.ok(leader.logs.some((l) => l.msg === 'replica stopped'));
+    assert.equal((await db.pool.query('SELECT 1 FROM cw_members WHERE replica_id = $1', [leader.id])).rowCount, 0);
+    replicas.splice(replicas.indexOf(leader), 1);
+    leader = next;
+    follower = replicas.find((r) => r !== next)!;
+  });
+  it('resign (via the follower) hands leadership to the other replica', async () => {
+    const since = follower.logs.length;
+    const { code, stdout, stderr } = await cli(['resign', '--url', urls.get(follower)!]);
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, new RegExp(`^${leader.id} resigned \\(token \\d+\\)$`, 'm'));
+    const elected = await follower.waitForLog('elected leader', 10_000, since);
+    assert.ok(BigInt(elected.token!) > 0n);
+    [leader, follower] = [follower, leader];
+  });
+
+});
+
+/** A loopback port nobody listens on. */
+async function closedPort(): Promise<number> {
+  const { createServer } = await import('node:net');
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+  const port = (srv.address() as { port: number }).port;
+  await new Promise((r) => srv.close(r));
+  return port;
+}
+
+async function waitUntil(check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

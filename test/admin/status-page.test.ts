@@ -1,0 +1,79 @@
+/**
+ * The status page in headless Chromium (Debian's chromium through playwright-core): it loads,
+ * shows the current leader with its token, TTL countdown, members and jobs, and follows a failover
+ * when the leader replica stops.
+ */
+import { after, before, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type BrowserContext } from 'playwright-core';
+import { Cluster, firstLeader, type Node } from './support.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
+
+let db: TestDatabase;
+let cluster: Cluster;
+let browser: BrowserContext;
+let profile: string;
+
+before(async () => {
+  db = await createTestDatabase();
+  cluster = new Cluster(db.url);
+  profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
+  // A fresh profile directory: playwright passes it to chromium as --user-data-dir.
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+});
+after(async () => {
+  await browser?.close();
+  await cluster.stopAll();
+  await db.drop();
+  await rm(profile, { recursive: true, force: true });
+});
+
+it('shows the leader, token, TTL countdown, members and jobs, and follows a failover', { timeout: 90_000 }, async () => {
+  const a = await cluster.add('page-a');
+  const b = await cluster.add('page-b');
+  const first = await firstLeader([a.replica, b.replica]);
+  const leader: Node = first === a.replica ? a : b;
+  const other: Node = leader === a ? b : a;
+
+  const page = await browser.newPage();
+  const errors: string[] = [];
+  page.on('pageerror', (err) => errors.push(err.message));
+  const res = await page.goto(`${other.url}/`);
+  assert.equal(res?.status(), 200);
+  assert.equal(await page.title(), 'cronwarden status');
+
+  const text = (id: string) => page.locator(`#${id}`).innerText();
+  await page.waitForFunction((id) => document.getElementById('holder')?.textContent === id, leader.replica.replicaId, { timeout: 15_000 });
+  const token = await text('token');
+  assert.match(token, /^[1-9][0-9]*$/);
+  await page.waitForFunction(() => /^\d+\.\d s$/.test(document.getElementById('ttl')?.textContent ?? ''), null, { timeout: 5000 });
+  const ttl1 = parseFloat(await text('ttl'));
+  assert.ok(ttl1 > 0 && ttl1 <= 3, `ttl ${ttl1}`);
+  await page.waitForFunction(() => document.querySelectorAll('#members tbody tr').length === 2, null, { timeout: 10_000 });
+  const members = await page.locator('#members tbody').innerText();
+  assert.match(members, /page-a/);
+  assert.match(members, /page-b/);
+  const jobs = await page.locator('#jobs tbody').innerText();
+  assert.match(jobs, /tick/);
+  assert.match(jobs, /Europe\/Berlin/);
+  await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length > 0, null, { timeout: 10_000 });
+  assert.match(await text('self'), new RegExp(`^${other.replica.replicaId} \\(`));
+
+  await leader.stop();
+  await page.waitForFunction((id) => document.getElementById('holder')?.textContent === id, other.replica.replicaId, { timeout: 15_000 });
+  assert.ok(BigInt(await text('token')) > BigInt(token), 'a new tenure has a higher token');
+  await page.waitForFunction((id) => (document.querySelector('#elections tbody tr')?.textContent ?? '').includes(id), other.replica.replicaId, { timeout: 10_000 });
+  assert.match(await text('self'), /\(leader\)$/);
+  assert.deepEqual(errors, []);
+  await page.close();
+});

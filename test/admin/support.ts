@@ -1,0 +1,103 @@
+/** In-process replicas with their admin servers, sharing one in-memory lease "server". */
+import { randomUUID } from 'node:crypto';
+import { pino } from 'pino';
+import { AdminServer } from '../../src/admin/server.js';
+import { defineJob } from '../../src/jobs/define-job.js';
+import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
+import { MemberHeartbeat } from '../../src/scheduler/member-heartbeat.js';
+import { Replica } from '../../src/scheduler/replica.js';
+import type { ElectorRole } from '../../src/scheduler/elector.js';
+
+export const SHARED_REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
+export const ADMIN_TOKEN = 'test-admin-token-0123456789';
+
+export function testJobs() {
+  return [
+    defineJob({ name: 'tick', schedule: '*/2 * * * * *', handler: async () => {} }),
+    defineJob({ name: 'yearly', schedule: '0 0 1 1 *', timezone: 'Europe/Berlin', handler: async () => {} }),
+  ];
+}
+
+export interface Node {
+  replica: Replica;
+  admin: AdminServer;
+  heartbeat: MemberHeartbeat;
+  url: string;
+  stop(): Promise<void>;
+}
+
+export class Cluster {
+  readonly store = new MemoryLeaseStore();
+  readonly namespace = `adm${randomUUID().slice(0, 8)}`;
+  readonly nodes: Node[] = [];
+
+  constructor(private readonly databaseUrl: string) {}
+
+  async add(id: string): Promise<Node> {
+    const backend = new MemoryLeaseBackend({ store: this.store });
+    const replica = new Replica({
+      replicaId: id,
+      namespace: this.namespace,
+      backend,
+      databaseUrl: this.databaseUrl,
+      redisUrl: SHARED_REDIS_URL,
+      jobs: testJobs(),
+      election: { ttlMs: 3000 },
+      shutdownGraceMs: 1000,
+      logger: pino({ level: 'silent' }),
+    });
+    const admin = new AdminServer({ replica, backend, token: ADMIN_TOKEN, port: 0 });
+    await replica.start();
+    const url = await admin.listen();
+    const heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, replicaId: id, role: () => replica.role, version: 'test', adminUrl: url, intervalMs: 500 });
+    replica.on('role:changed', () => void heartbeat.beat());
+    await heartbeat.start();
+    let stopped = false;
+    const node: Node = {
+      replica,
+      admin,
+      heartbeat,
+      url,
+      stop: async () => {
+        if (stopped) return;
+        stopped = true;
+        await heartbeat.stop();
+        await admin.close();
+        await replica.stop();
+      },
+    };
+    this.nodes.push(node);
+    return node;
+  }
+
+  async stopAll(): Promise<void> {
+    await Promise.all(this.nodes.map((n) => n.stop()));
+  }
+}
+
+/** Resolves when `replica` reaches `role` (at once if it is there already). */
+export function waitForRole(replica: Replica, role: ElectorRole, timeoutMs = 10_000): Promise<void> {
+  if (replica.role === role) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      replica.off('role:changed', on);
+      reject(new Error(`${replica.replicaId} did not become ${role} within ${timeoutMs} ms (is ${replica.role})`));
+    }, timeoutMs);
+    const on = (r: ElectorRole) => {
+      if (r !== role) return;
+      clearTimeout(timer);
+      replica.off('role:changed', on);
+      resolve();
+    };
+    replica.on('role:changed', on);
+  });
+}
+
+/** Resolves with whichever replica becomes leader first. */
+export async function firstLeader(replicas: Replica[], timeoutMs = 10_000): Promise<Replica> {
+  return Promise.any(replicas.map((r) => waitForRole(r, 'leader', timeoutMs).then(() => r)));
+}
+
+export async function json(res: Response): Promise<Record<string, any>> {
+  return (await res.json()) as Record<string, any>;
+}

@@ -1,0 +1,140 @@
+/**
+ * Exactly-once effects (ctx.transaction): a worker killed after its commit, killed before it,
+ * and paused past BullMQ's lock while another worker completes the run. In every case the effect
+ * table ends with exactly one row for the run.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { defineJob } from '../../src/jobs/define-job.js';
+import { JobRegistry } from '../../src/jobs/job-registry.js';
+import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
+import { Ledger } from '../../src/scheduler/ledger.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { EventedChild } from '../support/evented-child.js';
+import type { EffectMode } from '../fixtures/effect-job.js';
+import { SHARED_REDIS_URL } from './failover-scenario.js';
+
+const fixture = fileURLToPath(new URL('../fixtures/worker-process.ts', import.meta.url));
+
+describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, child processes)', () => {
+  let db: TestDatabase;
+  let redis: Redis;
+  before(async () => {
+    db = await createTestDatabase();
+    await db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, token bigint NOT NULL)');
+    redis = new Redis(SHARED_REDIS_URL);
+  });
+  after(async () => {
+    await redis.quit();
+    await db.drop();
+  });
+
+  /** Commit one run, start worker A in `mode`, act on it, then start worker B to finish the run. */
+  async function scenario(mode: EffectMode, act: (a: EventedChild) => Promise<void>, settle: (b: EventedChild, a: EventedChild, runId: bigint) => Promise<void>) {
+    const namespace = `fx${randomUUID().slice(0, 8)}`;
+    const registry = new JobRegistry([defineJob({ name: 'effect', schedule: '0 0 1 1 *', handler: () => {} })]);
+    const delivery = new BullmqDelivery({ connection: redis, namespace, registry, ledger: new Ledger(db.pool) });
+    const base = { databaseUrl: db.url, redisUrl: SHARED_REDIS_URL, namespace, lockDurationMs: 1000, job: 'effect' };
+    const a = EventedChild.fixture('A', fixture, { ...base, mode, name: 'A' });
+    let b: EventedChild | undefined;
+    try {
+      await a.waitFor((e) => e.event === 'ready', 20_000);
+      const ledger = new Ledger(db.pool);
+      const { committed } = await ledger.commitFires([{ job: 'effect', scheduledAt: new Date(), trigger: 'manual' }], {
+        fenceResource: `scheduler/${namespace}`,
+        token: 1n,
+        replicaId: 'test',
+        stillLeading: () => true,
+      });
+      const runId = committed[0]!.runId;
+      await delivery.enqueue(committed);
+      await act(a);
+      b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: 'B' });
+      await settle(b, a, runId);
+      const effects = await db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [runId.toString()]);
+      const run = await db.pool.query<{ state: string; attempts: number; completed_attempt: number | null; skipped_attempts: number }>(
+        'SELECT state, attempts, completed_attempt, skipped_attempts FROM cw_runs WHERE id = $1',
+        [runId.toString()],
+      );
+      const attempts = await db.pool.query<{ attempt: number; state: string }>('SELECT attempt, state FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt', [
+        runId.toString(),
+      ]);
+      return { effects: effects.rows, run: run.rows[0]!, attempts: attempts.rows };
+    } finally {
+      for (const c of [a, b]) {
+        if (!c) continue;
+        c.signal('SIGCONT');
+        c.signal('SIGKILL');
+        await c.exited;
+      }
+      await delivery.queue.obliterate({ force: true }).catch(() => {});
+      await delivery.close();
+    }
+  }
+
+  async function waitForRow(q: string, v: unknown[], ok: (row: Record<string, unknown> | undefined) => boolean, ms = 20_000) {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const row = (await db.pool.query(q, v)).rows[0] as Record<string, unknown> | undefined;
+      if (ok(row)) return row;
+      if (Date.now() > deadline) throw new Error(`timed out waiting on: ${q} (last ${JSON.stringify(row)})`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  it('killed with SIGKILL after its transaction committed, before BullMQ heard: the re-delivery is skipped', { timeout: 60_000 }, async () => {
+    const { effects, run, attempts } = await scenario(
+      'after-commit',
+      async (a) => {
+        await a.waitFor((e) => e.event === 'committed' && e.attempt === 1, 20_000);
+        a.signal('SIGKILL');
+      },
+      async (_b, _a, runId) => {
+        await waitForRow('SELECT skipped_attempts FROM cw_runs WHERE id = $1', [runId.toString()], (r) => Number(r?.skipped_attempts) >= 1);
+      },
+    );
+    assert.deepEqual(effects, [{ attempt: 1 }]);
+    assert.equal(run.state, 'completed');
+    assert.equal(run.completed_attempt, 1);
+    assert.ok(run.skipped_attempts >= 1, 'the re-delivered attempt is recorded as skipped');
+    assert.deepEqual(attempts[0], { attempt: 1, state: 'completed' });
+    assert.ok(attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'), JSON.stringify(attempts));
+  });
+
+  it('killed inside the handler before its commit: the re-delivered attempt commits once', { timeout: 60_000 }, async () => {
+    const { effects, run } = await scenario(
+      'before-commit',
+      async (a) => {
+        await a.waitFor((e) => e.event === 'inside' && e.attempt === 1, 20_000);
+        a.signal('SIGKILL');
+      },
+      async (b) => {
+        await b.waitFor((e) => e.event === 'committed' && e.attempt === 2, 30_000);
+      },
+    );
+    assert.deepEqual(effects, [{ attempt: 2 }], 'nothing of the killed attempt is visible');
+    assert.equal(run.state, 'completed');
+    assert.equal(run.completed_attempt, 2);
+  });
+
+  it('paused past the lock while another worker completes the run, then resumed: its commit is refused', { timeout: 60_000 }, async () => {
+    const { effects, run } = await scenario(
+      'pause-in-tx',
+      async (a) => {
+        await a.waitFor((e) => e.event === 'inside' && e.attempt === 1, 20_000);
+        a.signal('SIGSTOP');
+      },
+      async (b, a) => {
+        await b.waitFor((e) => e.event === 'committed' && e.attempt === 2, 30_000);
+        a.signal('SIGCONT');
+        await a.waitFor((e) => e.event === 'refused' && e.attempt === 1, 20_000);
+      },
+    );
+    assert.deepEqual(effects, [{ attempt: 2 }], 'the paused attempt rolled back');
+    assert.equal(run.state, 'completed');
+    assert.equal(run.completed_attempt, 2);
+  });
+});

@@ -1,0 +1,172 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Ledger, type Claim } from '../../src/scheduler/ledger.js';
+import { StaleTokenError } from '../../src/errors.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+describe('Ledger (real PostgreSQL)', () => {
+  let db: TestDatabase;
+  let ledger: Ledger;
+  const leader = (token: bigint, id = 'r1') => ({ fenceResource: 'scheduler/x', token, replicaId: id, stillLeading: () => true });
+  const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s));
+
+  before(async () => {
+    db = await createTestDatabase();
+    ledger = new Ledger(db.pool);
+  });
+  after(async () => {
+    await db.drop();
+  });
+
+  it('commits a batch once; the unique key refuses the same fires again', async () => {
+    const fires = [
+      { job: 'a', scheduledAt: at(1), trigger: 'schedule' as const },
+      { job: 'b', scheduledAt: at(1), trigger: 'schedule' as const },
+    ];
+    const first = await ledger.commitFires(fires, leader(5n));
+    assert.equal(first.committed.length, 2);
+    assert.equal(first.duplicates, 0);
+    const again = await ledger.commitFires(fires, leader(5n, 'r2'));
+    assert.equal(again.committed.length, 0);
+    assert.equal(again.duplicates, 2);
+    const last = await ledger.lastFired();
+    assert.equal(last.get('a')?.toISOString(), at(1).toISOString());
+  });
+
+  it('the fence refuses a leader token lower than one already committed, and commits nothing', async () => {
+    await ledger.commitFires([{ job: 'a', scheduledAt: at(2), trigger: 'schedule' }], leader(7n));
+    await assert.rejects(
+      ledger.commitFires([{ job: 'a', scheduledAt: at(3), trigger: 'schedule' }], leader(6n)),
+      (err: Error) => err instanceof StaleTokenError && err.highest === 7n,
+    );
+    const rows = await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE job = 'a' AND scheduled_at = $1", [at(3)]);
+    assert.equal(rows.rows[0].n, 0);
+  });
+
+  it('rolls back when the leader passes its deadline before commit', async () => {
+    const res = await ledger.commitFires([{ job: 'a', scheduledAt: at(4), trigger: 'schedule' }], {
+      ...leader(7n),
+      stillLeading: () => false,
+    });
+    assert.equal(res.committed.length, 0);
+    const rows = await db.pool.query('SELECT count(*)::int AS n FROM cw_runs WHERE scheduled_at = $1', [at(4)]);
+    assert.equal(rows.rows[0].n, 0);
+  });
+
+  it('claims give ever-higher execution tokens; a stale attempt cannot record its outcome', async () => {
+    const { committed } = await ledger.commitFires([{ job: 'c', scheduledAt: at(5), trigger: 'schedule' }], leader(7n));
+    const runId = committed[0]!.runId;
+    const c1 = await ledger.claim(runId, 'w1');
+    const c2 = await ledger.claim(runId, 'w2');
+    assert.equal(c1.status, 'claimed');
+    assert.equal(c2.status, 'claimed');
+    const first = (c1 as { claim: Claim }).claim;
+    const second = (c2 as { claim: Claim }).claim;
+    assert.ok(second.token > first.token);
+    assert.equal(second.attempt, 2);
+    assert.equal(await ledger.finish(first, 'completed'), false, 'the stale attempt is refused');
+    assert.equal(await ledger.finish(second, 'completed'), true);
+    const again = await ledger.claim(runId, 'w3');
+    assert.deepEqual(again, { status: 'finished', state: 'completed' });
+    const run = await db.pool.query('SELECT state, completed_attempt, skipped_attempts FROM cw_runs WHERE id = $1', [runId.toString()]);
+    assert.deepEqual(run.rows[0], { state: 'completed', completed_attempt: 2, skipped_attempts: 1 });
+    const attempts = await db.pool.query('SELECT attempt, state FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt', [runId.toString()]);
+    assert.deepEqual(attempts.rows, [
+      { attempt: 1, state: 'stale' },
+      { attempt: 2, state: 'completed' },
+      { attempt: 3, state: 'skipped' },
+    ]);
+  });
+
+  it('fenceRun refuses an attempt once a newer one has claimed the run, whatever the write order', async () => {
+    const { committed } = await ledger.commitFires([{ job: 'd', scheduledAt: at(6), trigger: 'schedule' }], leader(7n));
+    const runId = committed[0]!.runId;
+    const first = ((await ledger.claim(runId, 'w1')) as { claim: Claim }).claim;
+    await ledger.fenceRun('account/1', first); // first attempt writes while it is the newest claim
+    const second = ((await ledger.claim(runId, 'w2')) as { claim: Claim }).claim;
+    await assert.rejects(ledger.fenceRun('account/1', first), StaleTokenError, 'older attempt refused after the new claim');
+    await assert.rejects(ledger.fenceRun('account/2', first), StaleTokenError, 'even on a resource the new attempt has not written');
+    await ledger.fenceRun('account/1', second);
+    assert.equal(await ledger.fenceToken('account/1'), second.token);
+  });
+
+  it('completeInTransaction commits effect and completion together, and skips a second attempt', async () => {
+    await db.pool.query('CREATE TABLE effects (run_id bigint, note text)');
+    const { committed } = await ledger.commitFires([{ job: 'e', scheduledAt: at(7), trigger: 'schedule' }], leader(7n));
+    const runId = committed[0]!.runId;
+    const first = ((await ledger.claim(runId, 'w1')) as { claim: Claim }).claim;
+    const r1 = await ledger.completeInTransaction(first, async (tx) => {
+      await tx.query('INSERT INTO effects VALUES ($1, $2)', [runId.toString(), 'first']);
+      return 'done';
+    });
+    assert.deepEqual(r1, { status: 'committed', value: 'done' });
+    // A re-delivery of a completed run is not even claimable.
+    assert.deepEqual(await ledger.claim(runId, 'w2'), { status: 'finished', state: 'completed' });
+    const effects = await db.pool.query('SELECT note FROM effects WHERE run_id = $1', [runId.toString()]);
+    assert.deepEqual(effects.rows, [{ note: 'first' }]);
+  });
+
+  it('completeInTransaction of a stale attempt rolls its effect back', async () => {
+    const { committed } = await ledger.commitFires([{ job: 'e', scheduledAt: at(8), trigger: 'schedule' }], leader(7n));
+    const runId = committed[0]!.runId;
+    const first = ((await ledger.claim(runId, 'w1')) as { claim: Claim }).claim;
+    const second = ((await ledger.claim(runId, 'w2')) as { claim: Claim }).claim;
+    const r2 = await ledger.completeInTransaction(second, async (tx) => {
+      await tx.query('INSERT INTO effects VALUES ($1, $2)', [runId.toString(), 'second']);
+    });
+    assert.equal(r2.status, 'committed');
+    const r1 = await ledger.completeInTransaction(first, async (tx) => {
+      await tx.query('INSERT INTO effects VALUES ($1, $2)', [runId.toString(), 'first']);
+    });
+    assert.equal(r1.status, 'skipped', 'the run is completed: the late attempt is skipped');
+    const effects = await db.pool.query('SELECT note FROM effects WHERE run_id = $1', [runId.toString()]);
+    assert.deepEqual(effects.rows, [{ note: 'second' }]);
+  });
+
+  it('an attempt paused inside its transaction blocks no one; when it resumes, its effect rolls back', async () => {
+    const { committed } = await ledger.commitFires([{ job: 'e', scheduledAt: at(9), trigger: 'schedule' }], leader(7n));
+    const runId = committed[0]!.runId;
+    const first = ((await ledger.claim(runId, 'w1')) as { claim: Claim }).claim;
+    let resume!: () => void;
+    const paused = new Promise<void>((r) => (resume = r));
+    let inside!: () => void;
+    const entered = new Promise<void>((r) => (inside = r));
+    const slow = ledger.completeInTransaction(first, async (tx) => {
+      await tx.query('INSERT INTO effects VALUES ($1, $2)', [runId.toString(), 'paused']);
+      inside();
+      await paused; // the worker is SIGSTOPped here
+    });
+    await entered;
+    // Re-delivery elsewhere: the claim must not wait for the paused transaction.
+    const second = ((await ledger.claim(runId, 'w2')) as { claim: Claim }).claim;
+    const r2 = await ledger.completeInTransaction(second, async (tx) => {
+      await tx.query('INSERT INTO effects VALUES ($1, $2)', [runId.toString(), 'second']);
+    });
+    assert.equal(r2.status, 'committed');
+    resume();
+    await assert.rejects(slow, StaleTokenError, 'the resumed attempt must be refused');
+    const effects = await db.pool.query('SELECT note FROM effects WHERE run_id = $1', [runId.toString()]);
+    assert.deepEqual(effects.rows, [{ note: 'second' }]);
+  });
+
+  it('overlap bookkeeping: active runs, held runs and the outbox', async () => {
+    const { committed } = await ledger.commitFires(
+      [
+        { job: 'q', scheduledAt: at(10), trigger: 'schedule' },
+        { job: 'q', scheduledAt: at(11), trigger: 'schedule', hold: true },
+      ],
+      leader(7n),
+    );
+    assert.equal(committed.length, 2);
+    assert.equal(committed[1]!.hold, true);
+    await ledger.markEnqueued([committed[0]!.runId]);
+    const active = await ledger.activeJobs(['q']);
+    assert.equal(active.get('q')?.ids.length, 2);
+    assert.equal(active.get('q')?.held, 1);
+    const ofQ = async () => (await ledger.unenqueued(100, ['q'])).filter((r) => r.job === 'q').map((r) => r.runId);
+    assert.deepEqual(await ofQ(), [], 'held while the first run is active');
+    const claim = ((await ledger.claim(committed[0]!.runId, 'w')) as { claim: Claim }).claim;
+    await ledger.finish(claim, 'completed');
+    assert.deepEqual(await ofQ(), [committed[1]!.runId], 'released once the job is idle');
+  });
+});

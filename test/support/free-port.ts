@@ -1,0 +1,2 @@
+// The throwaway-server harness lives in src/drill/servers (the failover drill uses it too).
+export * from '../../src/drill/servers/free-port.js';

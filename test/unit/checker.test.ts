@@ -1,0 +1,73 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { checkHistory, type History, type RunRecord } from '../../src/drill/checker.js';
+
+const T = Date.UTC(2026, 0, 1);
+function clean(): { history: History; expected: Map<string, number[]> } {
+  const runs: RunRecord[] = [];
+  const effects = [];
+  let id = 1n;
+  for (let s = 0; s < 10; s++) {
+    for (const job of ['a', 'b']) {
+      const token = BigInt(100 + s);
+      runs.push({ id, job, scheduledAt: T + s * 1000, leaderToken: s < 5 ? 1n : 2n, state: 'completed', completedToken: token });
+      effects.push({ runId: id, token });
+      id++;
+    }
+  }
+  const times = Array.from({ length: 10 }, (_, s) => T + s * 1000);
+  return { history: { runs, effects }, expected: new Map([['a', times], ['b', times]]) };
+}
+
+describe('exactly-once checker', () => {
+  it('passes a clean history', () => {
+    const { history, expected } = clean();
+    const report = checkHistory(history, { expected, requireCompleted: true });
+    assert.equal(report.ok, true, JSON.stringify(report.violations));
+    assert.equal(report.expected, 20);
+    assert.equal(report.committed, 20);
+  });
+
+  it('catches a planted duplicate fire (I1)', () => {
+    const { history, expected } = clean();
+    history.runs.push({ ...history.runs[3]!, id: 99n, leaderToken: 2n });
+    const report = checkHistory(history, { expected });
+    assert.equal(report.ok, false);
+    assert.equal(report.duplicated, 1);
+    assert.ok(report.violations.some((v) => v.invariant === 'I1'));
+  });
+
+  it('catches a planted gap (I2)', () => {
+    const { history, expected } = clean();
+    history.runs = history.runs.filter((r) => !(r.job === 'b' && r.scheduledAt === T + 7000));
+    const report = checkHistory(history, { expected });
+    assert.equal(report.missed, 1);
+    assert.match(report.violations.find((v) => v.invariant === 'I2')!.message, /b@2026-01-01T00:00:07/);
+  });
+
+  it('catches a leader token that goes back in commit order (I3)', () => {
+    const { history, expected } = clean();
+    history.runs[12] = { ...history.runs[12]!, leaderToken: 1n };
+    const report = checkHistory(history, { expected });
+    assert.equal(report.tokenRegressions, 1);
+    assert.equal(report.ok, false);
+  });
+
+  it('catches a planted stale write and a doubled effect (I4)', () => {
+    const { history, expected } = clean();
+    history.effects!.push({ runId: 5n, token: 1n }); // an older attempt's write landed too
+    const report = checkHistory(history, { expected });
+    assert.equal(report.effectsDuplicated, 1);
+    assert.equal(report.staleEffects, 1);
+    assert.equal(report.ok, false);
+  });
+
+  it('catches a completed run without its effect, and an unfinished run when completion is required', () => {
+    const { history, expected } = clean();
+    history.effects = history.effects!.filter((e) => e.runId !== 4n);
+    history.runs[10] = { ...history.runs[10]!, state: 'running', completedToken: null };
+    const report = checkHistory(history, { expected, requireCompleted: true });
+    assert.equal(report.effectsMissing, 1);
+    assert.equal(report.incomplete, 1);
+  });
+});

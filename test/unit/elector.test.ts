@@ -1,0 +1,162 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { ManualClock } from '../../src/manual-clock.js';
+import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
+import { Elector, type ElectorRole } from '../../src/scheduler/elector.js';
+import { InvalidConfigError, BackendUnavailableError } from '../../src/errors.js';
+import type { Lease, LeaseBackend } from '../../src/locks/lease.js';
+
+const timings = { ttlMs: 3000, renewEveryMs: 1000, retryPeriodMs: 500, retryJitterMs: 0, safetyMarginMs: 300 };
+
+function setup() {
+  const clock = new ManualClock();
+  const store = new MemoryLeaseStore(clock);
+  const make = (id: string, backend: LeaseBackend = new MemoryLeaseBackend({ store })) => {
+    const roles: ElectorRole[] = [];
+    const elector = new Elector(backend, { leaseName: 'sched', replicaId: id, ...timings }, {}, clock);
+    elector.on('role:changed', (r) => roles.push(r));
+    return { elector, roles };
+  };
+  return { clock, store, make };
+}
+
+/** Elector a leads, b campaigns behind it. */
+async function leaderAndFollower() {
+  const { clock, make } = setup();
+  const a = make('a');
+  const b = make('b');
+  a.elector.start();
+  await clock.advance(1);
+  b.elector.start();
+  await clock.advance(1);
+  return { clock, a, b };
+}
+
+/** A backend whose renew can be made to hang forever (a partitioned or paused backend). */
+class HangingRenew extends MemoryLeaseBackend {
+  hang = false;
+  renews = 0;
+  override renew(lease: Lease): Promise<Lease> {
+    this.renews++;
+    return this.hang ? new Promise(() => {}) : super.renew(lease);
+  }
+}
+
+describe('Elector', () => {
+  it('refuses timings where a healthy leader would lapse between renews', () => {
+    const backend = new MemoryLeaseBackend();
+    assert.throws(
+      () => new Elector(backend, { leaseName: 'x', replicaId: 'a', ttlMs: 1000, renewEveryMs: 950, safetyMarginMs: 100 }),
+      (err: Error) => err instanceof InvalidConfigError && /renewEveryMs/.test(err.message),
+    );
+    assert.throws(
+      () => new Elector(backend, { leaseName: 'x', replicaId: 'a', ttlMs: 1000, safetyMarginMs: 1000 }),
+      (err: Error) => err instanceof InvalidConfigError && /safetyMarginMs/.test(err.message),
+    );
+    assert.throws(
+      () => new Elector(backend, { leaseName: 'x', replicaId: 'a', ttlMs: 1000, retryPeriodMs: 1000 }),
+      (err: Error) => err instanceof InvalidConfigError && /retryPeriodMs/.test(err.message),
+    );
+  });
+
+  it('goes follower → candidate → leader and keeps the lease by renewing', async () => {
+    const { clock, make } = setup();
+    const a = make('a');
+    a.elector.start();
+    await clock.advance(1);
+    assert.deepEqual(a.roles, ['candidate', 'leader']);
+    const token = a.elector.lease()?.token;
+    assert.equal(token, 1n);
+    await clock.advance(30_000); // ten TTLs: only renewals keep it
+    assert.equal(a.elector.role, 'leader');
+    assert.equal(a.elector.lease()?.token, token);
+    await a.elector.stop();
+    assert.equal(a.elector.role, 'stopped');
+  });
+
+  it('a graceful stop hands leadership to a follower at once, with a higher token', async () => {
+    const { clock, a, b } = await leaderAndFollower();
+    assert.equal(a.elector.role, 'leader');
+    assert.equal(b.elector.role, 'candidate');
+    await a.elector.stop();
+    await clock.advance(0);
+    assert.equal(b.elector.role, 'leader', 'follower must take over on the release notification, without waiting');
+    assert.ok(b.elector.lease()!.token > 1n);
+    await b.elector.stop();
+  });
+
+  it('a renew that hangs past the deadline: the leader steps down at its local deadline', async () => {
+    const { clock, store, make } = setup();
+    const backend = new HangingRenew({ store });
+    const a = make('a', backend);
+    const lost: string[] = [];
+    a.elector.on('lease:lost', (_l, reason) => lost.push(reason));
+    a.elector.start();
+    await clock.advance(1);
+    const lease = a.elector.lease()!;
+    backend.hang = true;
+    // Deadline = when the acquire was sent + ttl 3000 - margin 300.
+    assert.ok(lease.deadline <= 2700);
+    await clock.advance(lease.deadline - clock.monotonic() - 1);
+    assert.ok(a.elector.lease(), 'still leading just before the deadline');
+    assert.equal(a.elector.role, 'leader');
+    await clock.advance(2);
+    assert.equal(a.elector.lease(), undefined, 'lease() must be gone at the deadline');
+    assert.notEqual(a.elector.role, 'leader');
+    assert.equal(lost.length, 1);
+    assert.match(lost[0]!, /local deadline/);
+    assert.ok(backend.renews >= 1, 'the renew was attempted');
+    backend.hang = false;
+    await a.elector.stop();
+  });
+
+  it('losing the lease to the backend (renew refused) ends the tenure and campaigns again', async () => {
+    const { clock, store, make } = setup();
+    const a = make('a');
+    a.elector.start();
+    await clock.advance(1);
+    // Someone else takes the lease behind a's back (e.g. after a backend failover).
+    store.leases.set('sched', { holder: 'intruder', token: 99n, expiresAt: clock.monotonic() + 5000 });
+    await clock.advance(1000);
+    assert.notEqual(a.elector.role, 'leader');
+    store.leases.delete('sched');
+    store.events.emit('sched');
+    await clock.advance(600);
+    assert.equal(a.elector.role, 'leader');
+    assert.ok(a.elector.lease()!.token > 1n);
+    await a.elector.stop();
+  });
+
+  it('keeps leading through a backend blip shorter than the deadline', async () => {
+    const { clock, store, make } = setup();
+    class Flaky extends MemoryLeaseBackend {
+      failures = 0;
+      override async renew(lease: Lease): Promise<Lease> {
+        if (this.failures > 0) {
+          this.failures--;
+          throw new BackendUnavailableError('memory', 'simulated blip');
+        }
+        return super.renew(lease);
+      }
+    }
+    const backend = new Flaky({ store });
+    const a = make('a', backend);
+    a.elector.start();
+    await clock.advance(1);
+    backend.failures = 1;
+    await clock.advance(5000);
+    assert.equal(a.elector.role, 'leader');
+    await a.elector.stop();
+  });
+
+  it('resign releases the lease so the follower leads at once', async () => {
+    const { clock, a, b } = await leaderAndFollower();
+    assert.equal(await a.elector.resign(), true);
+    await clock.advance(0);
+    assert.equal(b.elector.role, 'leader');
+    assert.notEqual(a.elector.role, 'leader');
+    assert.equal(await a.elector.resign(), false, 'resign when not leading says so');
+    await a.elector.stop();
+    await b.elector.stop();
+  });
+});
