@@ -8,12 +8,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
-import pg from 'pg';
-import { migrateDatabase } from '../db/migrate.js';
 import { createLeaseBackend, type BackendConfig } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { checkHistory, readHistory, type CheckReport } from './checker.js';
 import { faultSchedule, seededRandom, type FaultKind } from './faults.js';
+import { createScratchDatabase } from './servers/scratch-database.js';
 import { startEtcdCluster } from './servers/etcd-server.js';
 import { startPostgresCluster } from './servers/postgres-cluster.js';
 import { startRedis } from './servers/redis-server.js';
@@ -71,16 +70,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const log = o.log ?? (() => {});
   const random = seededRandom(o.seed);
   const schedule = faultSchedule(o.faults, o.faultCount, random);
-  const dbName = `cronwarden_drill_${randomUUID().replace(/-/g, '').slice(0, 10)}`;
-  const admin = new pg.Client({ connectionString: o.databaseUrl });
-  await admin.connect();
-  await admin.query(`CREATE DATABASE ${dbName}`);
-  await admin.end();
-  const url = new URL(o.databaseUrl);
-  url.pathname = `/${dbName}`;
-  const ledgerUrl = url.toString();
-  await migrateDatabase(ledgerUrl);
-  const pool = new pg.Pool({ connectionString: ledgerUrl });
+  const scratch = await createScratchDatabase(o.databaseUrl, { prefix: 'cronwarden_drill' });
+  const ledgerUrl = scratch.url;
+  const pool = scratch.pool;
   await pool.query('CREATE TABLE cw_drill_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)');
 
   const servers = await startBackend(o.backend);
@@ -205,11 +197,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects' });
   const check = checkHistory(history, { expected, requireCompleted: true });
   const stale = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_run_attempts WHERE state = 'stale'`);
-  await pool.end();
-  const drop = new pg.Client({ connectionString: o.databaseUrl });
-  await drop.connect();
-  await drop.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
-  await drop.end();
+  await scratch.drop();
   for (const v of check.violations) violations.push(`${v.invariant}: ${v.message}`);
   const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
   return {
