@@ -82,6 +82,12 @@ export class Ledger {
     if (res.rowCount === 0) throw new StaleTokenError(resource, token, await this.fenceToken(resource, db));
   }
 
+  /** The database server's clock, epoch ms: the time every replica schedules against. */
+  async serverTime(): Promise<number> {
+    const res = await this.pool.query<{ t: number }>('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS t');
+    return res.rows[0]!.t;
+  }
+
   async fenceToken(resource: string, db: Queryable = this.pool): Promise<bigint | null> {
     const res = await db.query<{ token: string }>('SELECT token FROM cw_fences WHERE resource = $1', [resource]);
     return res.rows[0] ? BigInt(res.rows[0].token) : null;

@@ -16,6 +16,10 @@ import { Elector, type ElectorRole } from './elector.js';
 import type { ElectorOptions } from './elector-options.js';
 import { FireLoop, type FireLoopEvents } from './fire-loop.js';
 import { Ledger } from './ledger.js';
+import { LedgerClock } from './ledger-clock.js';
+
+/** Warn when this host's wall clock is further than this from the ledger's. */
+const HOST_CLOCK_WARN_MS = 1000;
 
 export interface ReplicaOptions {
   /** Unique per process. Default: host-pid-random. */
@@ -32,6 +36,10 @@ export interface ReplicaOptions {
   worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
   /** How long running handlers may finish on shutdown before their signal aborts. Default 10 s. */
   shutdownGraceMs?: number;
+  /**
+   * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
+   * a jump of this host's wall clock cannot make it fire early, late or twice.
+   */
   clock?: Clock;
   logger?: Logger;
 }
@@ -60,6 +68,8 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   private readonly delivery: BullmqDelivery;
   private readonly executor: RunExecutor;
   private worker: BullmqWorker | undefined;
+  /** Set when the scheduler keeps time by the ledger's clock (the default). */
+  readonly ledgerClock: LedgerClock | undefined;
   private stopped = false;
 
   constructor(private readonly o: ReplicaOptions) {
@@ -67,16 +77,25 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     if (!o.backend) throw new InvalidArgumentError('a lease backend is required');
     if (!o.databaseUrl) throw new InvalidArgumentError('databaseUrl is required (the ledger lives in PostgreSQL)');
     if (!o.redisUrl) throw new InvalidArgumentError('redisUrl is required (runs are delivered through BullMQ)');
-    const clock = o.clock ?? systemClock;
     this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
     this.namespace = o.namespace ?? 'default';
     this.leaseName = `cronwarden/${this.namespace}/scheduler`;
     this.registry = o.jobs instanceof JobRegistry ? o.jobs : new JobRegistry(o.jobs);
     this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
-    this.startedAt = clock.now();
+    this.startedAt = (o.clock ?? systemClock).now();
     this.pool = new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
     this.pool.on('error', (err) => this.logger.warn({ err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool);
+    this.ledgerClock = o.clock
+      ? undefined
+      : new LedgerClock({
+          readServerTime: () => this.ledger.serverTime(),
+          onSync: ({ hostOffsetMs, errorMs }) => {
+            if (Math.abs(hostOffsetMs) > HOST_CLOCK_WARN_MS) this.logger.warn({ hostOffsetMs, errorMs }, 'host clock differs from the ledger clock; scheduling by the ledger clock');
+          },
+          onError: (err) => this.logger.warn({ err: err.message }, 'could not read the ledger clock; keeping the last sync'),
+        });
+    const clock = o.clock ?? this.ledgerClock!;
     this.redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 2 });
     this.redis.on('error', (err) => this.logger.warn({ err }, 'Redis connection error'));
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
@@ -111,6 +130,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   }
 
   async start(): Promise<void> {
+    await this.ledgerClock?.start();
     if (this.o.worker?.enabled !== false) {
       this.worker = new BullmqWorker({
         redisUrl: this.o.redisUrl,
@@ -141,6 +161,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     await this.delivery.close();
     await this.redis.quit().catch(() => {});
     await this.o.backend.close();
+    this.ledgerClock?.stop();
     await this.pool.end();
     this.logger.info('replica stopped');
   }
