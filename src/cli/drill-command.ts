@@ -62,7 +62,7 @@ export function registerDrill(program: Command): void {
 function printReport(r: DrillReport): void {
   const c = r.check;
   console.log(`\nwindow ${r.window.from} .. ${r.window.to}`);
-  console.log(`fires expected ${c.expected}, committed ${c.committed}, duplicated ${c.duplicated}, missed ${c.missed}, unfinished ${c.incomplete}`);
+  console.log(`fires expected ${c.expected}, committed ${c.committed}, duplicated ${c.duplicated}, missed ${c.missed}, early ${c.early}, unfinished ${c.incomplete}`);
   console.log(`effects doubled ${c.effectsDuplicated}, missing ${c.effectsMissing}, written by a stale attempt ${c.staleEffects}; stale attempts refused ${r.staleAttemptsRefused}`);
   console.log(`leader tokens out of commit order: ${c.tokenRegressions}`);
   for (const f of r.faults) {

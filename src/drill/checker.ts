@@ -13,6 +13,8 @@ export interface RunRecord {
   state: string;
   /** Token of the attempt that completed the run, if any. */
   completedToken: bigint | null;
+  /** When the ledger committed the fire (database clock), if known. */
+  committedAt?: number;
 }
 
 export interface EffectRecord {
@@ -34,10 +36,15 @@ export interface Expectation {
   firedStates?: string[];
   /** Require every expected run to be completed (and its effect present once). */
   requireCompleted?: boolean;
+  /**
+   * A fire committed more than this before its scheduled time (database clock) fired early: a
+   * leader that trusted a wall clock running fast. Default 500 ms.
+   */
+  earlyToleranceMs?: number;
 }
 
 export interface Violation {
-  invariant: 'I1' | 'I2' | 'I3' | 'I4' | 'completion';
+  invariant: 'I1' | 'I2' | 'I3' | 'I4' | 'completion' | 'early';
   message: string;
 }
 
@@ -46,6 +53,8 @@ export interface CheckReport {
   committed: number;
   duplicated: number;
   missed: number;
+  /** Fires committed before their scheduled time. */
+  early: number;
   incomplete: number;
   tokenRegressions: number;
   effectsDuplicated: number;
@@ -96,6 +105,16 @@ export function checkHistory(history: History, expectation: Expectation): CheckR
     }
   }
 
+  // On time: nothing fires before it is due, whatever a replica's wall clock says.
+  let early = 0;
+  const tolerance = expectation.earlyToleranceMs ?? 500;
+  for (const run of history.runs) {
+    if (run.committedAt !== undefined && run.committedAt < run.scheduledAt - tolerance) {
+      early++;
+      note({ invariant: 'early', message: `${run.job}@${new Date(run.scheduledAt).toISOString()} committed ${run.scheduledAt - run.committedAt} ms before it was due (run ${run.id})` });
+    }
+  }
+
   // I3: leader tokens never decrease in commit order.
   let tokenRegressions = 0;
   let highest = -1n;
@@ -141,8 +160,8 @@ export function checkHistory(history: History, expectation: Expectation): CheckR
   }
 
   const committed = history.runs.length;
-  const ok = duplicated === 0 && missed === 0 && incomplete === 0 && tokenRegressions === 0 && effectsDuplicated === 0 && effectsMissing === 0 && staleEffects === 0;
-  return { expected, committed, duplicated, missed, incomplete, tokenRegressions, effectsDuplicated, effectsMissing, staleEffects, violations, ok };
+  const ok = duplicated === 0 && missed === 0 && early === 0 && incomplete === 0 && tokenRegressions === 0 && effectsDuplicated === 0 && effectsMissing === 0 && staleEffects === 0;
+  return { expected, committed, duplicated, missed, early, incomplete, tokenRegressions, effectsDuplicated, effectsMissing, staleEffects, violations, ok };
 }
 
 /** Load the ledger (and an effect log table with run_id and token columns, if named) for a window. */
@@ -150,8 +169,8 @@ export async function readHistory(
   pool: pg.Pool,
   options: { from: Date; to: Date; effectsTable?: string; jobPrefix?: string },
 ): Promise<History> {
-  const runs = await pool.query<{ id: string; job: string; scheduled_at: Date; leader_token: string; state: string; completed_token: string | null }>(
-    `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state,
+  const runs = await pool.query<{ id: string; job: string; scheduled_at: Date; leader_token: string; state: string; completed_token: string | null; created_at: Date }>(
+    `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
             (SELECT a.token FROM cw_run_attempts a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
      FROM cw_runs r
      WHERE r.scheduled_at BETWEEN $1 AND $2 AND r.trigger <> 'manual' AND r.job LIKE $3
@@ -166,6 +185,7 @@ export async function readHistory(
       leaderToken: BigInt(r.leader_token),
       state: r.state,
       completedToken: r.completed_token === null ? null : BigInt(r.completed_token),
+      committedAt: r.created_at.getTime(),
     })),
   };
   if (options.effectsTable) {

@@ -10,7 +10,7 @@ function clean(): { history: History; expected: Map<string, number[]> } {
   for (let s = 0; s < 10; s++) {
     for (const job of ['a', 'b']) {
       const token = BigInt(100 + s);
-      runs.push({ id, job, scheduledAt: T + s * 1000, leaderToken: s < 5 ? 1n : 2n, state: 'completed', completedToken: token });
+      runs.push({ id, job, scheduledAt: T + s * 1000, leaderToken: s < 5 ? 1n : 2n, state: 'completed', completedToken: token, committedAt: T + s * 1000 + 40 });
       effects.push({ runId: id, token });
       id++;
     }
@@ -43,6 +43,17 @@ describe('exactly-once checker', () => {
     const report = checkHistory(history, { expected });
     assert.equal(report.missed, 1);
     assert.match(report.violations.find((v) => v.invariant === 'I2')!.message, /b@2026-01-01T00:00:07/);
+  });
+
+  it('catches a fire committed before it was due (a leader trusting a fast wall clock)', () => {
+    const { history, expected } = clean();
+    history.runs[4]!.committedAt = history.runs[4]!.scheduledAt - 300; // within tolerance
+    assert.equal(checkHistory(history, { expected }).ok, true);
+    history.runs[6]!.committedAt = history.runs[6]!.scheduledAt - 5 * 60_000;
+    const report = checkHistory(history, { expected });
+    assert.equal(report.ok, false);
+    assert.equal(report.early, 1);
+    assert.match(report.violations.find((v) => v.invariant === 'early')!.message, /a@2026-01-01T00:00:03.000Z committed 300000 ms before it was due/);
   });
 
   it('catches a leader token that goes back in commit order (I3)', () => {
