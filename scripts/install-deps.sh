@@ -7,6 +7,7 @@ command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)   # the status-page browser test
+ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || need+=(libfaketime)   # the drill's clock-skew fault
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"

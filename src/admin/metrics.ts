@@ -57,11 +57,11 @@ export class ReplicaMetrics {
     const enqueueFailed = new Counter({ name: 'cronwarden_enqueue_failures_total', help: 'Committed fires whose BullMQ enqueue failed (retried by the outbox)', registers });
     new Gauge({
       name: 'cronwarden_host_clock_offset_seconds',
-      help: "This host's wall clock minus the ledger's clock at the last sync (the scheduler keeps the ledger's time)",
+      help: "This host's wall clock minus the ledger's clock (the scheduler keeps the ledger's time)",
       registers,
       collect() {
-        const sync = replica.ledgerClock?.lastSync;
-        if (sync) this.set(sync.hostOffsetMs / 1000);
+        const offset = replica.ledgerClock?.hostOffsetMs();
+        if (offset !== undefined) this.set(offset / 1000);
       },
     });
     const backendErrors = new Counter({ name: 'cronwarden_backend_errors_total', help: 'Lease backend errors seen by the elector', registers });

@@ -2,7 +2,8 @@ import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { z } from 'zod';
 import { runDrill, type DrillReport } from '../drill/drill.js';
-import { faultKinds, type FaultKind } from '../drill/faults.js';
+import { applicableFaults, faultKinds, type FaultKind } from '../drill/faults.js';
+import { findLibfaketime } from '../drill/skewed-clock.js';
 import { InvalidConfigError } from '../errors.js';
 
 const optionsSchema = z.object({
@@ -22,7 +23,7 @@ export function registerDrill(program: Command): void {
     .option('--backend <kind>', 'etcd | redis | postgres (the drill starts a throwaway server for it)', 'postgres')
     .option('--replicas <n>', 'replica processes', '3')
     .option('--jobs <n>', 'jobs due every second', '10')
-    .option('--faults <kinds>', `comma-separated: ${faultKinds.join(', ')} (default: all that apply)`)
+    .option('--faults <kinds>', `comma-separated: ${faultKinds.join(', ')} (default: all that apply; clock-skew needs libfaketime)`)
     .option('--fault-count <n>', 'faults to strike in all (each chosen kind at least once)', '5')
     .option('--interval <seconds>', 'quiet time between faults', '6')
     .option('--ttl-ms <ms>', 'lease TTL of the replicas', '2000')
@@ -37,7 +38,7 @@ export function registerDrill(program: Command): void {
         throw new InvalidConfigError(`--${String(issue.path[0]).replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, issue.message);
       }
       const o = parsed.data;
-      const faults = (raw.faults?.split(',').map((s) => s.trim()) ?? faultKinds.filter((k) => o.backend === 'etcd' || k !== 'backend-restart-all')) as FaultKind[];
+      const faults = (raw.faults?.split(',').map((s) => s.trim()) ?? applicableFaults(o.backend, findLibfaketime() !== undefined)) as FaultKind[];
       for (const f of faults) if (!faultKinds.includes(f)) throw new InvalidConfigError('--faults', `unknown fault "${f}"; expected ${faultKinds.join(', ')}`);
       console.log(`drill: backend ${o.backend}, ${o.replicas} replicas, ${o.jobs} jobs/s, faults ${faults.join(',')} x${o.faultCount}, seed ${o.seed}`);
       const report = await runDrill({
@@ -66,7 +67,11 @@ function printReport(r: DrillReport): void {
   console.log(`effects doubled ${c.effectsDuplicated}, missing ${c.effectsMissing}, written by a stale attempt ${c.staleEffects}; stale attempts refused ${r.staleAttemptsRefused}`);
   console.log(`leader tokens out of commit order: ${c.tokenRegressions}`);
   for (const f of r.faults) {
-    console.log(`  ${f.kind.padEnd(20)} ${f.at}  ${f.leaderBefore ?? '?'} -> ${f.leaderAfter ?? '?'}  new leader after ${f.handoverMs ?? '-'} ms, next fire after ${f.gapMs ?? 'none'} ms${f.boundMs ? ` (bound ${Math.round(f.boundMs)})` : ''}${f.counted ? '' : '  NOT COUNTED'}`);
+    console.log(
+      `  ${f.kind.padEnd(20)} ${f.at}  ${f.leaderBefore ?? '?'} -> ${f.leaderAfter ?? '?'}  new leader after ${f.handoverMs ?? '-'} ms, ` +
+        `next fire after ${f.gapMs ?? 'none'} ms${f.boundMs ? ` (bound ${Math.round(f.boundMs)})` : ''}, ${f.leaderChanges} leader change(s)${f.counted ? '' : '  NOT COUNTED'}`,
+    );
+    console.log(`  ${''.padEnd(20)} ${f.detail}`);
   }
   console.log(r.ok ? '\nOK: no violation' : `\nVIOLATIONS (${r.violations.length}):\n  ${r.violations.slice(0, 20).join('\n  ')}`);
 }

@@ -173,7 +173,8 @@ export async function readHistory(
     `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
             (SELECT a.token FROM cw_run_attempts a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
      FROM cw_runs r
-     WHERE r.scheduled_at BETWEEN $1 AND $2 AND r.trigger <> 'manual' AND r.job LIKE $3
+     -- Committed in the window but scheduled after it: fired early, which the checker must see.
+     WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger <> 'manual' AND r.job LIKE $3
      ORDER BY r.id`,
     [options.from, options.to, `${options.jobPrefix ?? ''}%`],
   );

@@ -8,10 +8,14 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
+import { memberAdminUrl } from '../admin/queries.js';
 import { createLeaseBackend, type BackendConfig } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { checkHistory, readHistory, type CheckReport } from './checker.js';
-import { faultSchedule, seededRandom, type FaultKind } from './faults.js';
+import { faultSchedule, keepsLeader, seededRandom, type FaultKind } from './faults.js';
+import { LeaderTimeline } from './leader-timeline.js';
+import { ReplicaLink } from './replica-link.js';
+import { SkewedClocks } from './skewed-clock.js';
 import { createScratchDatabase } from './servers/scratch-database.js';
 import { startEtcdCluster } from './servers/etcd-server.js';
 import { startPostgresCluster } from './servers/postgres-cluster.js';
@@ -45,6 +49,10 @@ export interface FaultRecord {
   handoverMs: number | null;
   /** I5's bound for this fault, if it has one. */
   boundMs: number | null;
+  /** Changes of leader from the strike until the next fault (a flap where none should be). */
+  leaderChanges: number;
+  /** What exactly struck: a signal, a link condition, a clock offset. */
+  detail: string;
   counted: boolean;
 }
 
@@ -60,6 +68,7 @@ export interface DrillReport {
 
 interface Proc {
   id: string;
+  slot: number;
   child: ChildProcess;
   exited: Promise<void>;
 }
@@ -70,6 +79,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const log = o.log ?? (() => {});
   const random = seededRandom(o.seed);
   const schedule = faultSchedule(o.faults, o.faultCount, random);
+  // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
+  // which must not shift the fault parameters a replay draws.
+  const faultRandom = seededRandom(o.seed + 1);
   const scratch = await createScratchDatabase(o.databaseUrl, { prefix: 'cronwarden_drill' });
   const ledgerUrl = scratch.url;
   const pool = scratch.pool;
@@ -80,14 +92,20 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const namespace = `drill-${o.seed}-${randomUUID().slice(0, 6)}`;
   const leaseName = `cronwarden/${namespace}/scheduler`;
   const procs = new Map<string, Proc>();
+  // Each replica slot reaches the backend through its own proxies, so one link can fail alone.
+  const links: ReplicaLink[] = [];
+  for (let slot = 0; slot < o.replicas; slot++) links.push(await ReplicaLink.open(servers.config, seededRandom(o.seed + 100 + slot)));
+  const clocks = schedule.includes('clock-skew') ? SkewedClocks.create() : undefined;
   let generation = 0;
   const spawnReplica = (slot: number) => {
     const id = `r${slot}.${generation++}`;
+    const backend = links[slot]!.config;
     const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], {
       env: {
         ...process.env,
-        CRONWARDEN_BACKEND: servers.config.kind,
-        ...(servers.config.kind === 'etcd' ? { CRONWARDEN_ETCD_ENDPOINTS: servers.config.endpoints.join(',') } : { CRONWARDEN_BACKEND_URL: (servers.config as { url: string }).url }),
+        ...clocks?.env(slot),
+        CRONWARDEN_BACKEND: backend.kind,
+        ...(backend.kind === 'etcd' ? { CRONWARDEN_ETCD_ENDPOINTS: backend.endpoints.join(',') } : { CRONWARDEN_BACKEND_URL: (backend as { url: string }).url }),
         CRONWARDEN_DATABASE_URL: ledgerUrl,
         CRONWARDEN_REDIS_URL: o.redisUrl,
         CRONWARDEN_REPLICA_ID: id,
@@ -101,7 +119,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
       stdio: ['ignore', 'ignore', 'inherit'],
     });
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
-    procs.set(id, { id, child, exited });
+    procs.set(id, { id, slot, child, exited });
     void exited.then(() => procs.delete(id));
   };
   const leader = async (): Promise<Proc | undefined> => {
@@ -143,10 +161,18 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     };
   };
 
+  const hostOffsetSeconds = async (replicaId: string): Promise<number | undefined> => {
+    const url = await memberAdminUrl(pool, replicaId);
+    if (!url) return undefined;
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const line = text.split('\n').find((l) => l.startsWith('cronwarden_host_clock_offset_seconds'));
+    return line === undefined ? undefined : Number(line.split(' ').at(-1));
+  };
   const faults: FaultRecord[] = [];
   const violations: string[] = [];
   let from = new Date();
   let to = new Date();
+  const timeline = new LeaderTimeline(observer, leaseName);
   try {
     for (let i = 0; i < o.replicas; i++) spawnReplica(i);
     const warm = await firstCommitAfter(0, 60_000);
@@ -159,18 +185,24 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
       const at = Date.now();
       log(`fault ${faults.length + 1}/${schedule.length}: ${kind} (leader ${before?.id ?? 'unknown'})`);
       const handover = watchHandover(before?.id);
-      await strike(kind, before, o, servers, spawnReplica);
+      const detail = await strike(kind, { leader: before, o, servers, spawnReplica, links, clocks, random: faultRandom, hostOffsetSeconds });
       const next = await firstCommitAfter(at, 30_000);
       const handoverMs = await handover.result();
       const after = await leader();
       const gapMs = next === null ? null : next - at;
-      const boundMs = kind === 'kill' || kind === 'stop' ? o.ttlMs + Math.max(50, Math.floor(o.ttlMs / 5)) * 1.5 + 1000 + 500 : kind === 'term' ? 1500 : null;
+      // I5: a crashed (or cut-off) leader's lease must lapse and be taken within TTL + retry + a
+      // tick; a graceful one hands over at once. Other faults have no gap bound.
+      const crashBound = o.ttlMs + Math.max(50, Math.floor(o.ttlMs / 5)) * 1.5 + 1000 + 500;
+      const boundMs = kind === 'kill' || kind === 'stop' || kind === 'link-cut' ? crashBound : kind === 'term' ? 1500 : null;
       const counted = flowing && next !== null && before !== undefined;
-      faults.push({ kind, at: new Date(at).toISOString(), leaderBefore: before?.id ?? null, leaderAfter: after?.id ?? null, gapMs, handoverMs, boundMs, counted });
-      if (!counted) violations.push(`fault ${kind} at ${new Date(at).toISOString()} proves nothing (fires flowing before: ${flowing}, leader known: ${before !== undefined}, fire after: ${next !== null})`);
-      if (gapMs !== null && boundMs !== null && gapMs > boundMs) violations.push(`I5: ${kind} at ${new Date(at).toISOString()}: next fire after ${gapMs} ms, bound ${boundMs} ms`);
-      log(`  next fire after ${gapMs ?? 'none'} ms; leader now ${after?.id ?? 'unknown'}`);
       await sleep(o.intervalSeconds * 1000);
+      const leaderChanges = timeline.changesBetween(at, Date.now());
+      const when = new Date(at).toISOString();
+      faults.push({ kind, at: when, leaderBefore: before?.id ?? null, leaderAfter: after?.id ?? null, gapMs, handoverMs, boundMs, leaderChanges, detail, counted });
+      if (!counted) violations.push(`fault ${kind} at ${when} proves nothing (fires flowing before: ${flowing}, leader known: ${before !== undefined}, fire after: ${next !== null})`);
+      if (gapMs !== null && boundMs !== null && gapMs > boundMs) violations.push(`I5: ${kind} at ${when}: next fire after ${gapMs} ms, bound ${boundMs} ms`);
+      if (keepsLeader.has(kind) && leaderChanges > 0) violations.push(`flap: ${kind} (${detail}) at ${when} changed the leader ${leaderChanges} time(s)`);
+      log(`  ${detail}: next fire after ${gapMs ?? 'none'} ms; leader now ${after?.id ?? 'unknown'}; ${leaderChanges} leader change(s)`);
     }
     to = new Date(Math.floor((Date.now() - 3000) / 1000) * 1000);
     // Let every run of the window finish (re-deliveries of killed workers included) before checking.
@@ -181,6 +213,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
       await sleep(500);
     }
   } finally {
+    await timeline.stop();
     for (const p of procs.values()) {
       p.child.kill('SIGCONT');
       p.child.kill('SIGTERM');
@@ -188,6 +221,8 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     await Promise.race([Promise.all([...procs.values()].map((p) => p.exited)), sleep(10_000)]);
     for (const p of procs.values()) p.child.kill('SIGKILL');
     await observer.close().catch(() => {});
+    await Promise.all(links.map((l) => l.close()));
+    clocks?.cleanup();
     await servers.cleanup();
   }
 
@@ -246,41 +281,99 @@ async function startBackend(kind: DrillOptions['backend']): Promise<Servers> {
   }
 }
 
-async function strike(
-  kind: FaultKind,
-  leader: Proc | undefined,
-  o: DrillOptions,
-  servers: Servers,
-  spawnReplica: (slot: number) => void,
-): Promise<void> {
+interface StrikeContext {
+  leader: Proc | undefined;
+  o: DrillOptions;
+  servers: Servers;
+  spawnReplica: (slot: number) => void;
+  links: ReplicaLink[];
+  clocks: SkewedClocks | undefined;
+  random: () => number;
+  /** The replica's own reading of its host clock against the ledger's, from its /metrics. */
+  hostOffsetSeconds: (replicaId: string) => Promise<number | undefined>;
+}
+
+/** Strike one fault and return what exactly struck (for the report). */
+async function strike(kind: FaultKind, c: StrikeContext): Promise<string> {
+  const { leader, o } = c;
   const replace = async (p: Proc) => {
     await p.exited;
-    spawnReplica(Number(p.id.slice(1).split('.')[0]));
+    c.spawnReplica(p.slot);
   };
+  const hold = Math.max(3 * o.ttlMs, 5000);
+  if (!leader && kind !== 'backend-restart' && kind !== 'backend-restart-all') return 'no leader to strike';
   switch (kind) {
     case 'kill':
-      if (!leader) return;
-      leader.child.kill('SIGKILL');
-      void replace(leader);
-      return;
+      leader!.child.kill('SIGKILL');
+      void replace(leader!);
+      return `SIGKILL ${leader!.id}`;
     case 'term':
-      if (!leader) return;
-      leader.child.kill('SIGTERM');
-      void replace(leader);
-      return;
+      leader!.child.kill('SIGTERM');
+      void replace(leader!);
+      return `SIGTERM ${leader!.id}`;
     case 'stop':
-      if (!leader) return;
-      leader.child.kill('SIGSTOP');
+      leader!.child.kill('SIGSTOP');
       await sleep(o.ttlMs * 2);
-      leader.child.kill('SIGCONT');
-      return;
+      leader!.child.kill('SIGCONT');
+      return `SIGSTOP ${leader!.id} for ${o.ttlMs * 2} ms`;
     case 'backend-restart':
-      await servers.restart(false);
-      return;
+      await c.servers.restart(false);
+      return o.backend === 'etcd' ? 'kill -9 and restart of one etcd member' : `kill -9 and restart of ${o.backend}`;
     case 'backend-restart-all':
-      if (o.backend !== 'etcd') return servers.restart(false);
-      await servers.restart(true);
-      return;
+      if (o.backend !== 'etcd') {
+        await c.servers.restart(false);
+        return `kill -9 and restart of ${o.backend}`;
+      }
+      await c.servers.restart(true);
+      return 'kill -9 and restart of every etcd member';
+    case 'link-cut': {
+      const link = c.links[leader!.slot]!;
+      link.partition();
+      await sleep(o.ttlMs * 2);
+      link.heal();
+      return `partition ${leader!.id} <-> ${o.backend} for ${o.ttlMs * 2} ms`;
+    }
+    case 'link-slow': {
+      const link = c.links[leader!.slot]!;
+      link.degrade({ delayMs: 75, jitterMs: 50 });
+      await sleep(hold);
+      link.heal();
+      return `75 ± 50 ms each way on ${leader!.id}'s link for ${hold} ms`;
+    }
+    case 'link-lossy': {
+      const link = c.links[leader!.slot]!;
+      link.degrade({ delayMs: 20, jitterMs: 10, lossRate: 0.1, retransmitMs: 200 });
+      await sleep(hold);
+      link.heal();
+      return `10% of segments lost (200 ms RTO) on ${leader!.id}'s link for ${hold} ms`;
+    }
+    case 'clock-skew': {
+      const clocks = c.clocks!;
+      const ahead = 2 + Math.floor(c.random() * 9);
+      const behind = 2 + Math.floor(c.random() * 9);
+      const measured: string[] = [];
+      for (const minutes of [ahead, -behind]) {
+        clocks.set(leader!.slot, minutes * 60);
+        const struck = Date.now();
+        // Proof that the skew struck: the replica itself reads its wall clock that far off
+        // (libfaketime picks a new offset up within a second or two).
+        let offset: number | undefined;
+        while (Date.now() - struck < 6000) {
+          offset = await c.hostOffsetSeconds(leader!.id).catch(() => undefined);
+          if (offset !== undefined && Math.abs(offset - minutes * 60) < 5) break;
+          await sleep(200);
+        }
+        if (offset === undefined || Math.abs(offset - minutes * 60) >= 5) {
+          clocks.set(leader!.slot, 0);
+          throw new Error(`clock-skew did not take effect on ${leader!.id}: it reads its clock ${offset ?? 'unknown'} s off, not ${minutes * 60} s`);
+        }
+        measured.push(`${offset >= 0 ? '+' : ''}${offset.toFixed(1)} s`);
+        await sleep(Math.max(0, hold - (Date.now() - struck)));
+      }
+      clocks.set(leader!.slot, 0);
+      await sleep(2500);
+      return `${leader!.id}'s wall clock +${ahead} min, then -${behind} min, ${hold} ms each (it read ${measured.join(', then ')})`;
+    }
   }
 }
 

@@ -1,6 +1,24 @@
 /** Fault kinds the drill can strike, and a seeded schedule of them. */
-export const faultKinds = ['kill', 'stop', 'term', 'backend-restart', 'backend-restart-all'] as const;
+export const faultKinds = [
+  'kill', // SIGKILL of the leader
+  'stop', // SIGSTOP of the leader past the TTL, then SIGCONT: the stale leader
+  'term', // SIGTERM of the leader: graceful hand-over
+  'backend-restart', // kill -9 and restart of the backend (one member of etcd's three)
+  'backend-restart-all', // every etcd member at once
+  'link-cut', // partition between the leader and the backend, past the TTL
+  'link-slow', // 75 ± 50 ms each way on the leader's link: must not flap
+  'link-lossy', // lost segments (a retransmission timeout each) on the leader's link: must not flap
+  'clock-skew', // the leader's wall clock minutes ahead, then minutes behind
+] as const;
 export type FaultKind = (typeof faultKinds)[number];
+
+/** Faults after which leadership must stay where it is. */
+export const keepsLeader: ReadonlySet<FaultKind> = new Set(['link-slow', 'link-lossy', 'clock-skew']);
+
+/** Every kind that means something on `backend`; clock-skew only where libfaketime is installed. */
+export function applicableFaults(backend: 'etcd' | 'redis' | 'postgres', hasLibfaketime: boolean): FaultKind[] {
+  return faultKinds.filter((k) => (k !== 'backend-restart-all' || backend === 'etcd') && (k !== 'clock-skew' || hasLibfaketime));
+}
 
 /**
  * A small seeded PRNG (mulberry32), so a failing drill replays with --seed. Hand-written: ten

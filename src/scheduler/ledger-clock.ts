@@ -63,6 +63,11 @@ export class LedgerClock implements Clock {
     return this.last;
   }
 
+  /** This host's wall clock minus the ledger's time, now (undefined before the first sync). */
+  hostOffsetMs(): number | undefined {
+    return this.anchorServer === undefined ? undefined : Math.round(this.host.now() - this.now());
+  }
+
   async sync(): Promise<ClockSync> {
     let best: { server: number; at: number; rtt: number } | undefined;
     for (let i = 0; i < (this.o.samples ?? 3); i++) {

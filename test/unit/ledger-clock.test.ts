@@ -37,6 +37,7 @@ describe('LedgerClock', () => {
     host.wallOffset = -10 * 60_000; // the host's clock jumps back fifteen minutes
     assert.equal(clock.now(), serverAt(host.mono), 'a host jump does not move the ledger clock');
     assert.notEqual(clock.now(), host.now());
+    assert.equal(clock.hostOffsetMs(), -10 * 60_000, 'the live offset shows the jump');
   });
 
   it('takes the sample with the shortest round trip', async () => {

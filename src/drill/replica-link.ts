@@ -1,0 +1,58 @@
+/**
+ * The network link between one replica slot and the lease backend: a TcpProxy per backend
+ * endpoint, and the backend configuration that points the replica at those proxies. The drill
+ * cuts or degrades one slot's link while every other replica keeps a healthy one.
+ */
+import type { BackendConfig } from '../locks/create-backend.js';
+import { TcpProxy, type LinkConditions } from './tcp-proxy.js';
+
+export class ReplicaLink {
+  private constructor(
+    readonly config: BackendConfig,
+    private readonly proxies: TcpProxy[],
+  ) {}
+
+  static async open(backend: BackendConfig, random: () => number): Promise<ReplicaLink> {
+    switch (backend.kind) {
+      case 'etcd': {
+        const proxies = await Promise.all(backend.endpoints.map((e) => TcpProxy.start(hostPort(e), random)));
+        return new ReplicaLink({ kind: 'etcd', endpoints: backend.endpoints.map((e, i) => withPort(e, proxies[i]!.port)) }, proxies);
+      }
+      case 'redis':
+      case 'postgres': {
+        const proxy = await TcpProxy.start(hostPort(backend.url), random);
+        return new ReplicaLink({ kind: backend.kind, url: withPort(backend.url, proxy.port) }, [proxy]);
+      }
+      case 'memory':
+        throw new Error('an in-process backend has no link to cut');
+    }
+  }
+
+  partition(): void {
+    for (const p of this.proxies) p.partition();
+  }
+
+  degrade(conditions: LinkConditions): void {
+    for (const p of this.proxies) p.degrade(conditions);
+  }
+
+  heal(): void {
+    for (const p of this.proxies) p.heal();
+  }
+
+  async close(): Promise<void> {
+    await Promise.all(this.proxies.map((p) => p.close()));
+  }
+}
+
+function hostPort(url: string): { host: string; port: number } {
+  const u = new URL(url);
+  return { host: u.hostname, port: Number(u.port) };
+}
+
+function withPort(url: string, port: number): string {
+  const u = new URL(url);
+  u.port = String(port);
+  // URL keeps a trailing "/" on bare origins; etcd endpoints are written without one.
+  return url.endsWith('/') || u.pathname !== '/' ? u.toString() : u.toString().replace(/\/$/, '');
+}
