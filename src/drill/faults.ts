@@ -35,13 +35,18 @@ export function seededRandom(seed: number): () => number {
   };
 }
 
-/** Every chosen kind at least once, then random picks, `count` in all, in a seeded order. */
+/**
+ * `count` faults (at least one of each chosen kind) in a seeded order: every kind equally often,
+ * the remainder picked at random, so a long drill gives each kind enough samples.
+ */
 export function faultSchedule(kinds: FaultKind[], count: number, random: () => number): FaultKind[] {
-  const out: FaultKind[] = [...kinds];
-  while (out.length < count) out.push(kinds[Math.floor(random() * kinds.length)]!);
+  const total = Math.max(count, kinds.length);
+  const out: FaultKind[] = [];
+  for (let round = 0; round < Math.floor(total / kinds.length); round++) out.push(...kinds);
+  while (out.length < total) out.push(kinds[Math.floor(random() * kinds.length)]!);
   for (let i = out.length - 1; i > 0; i--) {
     const j = Math.floor(random() * (i + 1));
     [out[i], out[j]] = [out[j]!, out[i]!];
   }
-  return out.slice(0, Math.max(count, kinds.length));
+  return out;
 }
