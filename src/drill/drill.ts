@@ -82,6 +82,8 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
   // which must not shift the fault parameters a replay draws.
   const faultRandom = seededRandom(o.seed + 1);
+  // Before anything is started, so a missing libfaketime leaves nothing behind.
+  const clocks = schedule.includes('clock-skew') ? SkewedClocks.create() : undefined;
   const scratch = await createScratchDatabase(o.databaseUrl, { prefix: 'cronwarden_drill' });
   const ledgerUrl = scratch.url;
   const pool = scratch.pool;
@@ -95,7 +97,6 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   // Each replica slot reaches the backend through its own proxies, so one link can fail alone.
   const links: ReplicaLink[] = [];
   for (let slot = 0; slot < o.replicas; slot++) links.push(await ReplicaLink.open(servers.config, seededRandom(o.seed + 100 + slot)));
-  const clocks = schedule.includes('clock-skew') ? SkewedClocks.create() : undefined;
   let generation = 0;
   const spawnReplica = (slot: number) => {
     const id = `r${slot}.${generation++}`;
