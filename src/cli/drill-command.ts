@@ -72,6 +72,10 @@ function printReport(r: DrillReport): void {
         `next fire after ${f.gapMs ?? 'none'} ms${f.boundMs ? ` (bound ${Math.round(f.boundMs)})` : ''}, ${f.leaderChanges} leader change(s)${f.counted ? '' : '  NOT COUNTED'}`,
     );
     console.log(`  ${''.padEnd(20)} ${f.detail}`);
+    if (f.fires) {
+      const w = f.fires;
+      console.log(`  ${''.padEnd(20)} until the next fault: fires expected ${w.expected}, committed ${w.committed}, duplicated ${w.duplicated}, missed ${w.missed}, stale attempts refused ${w.staleRefused}`);
+    }
   }
   console.log(r.ok ? '\nOK: no violation' : `\nVIOLATIONS (${r.violations.length}):\n  ${r.violations.slice(0, 20).join('\n  ')}`);
 }

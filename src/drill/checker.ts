@@ -164,6 +164,30 @@ export function checkHistory(history: History, expectation: Expectation): CheckR
   return { expected, committed, duplicated, missed, early, incomplete, tokenRegressions, effectsDuplicated, effectsMissing, staleEffects, violations, ok };
 }
 
+export interface WindowCounts {
+  expected: number;
+  committed: number;
+  duplicated: number;
+  missed: number;
+}
+
+/** The fire counts of scheduled times in [from, to): what one fault's stretch of a drill did. */
+export function countWindow(history: History, expectation: Pick<Expectation, 'expected'>, from: number, to: number): WindowCounts {
+  const inWindow = (t: number) => t >= from && t < to;
+  const runs = history.runs.filter((r) => inWindow(r.scheduledAt));
+  const slots = new Set(runs.map((r) => `${r.job}@${r.scheduledAt}`));
+  let expected = 0;
+  let missed = 0;
+  for (const [job, times] of expectation.expected) {
+    for (const t of times) {
+      if (!inWindow(t)) continue;
+      expected++;
+      if (!slots.has(`${job}@${t}`)) missed++;
+    }
+  }
+  return { expected, committed: runs.length, duplicated: runs.length - slots.size, missed };
+}
+
 /** Load the ledger (and an effect log table with run_id and token columns, if named) for a window. */
 export async function readHistory(
   pool: pg.Pool,

@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { memberAdminUrl } from '../admin/queries.js';
 import { createLeaseBackend, type BackendConfig } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
-import { checkHistory, readHistory, type CheckReport } from './checker.js';
+import { checkHistory, countWindow, readHistory, type CheckReport, type WindowCounts } from './checker.js';
 import { faultSchedule, keepsLeader, seededRandom, type FaultKind } from './faults.js';
 import { LeaderTimeline } from './leader-timeline.js';
 import { ReplicaLink } from './replica-link.js';
@@ -54,6 +54,8 @@ export interface FaultRecord {
   /** What exactly struck: a signal, a link condition, a clock offset. */
   detail: string;
   counted: boolean;
+  /** Scheduled times from this strike until the next one (or the end of the window). */
+  fires?: WindowCounts & { staleRefused: number };
 }
 
 export interface DrillReport {
@@ -233,7 +235,14 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects' });
   const check = checkHistory(history, { expected, requireCompleted: true });
   const stale = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_run_attempts WHERE state = 'stale'`);
+  const staleTimes = await pool.query<{ t: Date }>(`SELECT r.scheduled_at AS t FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id WHERE a.state = 'stale'`);
   await scratch.drop();
+  faults.forEach((f, i) => {
+    const start = Date.parse(f.at);
+    const end = i + 1 < faults.length ? Date.parse(faults[i + 1]!.at) : to.getTime() + 1;
+    const staleRefused = staleTimes.rows.filter((r) => r.t.getTime() >= start && r.t.getTime() < end).length;
+    f.fires = { ...countWindow(history, { expected }, start, end), staleRefused };
+  });
   for (const v of check.violations) violations.push(`${v.invariant}: ${v.message}`);
   const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
   return {

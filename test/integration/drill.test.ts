@@ -41,6 +41,11 @@ describe('failover drill (short)', () => {
         if (['kill', 'term', 'link-cut'].includes(f.kind)) assert.ok(f.leaderChanges >= 1 && f.leaderAfter !== f.leaderBefore, `${f.kind}: leader stayed ${f.leaderBefore}`);
       }
       assert.equal(report.check.early, 0);
+      // Each fault's own stretch of the window is accounted for, and clean.
+      for (const f of report.faults) {
+        assert.ok(f.fires && f.fires.expected > 0, `${f.kind}: no scheduled times in its stretch`);
+        assert.deepEqual([f.fires.duplicated, f.fires.missed, f.fires.committed], [0, 0, f.fires.expected], f.kind);
+      }
       assert.deepEqual(new Set(report.faults.map((f) => f.kind)), new Set(kinds));
       assert.ok(report.check.expected >= 4 * 15, `window too short: ${report.check.expected} fires`);
       assert.equal(report.ok, true);

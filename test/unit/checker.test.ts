@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkHistory, type History, type RunRecord } from '../../src/drill/checker.js';
+import { checkHistory, countWindow, type History, type RunRecord } from '../../src/drill/checker.js';
 
 const T = Date.UTC(2026, 0, 1);
 function clean(): { history: History; expected: Map<string, number[]> } {
@@ -80,5 +80,13 @@ describe('exactly-once checker', () => {
     const report = checkHistory(history, { expected, requireCompleted: true });
     assert.equal(report.effectsMissing, 1);
     assert.equal(report.incomplete, 1);
+  });
+
+  it('counts one stretch of the window: expected, committed, duplicated and missed', () => {
+    const { history, expected } = clean();
+    history.runs.push({ ...history.runs[4]!, id: 98n }); // a@2s twice
+    history.runs = history.runs.filter((r) => !(r.job === 'b' && r.scheduledAt === T + 3000));
+    assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), { expected: 4, committed: 4, duplicated: 1, missed: 1 });
+    assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), { expected: 2, committed: 2, duplicated: 0, missed: 0 });
   });
 });
