@@ -14,6 +14,9 @@ const optionsSchema = z.object({
   interval: z.coerce.number().min(1).max(600),
   ttlMs: z.coerce.number().int().min(1000).max(60_000),
   seed: z.coerce.number().int().min(0),
+  delayMs: z.coerce.number().int().min(0).max(5000),
+  jitterMs: z.coerce.number().int().min(0).max(5000),
+  loss: z.coerce.number().min(0, 'must be a share between 0 and 0.5').max(0.5, 'must be a share between 0 and 0.5'),
 });
 
 export function registerDrill(program: Command): void {
@@ -27,6 +30,9 @@ export function registerDrill(program: Command): void {
     .option('--fault-count <n>', 'faults to strike in all (each chosen kind at least once)', '5')
     .option('--interval <seconds>', 'quiet time between faults', '6')
     .option('--ttl-ms <ms>', 'lease TTL of the replicas', '2000')
+    .option('--delay-ms <ms>', 'link-slow: one-way delay on the leader\'s link', '75')
+    .option('--jitter-ms <ms>', 'link-slow: ± spread of that delay', '50')
+    .option('--loss <share>', 'link-lossy: share of segments lost, each costing a 200 ms retransmission timeout', '0.05')
     .option('--seed <n>', 'seed of the fault schedule (printed, to replay a run)', String(Math.floor(Math.random() * 1e9)))
     .option('--database-url <url>', 'PostgreSQL server for the ledger (a database is created and dropped)', process.env.CRONWARDEN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres')
     .option('--redis-url <url>', 'Redis for BullMQ delivery', process.env.CRONWARDEN_REDIS_URL ?? 'redis://127.0.0.1:6379')
@@ -50,6 +56,8 @@ export function registerDrill(program: Command): void {
         intervalSeconds: o.interval,
         ttlMs: o.ttlMs,
         seed: o.seed,
+        slowLink: { delayMs: o.delayMs, jitterMs: o.jitterMs },
+        lossRate: o.loss,
         databaseUrl: raw.databaseUrl!,
         redisUrl: raw.redisUrl!,
         log: (line) => console.log(line),

@@ -32,6 +32,10 @@ export interface DrillOptions {
   intervalSeconds: number;
   ttlMs: number;
   seed: number;
+  /** link-slow: one-way delay ± jitter on the leader's link. Default 75 ± 50 ms. */
+  slowLink?: { delayMs: number; jitterMs: number };
+  /** link-lossy: share of segments lost (each costs a 200 ms RTO, doubling). Default 0.05. */
+  lossRate?: number;
   /** Server for the ledger; the drill creates and drops its own database there. */
   databaseUrl: string;
   redisUrl: string;
@@ -345,17 +349,19 @@ async function strike(kind: FaultKind, c: StrikeContext): Promise<string> {
     }
     case 'link-slow': {
       const link = c.links[leader!.slot]!;
-      link.degrade({ delayMs: 75, jitterMs: 50 });
+      const { delayMs, jitterMs } = o.slowLink ?? { delayMs: 75, jitterMs: 50 };
+      link.degrade({ delayMs, jitterMs });
       await sleep(hold);
       link.heal();
-      return `75 ± 50 ms each way on ${leader!.id}'s link for ${hold} ms`;
+      return `${delayMs} ± ${jitterMs} ms each way on ${leader!.id}'s link for ${hold} ms`;
     }
     case 'link-lossy': {
       const link = c.links[leader!.slot]!;
-      link.degrade({ delayMs: 20, jitterMs: 10, lossRate: 0.1, retransmitMs: 200 });
+      const lossRate = o.lossRate ?? 0.05;
+      link.degrade({ delayMs: 20, jitterMs: 10, lossRate, retransmitMs: 200 });
       await sleep(hold);
       link.heal();
-      return `10% of segments lost (200 ms RTO) on ${leader!.id}'s link for ${hold} ms`;
+      return `${Math.round(lossRate * 100)}% of segments lost (200 ms RTO) on ${leader!.id}'s link for ${hold} ms`;
     }
     case 'clock-skew': {
       const clocks = c.clocks!;
