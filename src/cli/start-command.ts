@@ -27,6 +27,7 @@ export function registerStart(program: Command): void {
     .option('--namespace <name>', 'separates deployments sharing servers (default "default")')
     .option('--lease-ttl-ms <ms>', 'leader lease TTL (default 10000)')
     .option('--concurrency <n>', 'runs this replica executes at once (default 10)')
+    .option('--worker-lock-ms <ms>', "BullMQ lock on a running run: a dead or frozen worker's run is re-delivered after this (default 30000)")
     .option('--shutdown-grace-ms <ms>', 'how long running handlers may finish on SIGTERM (default 10000)')
     .option('--log-level <level>', 'pino level (default info)')
     .option('--admin-host <host>', 'admin HTTP interface (env CRONWARDEN_ADMIN_HOST, default 127.0.0.1)')
@@ -46,7 +47,7 @@ export function registerStart(program: Command): void {
         redisUrl: config.redisUrl,
         jobs,
         election: { ttlMs: config.ttlMs },
-        worker: { concurrency: config.concurrency },
+        worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
         shutdownGraceMs: config.shutdownGraceMs,
         logger,
       });

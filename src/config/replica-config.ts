@@ -17,6 +17,8 @@ export interface ReplicaConfig {
   namespace: string;
   ttlMs: number;
   concurrency: number;
+  /** BullMQ lock on a running run: how soon a dead or frozen worker's run is re-delivered. */
+  workerLockMs: number;
   shutdownGraceMs: number;
   logLevel: string;
   admin: AdminConfig;
@@ -47,6 +49,7 @@ const names = {
   namespace: 'CRONWARDEN_NAMESPACE (--namespace)',
   ttlMs: 'CRONWARDEN_LEASE_TTL_MS (--lease-ttl-ms)',
   concurrency: 'CRONWARDEN_CONCURRENCY (--concurrency)',
+  workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS (--worker-lock-ms)',
   shutdownGraceMs: 'CRONWARDEN_SHUTDOWN_GRACE_MS (--shutdown-grace-ms)',
   logLevel: 'CRONWARDEN_LOG_LEVEL (--log-level)',
   configFile: 'CRONWARDEN_CONFIG (--config)',
@@ -79,6 +82,7 @@ const schema = z.object({
   namespace: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'may contain only letters, digits, _ and - (at most 64)').default('default'),
   ttlMs: int(1000, 600_000).default(10_000),
   concurrency: int(1, 1000).default(10),
+  workerLockMs: int(1000, 600_000).default(30_000),
   shutdownGraceMs: int(0, 600_000).default(10_000),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'must be one of fatal, error, warn, info, debug, trace, silent').default('info'),
   adminHost: z.string().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0').default('127.0.0.1'),
@@ -99,6 +103,7 @@ const envVars: Record<Exclude<Key, 'configFile'>, string> = {
   namespace: 'CRONWARDEN_NAMESPACE',
   ttlMs: 'CRONWARDEN_LEASE_TTL_MS',
   concurrency: 'CRONWARDEN_CONCURRENCY',
+  workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS',
   shutdownGraceMs: 'CRONWARDEN_SHUTDOWN_GRACE_MS',
   logLevel: 'CRONWARDEN_LOG_LEVEL',
   adminHost: 'CRONWARDEN_ADMIN_HOST',
@@ -142,6 +147,7 @@ export function loadReplicaConfig(flags: Partial<Record<Key, string>>, env: Node
     namespace: c.namespace,
     ttlMs: c.ttlMs,
     concurrency: c.concurrency,
+    workerLockMs: c.workerLockMs,
     shutdownGraceMs: c.shutdownGraceMs,
     logLevel: c.logLevel,
     admin: { host: c.adminHost, port: c.adminPort, token: c.adminToken, url: c.adminUrl, enabled: c.adminEnabled === 'true' },

@@ -119,6 +119,8 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
         CRONWARDEN_NAMESPACE: namespace,
         CRONWARDEN_LEASE_TTL_MS: String(o.ttlMs),
         CRONWARDEN_SHUTDOWN_GRACE_MS: '2000',
+        // Shorter than a SIGSTOP (2 TTLs), so a frozen worker's run is re-delivered meanwhile.
+        CRONWARDEN_WORKER_LOCK_MS: String(Math.max(1000, o.ttlMs)),
         CRONWARDEN_LOG_LEVEL: 'error',
         CRONWARDEN_DRILL_JOBS: String(o.jobs),
         CRONWARDEN_ADMIN_PORT: '0', // several replicas on one machine: any free port each
@@ -238,8 +240,13 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const expected = new Map(Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]));
   const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects' });
   const check = checkHistory(history, { expected, requireCompleted: true });
-  const stale = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_run_attempts WHERE state = 'stale'`);
-  const staleTimes = await pool.query<{ t: Date }>(`SELECT r.scheduled_at AS t FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id WHERE a.state = 'stale'`);
+  // Refused stale attempts: refused outright ('stale'), or found the run already completed by a
+  // newer claim ('skipped' with a lower token). A re-delivery after completion has a higher token.
+  const staleTimes = await pool.query<{ t: Date }>(
+    `SELECT r.scheduled_at AS t FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
+     WHERE a.state = 'stale'
+        OR (a.state = 'skipped' AND EXISTS (SELECT 1 FROM cw_run_attempts c WHERE c.run_id = a.run_id AND c.state = 'completed' AND c.token > a.token))`,
+  );
   await scratch.drop();
   faults.forEach((f, i) => {
     const start = Date.parse(f.at);
@@ -254,7 +261,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     window: { from: from.toISOString(), to: to.toISOString() },
     faults,
     check,
-    staleAttemptsRefused: stale.rows[0]!.n,
+    staleAttemptsRefused: staleTimes.rows.length,
     violations,
     ok: violations.length === 0 && check.ok,
   };
