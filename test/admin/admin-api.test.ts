@@ -248,6 +248,8 @@ describe('metrics', () => {
       assert.equal(typeof value(name), 'number', name);
     }
     assert.equal(value('cronwarden_runs_active', { state: 'pending' }) !== undefined, true);
+    // Same host, same clock as the ledger's server here: off by no more than the sync's error.
+    assert.ok(Math.abs(value('cronwarden_host_clock_offset_seconds')!) < 0.5, `offset ${value('cronwarden_host_clock_offset_seconds')}`);
     for (const s of samples) assert.ok(Number.isFinite(s.value) || Math.abs(s.value) === Infinity, `${s.name} ${s.value}`);
     assert.equal(value('cronwarden_is_leader', { replica: leader.replica.replicaId, namespace: cluster.namespace }), 1);
     const f = parseExposition(await (await fetch(`${follower.url}/metrics`)).text());
