@@ -6,9 +6,12 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AdminServer } from '../../src/admin/server.js';
-import { MemoryLeaseBackend } from '../../src/locks/memory.js';
-import { Cluster, ADMIN_TOKEN, firstLeader, json, waitForRole, type Node } from './support.js';
+import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
+import { Cluster, ADMIN_TOKEN, SHARED_REDIS_URL, firstLeader, json, testJobs, waitForRole, type Node } from './support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { pino } from 'pino';
+import { systemClock, type Clock } from '../../src/clock.js';
+import { Replica } from '../../src/scheduler/replica.js';
 
 let db: TestDatabase;
 let cluster: Cluster;
@@ -123,6 +126,32 @@ describe('read routes', () => {
     const r = await fetch(`${follower.url}/readyz`);
     assert.equal(r.status, 200);
     assert.deepEqual(await json(r), { ok: true, backend: 'ok', database: 'ok' });
+  });
+
+  it('GET /healthz is 503 when the replica still says leader but its lease deadline has passed', async () => {
+    // A leader whose event loop stalled: its monotonic clock moved past the deadline before the
+    // deadline timer could run. Modelled by moving the monotonic clock without running timers.
+    let stalledMs = 0;
+    const clock: Clock = { ...systemClock, monotonic: () => systemClock.monotonic() + stalledMs };
+    const backend = new MemoryLeaseBackend({ store: new MemoryLeaseStore(), clock });
+    const replica = new Replica({
+      replicaId: 'stalled', namespace: `${cluster.namespace}-stalled`, backend, databaseUrl: db.url, redisUrl: SHARED_REDIS_URL,
+      jobs: testJobs(), election: { ttlMs: 3000 }, worker: { enabled: false }, clock, logger: pino({ level: 'silent' }),
+    });
+    const admin = new AdminServer({ replica, backend, port: 0 });
+    try {
+      await replica.start();
+      const url = await admin.listen();
+      await waitForRole(replica, 'leader');
+      assert.equal((await fetch(`${url}/healthz`)).status, 200);
+      stalledMs = 5000;
+      const res = await fetch(`${url}/healthz`);
+      assert.equal(res.status, 503);
+      assert.deepEqual(await json(res), { ok: false, error: 'leading past the lease deadline without a renew', role: 'leader' });
+    } finally {
+      await admin.close();
+      await replica.stop();
+    }
   });
 
   it('GET /readyz is 503 naming the check that failed when the lease backend does not answer', async () => {
