@@ -27,7 +27,7 @@ export function registerDrill(program: Command): void {
     .option('--replicas <n>', 'replica processes', '3')
     .option('--jobs <n>', 'jobs due every second', '10')
     .option('--faults <kinds>', `comma-separated: ${faultKinds.join(', ')} (default: all that apply; clock-skew needs libfaketime)`)
-    .option('--fault-count <n>', 'faults to strike in all (each chosen kind at least once)', '5')
+    .option('--fault-count <n>', 'faults to strike in all (each chosen kind equally often, at least once)', '5')
     .option('--interval <seconds>', 'quiet time between faults', '6')
     .option('--ttl-ms <ms>', 'lease TTL of the replicas', '2000')
     .option('--delay-ms <ms>', 'link-slow: one-way delay on the leader\'s link', '75')
