@@ -67,6 +67,9 @@ export async function runFailoverScenario(
     const third = await waitForLeader(replicas, ttlMs * 5, [first, second]);
     const crashHandoverMs = Date.now() - killAt;
     await sleep(phaseMs);
+    // The window must cover 30 s whatever the hand-overs took (it ends 2 s before now).
+    const windowEnd = t0!.getTime() + 30_000 + 2000 + 1000;
+    if (Date.now() < windowEnd) await sleep(windowEnd - Date.now());
 
     const t1 = new Date(Math.floor((Date.now() - 2000) / 1000) * 1000);
     // Wait for delivery to finish: the killed replica's runs are re-delivered after BullMQ's lock.
