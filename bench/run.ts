@@ -9,6 +9,7 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   locks: async () => (await import('./locks.js')).benchLocks(),
   scheduler: async () => (await import('./scheduler.js')).benchScheduler(),
   drill: async () => (await import('./drill.js')).benchDrill(),
+  effects: async () => (await import('./effects.js')).benchEffects(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);
