@@ -6,15 +6,15 @@ import type { JobDefinition } from '../jobs/define-job.js';
 import type { JobRegistry } from '../jobs/job-registry.js';
 import type { RunDelivery } from '../jobs/run-delivery.js';
 import type { Lease } from '../locks/lease.js';
-import { FireQueue } from './fire-queue.js';
+import { FireQueue, type FireEntry } from './fire-queue.js';
 import type { CommittedFire, FireRequest, FireTrigger, Ledger } from './ledger.js';
+import { planCatchUp, type CatchUpPlan } from './misfire.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
-export type FireLedger = Pick<
-  Ledger,
-  'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs' | 'cancelActive'
->;
-import { planCatchUp, type CatchUpPlan } from './misfire.js';
+export type FireLedger = Pick<Ledger, 'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs'>;
+
+/** After a failed commit (a database blip), the batch's jobs are retried this soon at the latest. */
+export const COMMIT_RETRY_MS = 1000;
 
 /** What the fire loop needs of the elector: a narrow seam, so tests can hand it a plain object. */
 export interface Leadership {
@@ -57,6 +57,8 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   private timer: TimerHandle | undefined;
   private outboxTimer: TimerHandle | undefined;
   private running = false;
+  /** Counts tenures, so a commit that outlives its tenure does not touch the next one's queue. */
+  private tenure = 0;
   private ticking: Promise<void> = Promise.resolve();
 
   constructor(private readonly o: FireLoopOptions) {
@@ -66,6 +68,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Begin a tenure: reconcile what was missed, then fire on schedule until `signal` aborts. */
   async lead(signal: AbortSignal): Promise<void> {
     this.running = true;
+    this.tenure++;
     signal.addEventListener('abort', () => this.stop(), { once: true });
     // First act of a tenure: raise the fence to our token, so a previous leader that does not yet
     // know it lost is refused from now on, not only after our first fire.
@@ -83,6 +86,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     const lastFired = await this.o.ledger.lastFired();
     if (signal.aborted) return;
     const catchUp: FireRequest[] = [];
+    const plans: { job: JobDefinition; plan: CatchUpPlan }[] = [];
     for (const job of this.o.registry.list()) {
       const last = lastFired.get(job.name)?.getTime() ?? null;
       const plan = planCatchUp({
@@ -93,15 +97,18 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         catchUpWindowMs: job.catchUpWindowMs,
         misfireGraceMs: job.misfireGraceMs,
       });
-      this.reportMissed(job, plan, `misfire policy "${job.misfire}" after election`);
+      plans.push({ job, plan });
       for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
       const next = job.schedule.nextAfter(Math.max(now, last ?? now));
       if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
     }
     if (catchUp.length > 0) {
       this.o.logger.info({ fires: catchUp.length }, 'catching up fires missed during the election');
+      // A failure here ends the tenure (the elector steps down): nothing was committed, so
+      // cw_job_state still says where the next leader has to catch up from.
       await this.commitAndEnqueue(catchUp);
     }
+    for (const { job, plan } of plans) this.reportMissed(job, plan, `misfire policy "${job.misfire}" after election`);
     if (!this.running) return;
     this.arm();
     this.scheduleOutbox();
@@ -162,15 +169,25 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     return runs.length;
   }
 
+  /**
+   * Pop the due entries, plan each job from its entry's `after` (the last instant handled), commit,
+   * and only once the commit is through move each entry on to (now, next]. If the commit fails
+   * (database blip, connection reset), nothing of the batch counts as handled: each entry goes back
+   * with its old `after`, due again after a short backoff, so the retry replans the failed instants
+   * together with any that fell due meanwhile, under the misfire policy (invariant I2). Missed
+   * instants are reported when the batch commits, so a retry does not report them twice.
+   */
   private async fireDue(): Promise<void> {
     if (!this.running) return;
+    const tenure = this.tenure;
     const now = this.o.clock.now();
-    const due = this.queue.popDue(now);
+    const planned: { entry: FireEntry; job: JobDefinition; plan: CatchUpPlan }[] = [];
     const requests: FireRequest[] = [];
-    for (const entry of due) {
+    for (const entry of this.queue.popDue(now)) {
       const job = this.o.registry.get(entry.job);
       if (!job) continue;
-      // Late or several times due (a blocked loop, a wall clock jump): the misfire policy decides.
+      // Late or several times due (a blocked loop, a wall clock jump, a failed commit): the misfire
+      // policy decides.
       const plan = planCatchUp({
         schedule: job.schedule,
         policy: job.misfire,
@@ -179,13 +196,40 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         catchUpWindowMs: job.catchUpWindowMs,
         misfireGraceMs: job.misfireGraceMs,
       });
-      this.reportMissed(job, plan, `fired late; misfire policy "${job.misfire}"`);
+      planned.push({ entry, job, plan });
       for (const at of plan.fire) requests.push({ job: job.name, scheduledAt: new Date(at), trigger: 'schedule' });
+    }
+    this.arm(); // the other jobs keep their timer while this batch commits
+    try {
+      if (requests.length > 0) await this.commitAndEnqueue(requests);
+    } catch (err) {
+      const current = this.running && this.tenure === tenure;
+      const failedAt = this.o.clock.now();
+      this.o.logger.error(
+        {
+          err,
+          jobs: planned.map((p) => p.job.name),
+          fires: requests.length,
+          first: requests[0]?.scheduledAt.toISOString(),
+          retryInMs: current ? COMMIT_RETRY_MS : undefined,
+        },
+        current ? 'fire commit failed; retrying (the fires are kept)' : 'fire commit failed after leadership ended',
+      );
+      if (!current) return;
+      for (const { entry, job } of planned) {
+        const next = job.schedule.nextAfter(now) ?? Infinity;
+        this.queue.push({ at: Math.min(next, failedAt + COMMIT_RETRY_MS), job: entry.job, after: entry.after });
+      }
+      this.arm();
+      return;
+    }
+    if (!this.running || this.tenure !== tenure) return;
+    for (const { job, plan } of planned) {
+      this.reportMissed(job, plan, `fired late; misfire policy "${job.misfire}"`);
       const next = job.schedule.nextAfter(now);
       if (next !== null) this.queue.push({ at: next, job: job.name, after: now });
     }
     this.arm();
-    if (requests.length > 0) await this.commitAndEnqueue(requests);
   }
 
   private reportMissed(job: JobDefinition, plan: CatchUpPlan, reason: string): void {
@@ -202,11 +246,15 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     this.emit('fire:missed', job.name, plan.missed.map((t) => new Date(t)), reason, plan.missedCount);
   }
 
-  /** Apply pause and overlap policies, commit under the fence, then enqueue what was committed. */
+  /**
+   * Apply pause and overlap policies, commit under the fence, then enqueue what was committed.
+   * Throws when the commit fails for any reason but a stale token (nothing was committed then);
+   * a stale token steps down and returns nothing.
+   */
   private async commitAndEnqueue(requests: FireRequest[]): Promise<CommittedFire[]> {
     const lease = this.o.leadership.lease();
     if (!lease) return [];
-    const shaped = await this.applyPolicies(requests);
+    const { fires: shaped, skips } = await this.applyPolicies(requests);
     let result;
     try {
       result = await this.o.ledger.commitFires(shaped, {
@@ -225,9 +273,26 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       throw err;
     }
     if (result.duplicates > 0) this.emit('fire:duplicate', result.duplicates);
+    // Overlap 'replace': the ledger cancelled these runs in the commit, under the fence. Only now
+    // may the workers running them be told; a refused batch cancelled nothing.
+    if (result.cancelled.length > 0) {
+      this.o.logger.info({ runs: result.cancelled.map(String) }, 'overlap "replace": cancelled the running runs');
+      try {
+        await this.o.delivery.cancel(result.cancelled);
+      } catch (err) {
+        this.o.logger.warn({ err, runs: result.cancelled.map(String) }, 'could not signal the cancel to the workers; the ledger refuses their outcome');
+      }
+    }
     const now = this.o.clock.now();
     for (const fire of result.committed) {
-      if (fire.state !== 'skipped') this.emit('fire:committed', fire, now - fire.scheduledAt.getTime(), fire.trigger);
+      if (fire.state !== 'skipped') {
+        this.emit('fire:committed', fire, now - fire.scheduledAt.getTime(), fire.trigger);
+        continue;
+      }
+      const skip = skips.get(fireKey(fire.job, fire.scheduledAt));
+      const reason = skip?.reason ?? 'skipped';
+      this.o.logger[skip?.level ?? 'warn']({ job: fire.job, scheduledAt: fire.scheduledAt.toISOString(), reason, runId: fire.runId.toString() }, `fire skipped: ${reason}`);
+      this.emit('fire:skipped', fire.job, fire.scheduledAt, reason);
     }
     const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);
     if (deliver.length > 0) {
@@ -243,25 +308,34 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     return result.committed;
   }
 
-  private async applyPolicies(requests: FireRequest[]): Promise<FireRequest[]> {
+  /**
+   * Shape the requests by the pause and overlap policies. Skipped fires are recorded in the ledger
+   * (state 'skipped'); they are logged and emitted once committed, with the reason kept here.
+   * Overlap 'replace' only marks the request: the ledger cancels the running runs inside the
+   * commit, after the fence accepted our token.
+   */
+  private async applyPolicies(
+    requests: FireRequest[],
+  ): Promise<{ fires: FireRequest[]; skips: Map<string, { reason: string; level: 'info' | 'warn' }> }> {
     const paused = await this.o.ledger.pausedJobs();
     const guarded = [...new Set(requests.map((r) => r.job))].filter((name) => {
       const overlap = this.o.registry.get(name)?.overlap ?? 'allow';
-      return overlap !== 'allow';
+      return overlap !== 'allow' && overlap !== 'replace';
     });
     const active = await this.o.ledger.activeJobs(guarded);
     const busy = new Map<string, { active: boolean; held: boolean }>();
     for (const [job, a] of active) busy.set(job, { active: a.ids.length > 0, held: a.held > 0 });
     const out: FireRequest[] = [];
+    const skips = new Map<string, { reason: string; level: 'info' | 'warn' }>();
     for (const r of requests) {
       const job = this.o.registry.get(r.job);
       if (!job) continue;
-      const skip = (reason: string) => {
-        this.emit('fire:skipped', r.job, r.scheduledAt, reason);
+      const skip = (reason: string, level: 'info' | 'warn') => {
+        skips.set(fireKey(r.job, r.scheduledAt), { reason, level });
         out.push({ ...r, state: 'skipped', error: reason });
       };
       if (paused.has(r.job) && r.trigger !== 'manual') {
-        skip('job is paused');
+        skip('job is paused', 'info');
         continue;
       }
       const state = busy.get(r.job) ?? { active: false, held: false };
@@ -270,24 +344,25 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
           out.push(r);
           break;
         case 'skip':
-          if (state.active) skip('overlap "skip": previous run still active');
+          if (state.active) skip('overlap "skip": previous run still active', 'warn');
           else out.push(r);
           busy.set(r.job, { active: true, held: false });
           break;
         case 'queue':
           if (!state.active) out.push(r);
           else if (!state.held) out.push({ ...r, hold: true });
-          else skip('overlap "queue": one run already waiting');
+          else skip('overlap "queue": one run already waiting', 'warn');
           busy.set(r.job, { active: true, held: state.active || state.held });
           break;
-        case 'replace': {
-          const cancelled = await this.o.ledger.cancelActive(r.job, `replaced by the fire of ${r.scheduledAt.toISOString()}`);
-          if (cancelled.length > 0) await this.o.delivery.cancel(cancelled);
-          out.push(r);
+        case 'replace':
+          out.push({ ...r, replace: true });
           break;
-        }
       }
     }
-    return out;
+    return { fires: out, skips };
   }
+}
+
+function fireKey(job: string, scheduledAt: Date): string {
+  return `${job}@${scheduledAt.getTime()}`;
 }

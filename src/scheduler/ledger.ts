@@ -17,6 +17,11 @@ export interface FireRequest {
   state?: 'pending' | 'skipped';
   /** Hold delivery (overlap 'queue'): committed, but the outbox leaves it until the job is idle. */
   hold?: boolean;
+  /**
+   * Overlap 'replace': if this fire is inserted, the job's other active runs are cancelled in the
+   * same transaction, after the fence accepted the leader's token (a stale leader cancels nothing).
+   */
+  replace?: boolean;
   error?: string;
 }
 
@@ -33,6 +38,8 @@ export interface FireBatchResult {
   committed: CommittedFire[];
   /** Fires refused by the unique (job, scheduled_at) key: someone already committed them. */
   duplicates: number;
+  /** Runs cancelled in this commit for overlap 'replace'; tell their workers only after COMMIT. */
+  cancelled: bigint[];
 }
 
 export interface Claim {
@@ -96,14 +103,17 @@ export class Ledger {
   /**
    * Commit a batch of fires in one transaction: advance the leader's fence (a stale leader is
    * refused here, not by luck), then insert each run with the unique (job, scheduled_at) key.
-   * `stillLeading` is checked after the inserts and just before COMMIT: past the local deadline
-   * we roll back instead of committing.
+   * For each inserted fire marked `replace`, the job's other active runs are cancelled in the same
+   * transaction (so only a leader the fence accepted can cancel, and only with a fire that is
+   * really new); their ids are returned in `cancelled`.
+   * `stillLeading` is checked after the writes and just before COMMIT: past the local deadline
+   * we roll back instead of committing (and nothing is cancelled).
    */
   async commitFires(
     fires: FireRequest[],
     leader: { fenceResource: string; token: bigint; replicaId: string; stillLeading: () => boolean },
   ): Promise<FireBatchResult> {
-    if (fires.length === 0) return { committed: [], duplicates: 0 };
+    if (fires.length === 0) return { committed: [], duplicates: 0, cancelled: [] };
     const client = await this.pool.connect();
     try {
       await client.query('BEGIN');
@@ -131,6 +141,18 @@ export class Ledger {
           leader.replicaId,
         ],
       );
+      const inserted = new Set(res.rows.map((r) => `${r.job}@${r.scheduled_at.getTime()}`));
+      const replacedBy = new Map<string, Date>(); // job → its newest inserted 'replace' fire
+      for (const f of fires) {
+        if (!f.replace || !inserted.has(`${f.job}@${f.scheduledAt.getTime()}`)) continue;
+        const prev = replacedBy.get(f.job);
+        if (!prev || prev < f.scheduledAt) replacedBy.set(f.job, f.scheduledAt);
+      }
+      const keep = res.rows.map((r) => BigInt(r.id));
+      const cancelled: bigint[] = [];
+      for (const [job, at] of replacedBy) {
+        cancelled.push(...(await this.cancelActive(job, `replaced by the fire of ${at.toISOString()}`, client, keep)));
+      }
       await client.query(
         `INSERT INTO cw_job_state (job, last_scheduled_at)
          SELECT job, max(scheduled_at) FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz) GROUP BY job
@@ -139,7 +161,7 @@ export class Ledger {
       );
       if (!leader.stillLeading()) {
         await client.query('ROLLBACK');
-        return { committed: [], duplicates: 0 };
+        return { committed: [], duplicates: 0, cancelled: [] };
       }
       await client.query('COMMIT');
       const holdFor = new Set(fires.filter((f) => f.hold).map((f) => `${f.job}@${f.scheduledAt.getTime()}`));
@@ -153,6 +175,7 @@ export class Ledger {
           hold: holdFor.has(`${r.job}@${r.scheduled_at.getTime()}`),
         })),
         duplicates: fires.length - res.rows.length,
+        cancelled,
       };
     } catch (err) {
       await client.query('ROLLBACK').catch(() => {});
@@ -370,12 +393,15 @@ export class Ledger {
     await this.pool.query('UPDATE cw_runs SET skipped_attempts = skipped_attempts + 1 WHERE id = $1', [claim.runId.toString()]);
   }
 
-  /** Mark active runs of a job cancelled (overlap 'replace'); returns the run ids. */
-  async cancelActive(job: string, reason: string): Promise<bigint[]> {
-    const res = await this.pool.query<{ id: string }>(
+  /**
+   * Mark active runs of a job cancelled, except `keep`; returns the run ids. Overlap 'replace'
+   * calls it only inside commitFires, after the fence: never call it outside a fenced transaction.
+   */
+  private async cancelActive(job: string, reason: string, db: Queryable = this.pool, keep: bigint[] = []): Promise<bigint[]> {
+    const res = await db.query<{ id: string }>(
       `UPDATE cw_runs SET state = 'cancelled', finished_at = now(), error = $2
-       WHERE job = $1 AND state IN ${ACTIVE_STATES} RETURNING id`,
-      [job, reason],
+       WHERE job = $1 AND state IN ${ACTIVE_STATES} AND id <> ALL($3::bigint[]) RETURNING id`,
+      [job, reason, keep.map(String)],
     );
     return res.rows.map((r) => BigInt(r.id));
   }

@@ -169,4 +169,47 @@ describe('Ledger (real PostgreSQL)', () => {
     await ledger.finish(claim, 'completed');
     assert.deepEqual(await ofQ(), [committed[1]!.runId], 'released once the job is idle');
   });
+  it("overlap 'replace' from a stale leader: the fence refuses the batch and the active run is untouched", async () => {
+    const { committed } = await ledger.commitFires([{ job: 'r', scheduledAt: at(20), trigger: 'schedule' }], leader(7n));
+    const running = committed[0]!.runId;
+    await ledger.claim(running, 'w1');
+    await assert.rejects(
+      ledger.commitFires([{ job: 'r', scheduledAt: at(21), trigger: 'schedule', replace: true }], leader(6n, 'stale')),
+      (err: Error) => err instanceof StaleTokenError && err.highest === 7n,
+    );
+    const rows = await db.pool.query("SELECT id, state, error FROM cw_runs WHERE job = 'r' ORDER BY scheduled_at");
+    assert.deepEqual(rows.rows, [{ id: running.toString(), state: 'running', error: null }]);
+  });
+
+  it("overlap 'replace' from the current leader: the active run is cancelled in the same commit as the new fire", async () => {
+    // Past the local deadline the whole commit rolls back: nothing cancelled either.
+    const late = await ledger.commitFires([{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }], {
+      ...leader(7n),
+      stillLeading: () => false,
+    });
+    assert.deepEqual(late, { committed: [], duplicates: 0, cancelled: [] });
+    const running = (await db.pool.query<{ id: string }>("SELECT id FROM cw_runs WHERE job = 'r' AND state = 'running'")).rows[0]!.id;
+
+    const res = await ledger.commitFires([{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }], leader(8n));
+    assert.equal(res.committed.length, 1);
+    assert.deepEqual(res.cancelled, [BigInt(running)]);
+    const rows = await db.pool.query<{ id: string; state: string; error: string | null; finished: boolean }>(
+      "SELECT id, state, error, finished_at IS NOT NULL AS finished FROM cw_runs WHERE job = 'r' ORDER BY scheduled_at",
+    );
+    assert.deepEqual(
+      rows.rows.map((r) => [r.id, r.state, r.finished]),
+      [
+        [running, 'cancelled', true],
+        [res.committed[0]!.runId.toString(), 'pending', false],
+      ],
+    );
+    assert.match(rows.rows[0]!.error ?? '', /replaced by the fire of 2026-01-01T00:00:22\.000Z/);
+
+    // The same fire again (a retry after a lost reply) is a duplicate: it cancels nothing, not
+    // even the run it already committed.
+    const again = await ledger.commitFires([{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }], leader(8n));
+    assert.deepEqual(again, { committed: [], duplicates: 1, cancelled: [] });
+    const state = await ledger.runState(res.committed[0]!.runId);
+    assert.equal(state?.state, 'pending');
+  });
 });

@@ -22,6 +22,13 @@ export class MemoryLedger implements FireLedger {
   readonly runs: MemoryRun[] = [];
   readonly fences = new Map<string, bigint>();
   readonly paused = new Set<string>();
+  /** Test hook: the next `failCommits` commits throw `commitError` and write nothing (rolled back). */
+  failCommits = 0;
+  /** Test hook: the next `failAfterCommits` commits write everything, then throw (the reply is lost). */
+  failAfterCommits = 0;
+  commitError: Error = new Error('connection reset by peer');
+  /** Every commitFires call, in order: what was asked and how it ended. */
+  readonly commitLog: { fires: FireRequest[]; token: bigint; outcome: 'committed' | 'failed' | 'reply lost' | 'refused' | 'rolled back' }[] = [];
   private nextId = 1n;
 
   async advanceFence(resource: string, token: bigint): Promise<void> {
@@ -34,9 +41,24 @@ export class MemoryLedger implements FireLedger {
     fires: FireRequest[],
     leader: { fenceResource: string; token: bigint; replicaId: string; stillLeading: () => boolean },
   ): Promise<FireBatchResult> {
-    await this.advanceFence(leader.fenceResource, leader.token);
-    if (!leader.stillLeading()) return { committed: [], duplicates: 0 };
+    const log = { fires, token: leader.token, outcome: 'failed' as (typeof this.commitLog)[number]['outcome'] };
+    this.commitLog.push(log);
+    if (this.failCommits > 0) {
+      this.failCommits--;
+      throw this.commitError;
+    }
+    try {
+      await this.advanceFence(leader.fenceResource, leader.token);
+    } catch (err) {
+      log.outcome = 'refused';
+      throw err;
+    }
+    if (!leader.stillLeading()) {
+      log.outcome = 'rolled back';
+      return { committed: [], duplicates: 0, cancelled: [] };
+    }
     const committed: CommittedFire[] = [];
+    const replaced = new Set<string>();
     for (const f of fires) {
       if (this.runs.some((r) => r.job === f.job && r.scheduledAt.getTime() === f.scheduledAt.getTime())) continue;
       const state = f.state ?? 'pending';
@@ -52,8 +74,24 @@ export class MemoryLedger implements FireLedger {
       };
       this.runs.push(run);
       committed.push({ runId: run.id, job: f.job, scheduledAt: f.scheduledAt, trigger: f.trigger, state, hold: f.hold ?? false });
+      if (f.replace) replaced.add(f.job);
     }
-    return { committed, duplicates: fires.length - committed.length };
+    // Overlap 'replace', as in the SQL: an inserted replace fire cancels the job's other active runs.
+    const keep = new Set(committed.map((c) => c.runId));
+    const cancelled: bigint[] = [];
+    for (const r of this.runs) {
+      if (replaced.has(r.job) && isActive(r) && !keep.has(r.id)) {
+        r.state = 'cancelled';
+        cancelled.push(r.id);
+      }
+    }
+    if (this.failAfterCommits > 0) {
+      this.failAfterCommits--;
+      log.outcome = 'reply lost';
+      throw this.commitError;
+    }
+    log.outcome = 'committed';
+    return { committed, duplicates: fires.length - committed.length, cancelled };
   }
 
   async markEnqueued(runIds: bigint[]): Promise<void> {
@@ -92,17 +130,6 @@ export class MemoryLedger implements FireLedger {
       out.set(r.job, entry);
     }
     return out;
-  }
-
-  async cancelActive(job: string): Promise<bigint[]> {
-    const ids: bigint[] = [];
-    for (const r of this.runs) {
-      if (r.job === job && isActive(r)) {
-        r.state = 'cancelled';
-        ids.push(r.id);
-      }
-    }
-    return ids;
   }
 
   /** Test helper: finish a run as a worker would. */

@@ -15,12 +15,23 @@ const iso = (ms: number) => new Date(ms).toISOString();
 class RecordingDelivery implements RunDelivery {
   readonly enqueued: DeliverableRun[] = [];
   readonly cancelled: bigint[] = [];
+  onCancel: (runIds: bigint[]) => void = () => {};
   async enqueue(runs: DeliverableRun[]) {
     this.enqueued.push(...runs);
   }
   async cancel(runIds: bigint[]) {
+    this.onCancel(runIds);
     this.cancelled.push(...runIds);
   }
+}
+
+interface LogLine {
+  level: number;
+  msg: string;
+  job?: string;
+  scheduledAt?: string;
+  reason?: string;
+  err?: { message: string };
 }
 
 function setup(jobs: Partial<JobOptions>[], options: { token?: bigint; start?: number } = {}) {
@@ -29,6 +40,7 @@ function setup(jobs: Partial<JobOptions>[], options: { token?: bigint; start?: n
   const delivery = new RecordingDelivery();
   const lease: Lease = { name: 'l', holder: 'me', token: options.token ?? 5n, ttlMs: 10_000, safetyMarginMs: 1000, deadline: Infinity };
   const stepDowns: string[] = [];
+  const logs: LogLine[] = [];
   const registry = new JobRegistry(
     jobs.map((j, i) => defineJob({ name: `job${i}`, schedule: '* * * * * *', handler: () => {}, ...j } as JobOptions)),
   );
@@ -38,7 +50,7 @@ function setup(jobs: Partial<JobOptions>[], options: { token?: bigint; start?: n
     delivery,
     leadership: { lease: () => lease, stepDown: (why) => stepDowns.push(why) },
     clock,
-    logger: pino({ level: 'silent' }),
+    logger: pino({ level: 'info' }, { write: (line: string) => void logs.push(JSON.parse(line) as LogLine) }),
     replicaId: 'me',
     fenceResource: 'scheduler/l',
     outboxIntervalMs: 1000,
@@ -48,7 +60,7 @@ function setup(jobs: Partial<JobOptions>[], options: { token?: bigint; start?: n
   loop.on('fire:missed', (job, times) => missed.push({ job, times }));
   loop.on('fire:skipped', (job, at, reason) => skipped.push({ job, at, reason }));
   const abort = new AbortController();
-  return { clock, ledger, delivery, loop, stepDowns, missed, skipped, abort, lead: () => loop.lead(abort.signal) };
+  return { clock, ledger, delivery, loop, stepDowns, missed, skipped, logs, abort, lead: () => loop.lead(abort.signal) };
 }
 
 describe('FireLoop (driven clock)', () => {
@@ -119,11 +131,131 @@ describe('FireLoop (driven clock)', () => {
 
   it('overlap "replace": the active run is cancelled through delivery, the new one fires', async () => {
     const t = setup([{ overlap: 'replace' }]);
+    const atCancel: string[][] = [];
+    t.delivery.onCancel = () => atCancel.push(t.ledger.of('job0').map((r) => r.state));
     await t.lead();
     await t.clock.advance(2000);
     const runs = t.ledger.of('job0');
     assert.deepEqual(runs.map((r) => r.state), ['cancelled', 'pending']);
     assert.deepEqual(t.delivery.cancelled, [runs[0]!.id]);
+    assert.deepEqual(atCancel, [['cancelled', 'pending']], 'workers are told only once the replacing fire is committed');
+  });
+
+  it('overlap "replace" from a stale leader: the fence refuses the batch, nothing is cancelled, the loop steps down', async () => {
+    const t = setup([{ overlap: 'replace' }]);
+    await t.lead();
+    await t.clock.advance(1000);
+    const [first] = t.ledger.of('job0');
+    assert.equal(first?.state, 'pending');
+    t.ledger.fences.set('scheduler/l', 9n); // a newer leader has committed meanwhile
+    await t.clock.advance(1000);
+    assert.deepEqual(t.ledger.of('job0').map((r) => r.state), ['pending'], "the newer leader's run is untouched");
+    assert.deepEqual(t.delivery.cancelled, []);
+    assert.equal(t.stepDowns.length, 1);
+    assert.match(t.stepDowns[0]!, /fence refused token 5/);
+    assert.equal(t.logs.filter((l) => /fire commit failed/.test(l.msg)).length, 0, 'a refusal is not a blip to retry');
+  });
+
+  it('overlap "replace" during a failed commit: nothing is cancelled until the replacing fire commits', async () => {
+    const t = setup([{ overlap: 'replace' }]);
+    await t.lead();
+    await t.clock.advance(1000);
+    t.ledger.failCommits = 1;
+    await t.clock.advance(1000);
+    assert.deepEqual(t.ledger.of('job0').map((r) => r.state), ['pending']);
+    assert.deepEqual(t.delivery.cancelled, []);
+    await t.clock.advance(1000); // the retry commits 2 s and 3 s; the first run is replaced
+    const runs = t.ledger.of('job0');
+    assert.deepEqual(runs.map((r) => iso(r.scheduledAt.getTime())), [1000, 2000, 3000].map((d) => iso(T0 + d)));
+    assert.deepEqual(runs.map((r) => r.state), ['cancelled', 'pending', 'pending']);
+    assert.deepEqual(t.delivery.cancelled, [runs[0]!.id]);
+  });
+
+  it('a failed commit loses nothing: the instants due during a ledger blip are committed afterwards, once each (misfire "all")', async () => {
+    const t = setup([{ misfire: 'all' }]);
+    await t.lead();
+    await t.clock.advance(1000); // T0+1s commits
+    t.ledger.failCommits = 2; // T0+2s fails, its retry at T0+3s fails too
+    await t.clock.advance(2000);
+    assert.deepEqual(t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())), [iso(T0 + 1000)]);
+    await t.clock.advance(3000); // the retry at T0+4s commits 2 s, 3 s and 4 s; then 5 s and 6 s on time
+    const times = t.ledger.of('job0').map((r) => r.scheduledAt.getTime());
+    assert.deepEqual(times.map(iso), [1, 2, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)));
+    assert.deepEqual(t.missed, [], 'nothing missed');
+    assert.deepEqual(
+      t.ledger.commitLog.map((c) => [c.outcome, c.fires.map((f) => (f.scheduledAt.getTime() - T0) / 1000)]),
+      [
+        ['committed', [1]],
+        ['failed', [2]],
+        ['failed', [2, 3]],
+        ['committed', [2, 3, 4]],
+        ['committed', [5]],
+        ['committed', [6]],
+      ],
+      'each failed attempt is replanned from the last committed instant; no instant is committed twice',
+    );
+    assert.deepEqual((await t.ledger.lastFired()).get('job0')?.toISOString(), iso(T0 + 6000));
+    assert.equal(t.delivery.enqueued.length, 6);
+    const failures = t.logs.filter((l) => /fire commit failed/.test(l.msg));
+    assert.equal(failures.length, 2, 'every failure is logged');
+    for (const f of failures) assert.equal(f.err?.message, 'connection reset by peer');
+    assert.equal(t.stepDowns.length, 0, 'a database blip is not a reason to step down');
+    t.abort.abort();
+  });
+
+  it('a failed commit under misfire "skip": instants beyond the grace are reported missed once, the rest fire', async () => {
+    const t = setup([{ misfire: 'skip' }]);
+    await t.lead();
+    await t.clock.advance(1000);
+    t.ledger.failCommits = 2;
+    await t.clock.advance(5000); // fails at 2 s and 3 s; at 4 s, 2 s is past the 1 s grace
+    assert.deepEqual(t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())), [1, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)));
+    assert.deepEqual(
+      t.missed.map((m) => m.times.map((d) => iso(d.getTime()))),
+      [[iso(T0 + 2000)]],
+      'reported once, when the batch that gave it up committed',
+    );
+    t.abort.abort();
+  });
+
+  it('a commit whose reply was lost is retried: the unique key keeps each instant once and the outbox delivers it', async () => {
+    const t = setup([{}]);
+    const dupes: number[] = [];
+    t.loop.on('fire:duplicate', (n) => dupes.push(n));
+    await t.lead();
+    await t.clock.advance(1000);
+    t.ledger.failAfterCommits = 1;
+    await t.clock.advance(4000);
+    const runs = t.ledger.of('job0');
+    assert.deepEqual(runs.map((r) => iso(r.scheduledAt.getTime())), [1, 2, 3, 4, 5].map((s) => iso(T0 + s * 1000)));
+    assert.deepEqual(dupes, [1], 'the retried instant was refused by the unique key');
+    assert.deepEqual(
+      t.delivery.enqueued.map((r) => r.runId).sort((a, b) => Number(a - b)),
+      runs.map((r) => r.id),
+      'every run delivered once (the lost one by the outbox)',
+    );
+    t.abort.abort();
+  });
+
+  it('every skipped fire is logged with job, scheduledAt and reason, once, even across a failed commit', async () => {
+    const t = setup([{}, { overlap: 'skip' }]);
+    t.ledger.paused.add('job0');
+    t.ledger.failCommits = 1; // the first tick fails; its retry commits both instants
+    await t.lead();
+    await t.clock.advance(2000);
+    const lines = t.logs
+      .filter((l) => /fire skipped/.test(l.msg))
+      .map((l) => ({ level: l.level, job: l.job, scheduledAt: l.scheduledAt, reason: l.reason }));
+    assert.deepEqual(
+      lines.sort((a, b) => `${a.job}${a.scheduledAt}`.localeCompare(`${b.job}${b.scheduledAt}`)),
+      [
+        { level: 30, job: 'job0', scheduledAt: iso(T0 + 1000), reason: 'job is paused' },
+        { level: 30, job: 'job0', scheduledAt: iso(T0 + 2000), reason: 'job is paused' },
+        { level: 40, job: 'job1', scheduledAt: iso(T0 + 2000), reason: 'overlap "skip": previous run still active' },
+      ],
+    );
+    assert.equal(t.skipped.length, 3, 'one fire:skipped event per skipped instant');
+    t.abort.abort();
   });
 
   it('a paused job records skipped fires and delivers nothing; a manual trigger still runs', async () => {
