@@ -21,6 +21,8 @@ import { fmt, summarize, table } from './stats.js';
 const REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const ITERATIONS = Number(process.env.BENCH_LOCK_ITERATIONS ?? 1000);
 const TTL_MS = 10_000;
+/** `BENCH_LOCK_BACKENDS=redis,etcd` runs a subset. */
+const BACKENDS = new Set((process.env.BENCH_LOCK_BACKENDS ?? 'redis,postgres,etcd').split(','));
 
 type Op = 'acquire' | 'renew' | 'release';
 interface Primitive {
@@ -98,8 +100,7 @@ export async function benchLocks(): Promise<Record<string, unknown>> {
     }
   };
 
-  // Redis
-  {
+  if (BACKENDS.has('redis')) {
     const backend = new RedisLeaseBackend({ url: REDIS_URL, keyPrefix: `bench:${randomUUID().slice(0, 6)}:` });
     const raw = new Redis(REDIS_URL);
     const key = `bench-raw:${randomUUID()}`;
@@ -112,8 +113,7 @@ export async function benchLocks(): Promise<Record<string, unknown>> {
     await backend.close();
     await raw.quit();
   }
-  // PostgreSQL
-  {
+  if (BACKENDS.has('postgres')) {
     const db = await createTestDatabase();
     const backend = new PostgresLeaseBackend({ connectionString: db.url });
     const client = new pg.Client({ connectionString: db.url });
@@ -128,8 +128,8 @@ export async function benchLocks(): Promise<Record<string, unknown>> {
     await client.end();
     await db.drop();
   }
-  // etcd (a throwaway single-member server)
-  {
+  // etcd: a throwaway single-member server
+  if (BACKENDS.has('etcd')) {
     const etcd = await startEtcd();
     const backend = new EtcdLeaseBackend({ endpoints: etcd.endpoints });
     const client = new Etcd3({ hosts: etcd.endpoints });

@@ -28,6 +28,17 @@ interface Handle {
 }
 
 const CANDIDATE_SUFFIX = /^[0-9a-f]+$/;
+
+/** The election queue of one name: candidate keys, oldest first, and the revision they were read at. */
+interface Queue {
+  kvs: IKeyValue[];
+  revision: string;
+}
+
+/** Only `NAME/<hex>` keys are candidates; deeper keys belong to other names. */
+function onlyCandidates(kvs: IKeyValue[], prefix: string): IKeyValue[] {
+  return kvs.filter((kv) => CANDIDATE_SUFFIX.test(kv.key.toString().slice(prefix.length)));
+}
 /** A waiter re-reads the queue at least this often even if no watch event arrives. */
 const RECHECK_MS = 5000;
 
@@ -57,6 +68,10 @@ export class EtcdLeaseBackend implements LeaseBackend {
   /** Aborts every acquire still waiting when close() is called. */
   private readonly closing = new AbortController();
   private readonly waiting = new Set<Promise<unknown>>();
+  /** Candidate keys of leases this backend granted and has not seen end: renew may trust them. */
+  private readonly issued = new Set<string>();
+  /** Background revokes after release, awaited by close(). */
+  private readonly revoking = new Set<Promise<void>>();
   private closed = false;
   private closedPromise: Promise<void> | undefined;
 
@@ -93,26 +108,37 @@ export class EtcdLeaseBackend implements LeaseBackend {
   }
 
   /** Candidate keys of `name`, oldest (the leader) first, and the store revision they were read at. */
-  private async candidates(name: string): Promise<{ kvs: IKeyValue[]; revision: string }> {
+  private async candidates(name: string): Promise<Queue> {
     const prefix = this.electionPrefix(name);
     const res = await this.call('range candidates', () => this.client.getAll().prefix(prefix).sort('Create', 'Ascend').exec());
-    const kvs = res.kvs.filter((kv) => CANDIDATE_SUFFIX.test(kv.key.toString().slice(prefix.length)));
-    return { kvs, revision: res.header.revision };
+    return { kvs: onlyCandidates(res.kvs, prefix), revision: res.header.revision };
   }
 
-  /** Grant an etcd lease and create our candidate key on it. Returns the key's create revision. */
-  private async campaign(valid: ValidLeaseRequest): Promise<{ handle: Handle; revision: bigint }> {
+  /**
+   * Grant an etcd lease, create our candidate key on it and read the queue, in two round trips:
+   * the create and the read share one transaction, so the queue we get back already holds our key.
+   * Returns the key's create revision and the monotonic time the grant was sent (the etcd lease's
+   * TTL runs from about then, so a deadline measured from it is never late).
+   */
+  private async campaign(valid: ValidLeaseRequest): Promise<{ handle: Handle; revision: bigint; grantSentAt: number; queue: Queue }> {
     const ttlSeconds = Math.max(1, Math.ceil(valid.ttlMs / 1000));
+    const grantSentAt = this.clock.monotonic();
     const grant = await this.call('lease grant', () => this.client.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 }));
     const handle = { lease: String(grant.ID), key: this.electionPrefix(valid.name) + BigInt(grant.ID).toString(16) };
+    const prefix = this.electionPrefix(valid.name);
     try {
       const txn = await this.call('create candidate key', () =>
-        this.client.if(handle.key, 'Create', '==', 0).then(this.client.put(handle.key).value(valid.holder).lease(handle.lease)).commit(),
+        this.client
+          .if(handle.key, 'Create', '==', 0)
+          .then(this.client.put(handle.key).value(valid.holder).lease(handle.lease), this.client.getAll().prefix(prefix).sort('Create', 'Ascend'))
+          .commit(),
       );
       // A fresh lease id cannot already name a key; if it does, someone wrote into our namespace.
       if (!txn.succeeded) throw new BackendUnavailableError('etcd', `candidate key ${handle.key} already exists`);
+      const range = txn.responses[1]?.response_range;
+      if (!range) throw new BackendUnavailableError('etcd', 'create candidate key: the transaction returned no range');
       // The put is the only write of the txn, so the txn's revision is the key's create revision.
-      return { handle, revision: BigInt(txn.header.revision) };
+      return { handle, revision: BigInt(txn.header.revision), grantSentAt, queue: { kvs: onlyCandidates(range.kvs, prefix), revision: txn.header.revision } };
     } catch (err) {
       await this.withdraw(handle);
       throw err;
@@ -142,31 +168,22 @@ export class EtcdLeaseBackend implements LeaseBackend {
   }
 
   private lease(valid: ValidLeaseRequest, handle: Handle, token: bigint, sentAt: number): Lease {
+    this.issued.add(handle.key);
     return { ...valid, token, deadline: localDeadline(sentAt, valid), handle: JSON.stringify(handle) };
   }
 
   async tryAcquire(request: LeaseRequest): Promise<Lease | null> {
     const valid = validateLeaseRequest(request);
-    const sentAt = this.clock.monotonic();
-    const { kvs } = await this.candidates(valid.name);
-    const mine = kvs.find((kv) => kv.value.toString() === valid.holder);
-    if (mine) {
-      // Re-entry (e.g. a retry after a reply we never saw): adopt our key if it leads.
-      if (kvs[0] !== mine) return null;
-      const handle = { lease: String(mine.lease), key: mine.key.toString() };
-      const ttl = await this.keepAliveOnce(handle.lease);
-      if (ttl > 0) return this.lease(valid, handle, BigInt(mine.create_revision), sentAt);
-      // It expired as we looked: campaign afresh below.
-    }
-    const { handle, revision } = await this.campaign(valid);
-    try {
-      const first = (await this.candidates(valid.name)).kvs[0];
-      if (first && first.key.toString() === handle.key) return this.lease(valid, handle, revision, sentAt);
-    } catch (err) {
-      await this.withdraw(handle);
-      throw err;
-    }
+    const { handle, revision, grantSentAt, queue } = await this.campaign(valid);
+    const first = queue.kvs[0];
+    if (first?.key.toString() === handle.key) return this.lease(valid, handle, revision, grantSentAt);
     await this.withdraw(handle);
+    // Re-entry (e.g. a retry after a reply we never saw): an older key of ours leads; adopt it.
+    if (first && first.value.toString() === valid.holder) {
+      const older = { lease: String(first.lease), key: first.key.toString() };
+      const sentAt = this.clock.monotonic();
+      if ((await this.keepAliveOnce(older.lease)) > 0) return this.lease(valid, older, BigInt(first.create_revision), sentAt);
+    }
     return null;
   }
 
@@ -203,21 +220,29 @@ export class EtcdLeaseBackend implements LeaseBackend {
       }, Math.max(200, Math.floor(valid.ttlMs / 3)));
     };
     keepWaitingKeyAlive();
+    // A queue read in the campaign's own transaction, used instead of a fresh read once.
+    let justQueued: { queue: Queue; grantSentAt: number } | undefined;
     try {
       for (;;) {
         if (signal.aborted) throw aborted();
-        const { kvs, revision } = await this.candidates(valid.name);
+        const fresh = justQueued;
+        justQueued = undefined;
+        const { kvs, revision } = fresh?.queue ?? (await this.candidates(valid.name));
         const index = handle
           ? kvs.findIndex((kv) => kv.key.toString() === handle!.key)
           : kvs.findIndex((kv) => kv.value.toString() === valid.holder); // re-entry: adopt our own key
         if (index < 0) {
           // Not queued yet, or our key expired while we waited: join the back of the queue.
-          ({ handle, revision: myRevision } = await this.campaign(valid));
+          const joined = await this.campaign(valid);
+          ({ handle, revision: myRevision } = joined);
+          justQueued = joined;
           continue;
         }
         const mine = kvs[index]!;
         handle = { lease: String(mine.lease), key: mine.key.toString() };
         myRevision = BigInt(mine.create_revision);
+        // First in the very queue we just joined: the lease was granted a moment ago, no keepalive needed.
+        if (index === 0 && fresh) return this.lease(valid, handle, myRevision, fresh.grantSentAt);
         if (index === 0) {
           const sentAt = this.clock.monotonic();
           if ((await this.keepAliveOnce(handle.lease)) <= 0) continue; // expired just now: re-queue
@@ -292,16 +317,35 @@ export class EtcdLeaseBackend implements LeaseBackend {
     });
   }
 
+  /**
+   * Keep the etcd lease alive and check that our key is still the one it holds (the key could have
+   * been deleted by hand while the lease lives on). For a lease this backend granted, the two go
+   * out together: one round trip. For any other Lease object (another process's, or forged), the
+   * ownership check comes first, so it can never extend somebody else's etcd lease.
+   */
   async renew(lease: Lease): Promise<Lease> {
     const handle = parseHandle(lease);
     const sentAt = this.clock.monotonic();
-    // Check ownership first, so a forged or stale Lease never extends somebody else's etcd lease.
-    const kv = (await this.call('get candidate key', () => this.client.get(handle.key).exec())).kvs[0];
-    if (!kv || BigInt(kv.create_revision) !== lease.token || kv.value.toString() !== lease.holder || String(kv.lease) !== handle.lease) {
-      throw new LeaseLostError(lease.name, kv ? `key ${handle.key} now belongs to "${kv.value.toString()}"` : 'our key is gone (expired or deleted)');
+    const readKey = async () => (await this.call('get candidate key', () => this.client.get(handle.key).exec())).kvs[0];
+    const check = (kv: IKeyValue | undefined) => {
+      if (!kv || BigInt(kv.create_revision) !== lease.token || kv.value.toString() !== lease.holder || String(kv.lease) !== handle.lease) {
+        this.issued.delete(handle.key);
+        throw new LeaseLostError(lease.name, kv ? `key ${handle.key} now belongs to "${kv.value.toString()}"` : 'our key is gone (expired or deleted)');
+      }
+    };
+    let ttl: number;
+    if (this.issued.has(handle.key)) {
+      const [kv, keptAlive] = await Promise.all([readKey(), this.keepAliveOnce(handle.lease)]);
+      check(kv);
+      ttl = keptAlive;
+    } else {
+      check(await readKey());
+      ttl = await this.keepAliveOnce(handle.lease);
     }
-    const ttl = await this.keepAliveOnce(handle.lease);
-    if (ttl <= 0) throw new LeaseLostError(lease.name, `etcd lease ${handle.lease} expired`);
+    if (ttl <= 0) {
+      this.issued.delete(handle.key);
+      throw new LeaseLostError(lease.name, `etcd lease ${handle.lease} expired`);
+    }
     return { ...lease, deadline: sentAt + lease.ttlMs - lease.safetyMarginMs };
   }
 
@@ -316,7 +360,12 @@ export class EtcdLeaseBackend implements LeaseBackend {
         .commit(),
     );
     if (!txn.succeeded) throw new NotHolderError(lease.name, lease.holder, lease.token);
-    await this.revoke(handle.lease); // the key, which is what others wait on, is already gone
+    this.issued.delete(handle.key);
+    // The key, which is what others wait on, is gone: revoking its etcd lease is clean-up, done in
+    // the background (close() waits for it), so a release costs one round trip.
+    const revoking = this.revoke(handle.lease);
+    this.revoking.add(revoking);
+    void revoking.finally(() => this.revoking.delete(revoking));
   }
 
   async current(name: string): Promise<LeaseRecord | null> {
@@ -372,6 +421,7 @@ export class EtcdLeaseBackend implements LeaseBackend {
   private async shutDown(): Promise<void> {
     this.closing.abort(new BackendUnavailableError('etcd', 'backend is closing'));
     await Promise.allSettled([...this.waiting]);
+    await Promise.allSettled([...this.revoking]);
     this.closed = true;
     await Promise.all([...this.watchers].map((w) => w.cancel().catch(() => undefined)));
     this.watchers.clear();
