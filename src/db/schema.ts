@@ -69,7 +69,9 @@ export const runs = pgTable(
     createdAt: tstz('created_at').notNull().defaultNow(),
   },
   (t) => [
-    uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt),
+    // Manual triggers are outside the key: a trigger that lands on a scheduled instant must neither
+    // swallow that fire nor be refused as its duplicate.
+    uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt).where(sql`${t.trigger} <> 'manual'`),
     index('cw_runs_outbox').on(t.createdAt).where(sql`${t.enqueuedAt} IS NULL`),
     index('cw_runs_active').on(t.job).where(sql`${t.state} IN ('pending', 'running', 'retrying')`),
     index('cw_runs_state_created').on(t.state, t.createdAt),

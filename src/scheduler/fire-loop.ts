@@ -136,7 +136,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     const job = this.o.registry.require(jobName);
     if (!this.running || !this.o.leadership.lease()) throw new NotLeaderError('only the leader can trigger a job');
     const [fire] = await this.commitAndEnqueue([{ job: job.name, scheduledAt: new Date(this.o.clock.now()), trigger: 'manual' }]);
-    if (!fire) throw new NotLeaderError('the fire was not committed (leadership ended or duplicate instant)');
+    if (!fire) throw new NotLeaderError('the fire was not committed: leadership ended before the commit');
     return fire;
   }
 

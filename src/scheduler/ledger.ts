@@ -125,7 +125,7 @@ export class Ledger {
                 CASE WHEN f.state = 'skipped' THEN now() END,
                 f.error
          FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz, trigger text, state text, error text)
-         ON CONFLICT (job, scheduled_at) DO NOTHING
+         ON CONFLICT (job, scheduled_at) WHERE trigger <> 'manual' DO NOTHING
          RETURNING id, job, scheduled_at, trigger, state`,
         [
           JSON.stringify(

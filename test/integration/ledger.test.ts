@@ -33,6 +33,23 @@ describe('Ledger (real PostgreSQL)', () => {
     assert.equal(last.get('a')?.toISOString(), at(1).toISOString());
   });
 
+  it('a manual trigger on a scheduled instant neither swallows that fire nor is refused as its duplicate', async () => {
+    const t = at(40);
+    const manual = await ledger.commitFires([{ job: 'm', scheduledAt: t, trigger: 'manual' }], leader(5n));
+    assert.equal(manual.committed.length, 1);
+    const scheduled = await ledger.commitFires([{ job: 'm', scheduledAt: t, trigger: 'schedule' }], leader(5n));
+    assert.equal(scheduled.committed.length, 1, 'the scheduled fire at the same instant commits');
+    const secondManual = await ledger.commitFires([{ job: 'm', scheduledAt: t, trigger: 'manual' }], leader(5n));
+    assert.equal(secondManual.committed.length, 1, 'each trigger is its own run');
+    const catchup = await ledger.commitFires([{ job: 'm', scheduledAt: t, trigger: 'catchup' }], leader(5n));
+    assert.equal(catchup.duplicates, 1, 'a catch-up of the scheduled instant is still refused by the key');
+    const rows = await db.pool.query("SELECT trigger, count(*)::int AS n FROM cw_runs WHERE job = 'm' GROUP BY trigger ORDER BY trigger");
+    assert.deepEqual(rows.rows, [
+      { trigger: 'manual', n: 2 },
+      { trigger: 'schedule', n: 1 },
+    ]);
+  });
+
   it('the fence refuses a leader token lower than one already committed, and commits nothing', async () => {
     await ledger.commitFires([{ job: 'a', scheduledAt: at(2), trigger: 'schedule' }], leader(7n));
     await assert.rejects(
