@@ -44,7 +44,7 @@ const scripts = Object.entries(scriptFiles).map(([command, file]) => ({
 
 /** The commands defineCommand adds; tokens come back as decimal strings (exact beyond 2^53). */
 interface ScriptCommands {
-  cwAcquire(lease: string, counter: string, holder: string, ttlMs: number, channel: string): Promise<[number, string | number, string?]>;
+  cwAcquire(lease: string, counter: string, holder: string, ttlMs: number, channel: string, floor: string): Promise<[number, string | number, string?, string?]>;
   cwRenew(lease: string, expected: string, ttlMs: number): Promise<number>;
   cwRelease(lease: string, expected: string, channel: string): Promise<number>;
   cwRaiseFloor(counter: string, floor: string): Promise<number>;
@@ -66,8 +66,11 @@ const UNAVAILABLE_REPLY = /^(LOADING|BUSY|READONLY|MASTERDOWN|TRYAGAIN|CLUSTERDO
  *   release wins. Acquire and release PUBLISH on the name's channel; an expiry is NOT published
  *   (that needs keyspace notifications, a server setting we cannot assume), so waiters also wake
  *   when the holder's PTTL runs out.
- * - Durability: without persistence a Redis restart resets the counter. Callers raise it with
- *   ensureTokenAbove (the scheduler does, from the highest token its ledger has seen) before acting.
+ * - Durability: without persistence a Redis restart resets the counter. This backend never grants a
+ *   token at or below one it has seen itself (granted, read, refused with, or given as a floor), so a
+ *   follower that watched the old leader stays above it across a restart; a process that saw
+ *   nothing relies on ensureTokenAbove (the scheduler calls it, from the highest token its ledger
+ *   has seen, before every campaign).
  * - Availability: commands are not queued while disconnected and not retried after a drop, and a
  *   call unanswered within commandTimeoutMs fails: a lease decision is never made late.
  */
@@ -82,6 +85,8 @@ export class RedisLeaseBackend implements LeaseBackend {
   private readonly clock: Clock;
   private readonly timeoutMs: number;
   private closed = false;
+  /** Highest token seen per lease name: the floor every grant from this process stays above. */
+  private readonly seen = new Map<string, bigint>();
 
   constructor(options: RedisLeaseBackendOptions) {
     if (!options.redis && !options.url) throw new InvalidArgumentError('RedisLeaseBackend needs a url or a redis client');
@@ -124,12 +129,16 @@ export class RedisLeaseBackend implements LeaseBackend {
   async tryAcquire(request: LeaseRequest): Promise<Lease | null> {
     const valid = validateLeaseRequest(request);
     const sentAt = this.clock.monotonic();
-    const [code, token] = await this.call('acquire', (c) =>
-      c.cwAcquire(this.leaseKey(valid.name), this.counterKey(valid.name), valid.holder, valid.ttlMs, this.channel(valid.name)),
+    const floor = (this.seen.get(valid.name) ?? 0n).toString();
+    const [code, token, , heldToken] = await this.call('acquire', (c) =>
+      c.cwAcquire(this.leaseKey(valid.name), this.counterKey(valid.name), valid.holder, valid.ttlMs, this.channel(valid.name), floor),
     );
-    if (code === RedisScriptCode.Held) return null;
+    if (code === RedisScriptCode.Held) {
+      this.noteToken(valid.name, BigInt(heldToken!));
+      return null;
+    }
     if (code !== 1) throw new Error(`acquire-2.lua returned unknown code ${code}`);
-    return { ...valid, token: BigInt(token), deadline: localDeadline(sentAt, valid) };
+    return { ...valid, token: this.noteToken(valid.name, BigInt(token)), deadline: localDeadline(sentAt, valid) };
   }
 
   acquire(request: LeaseRequest, signal?: AbortSignal): Promise<Lease> {
@@ -159,7 +168,8 @@ export class RedisLeaseBackend implements LeaseBackend {
     if (!row) return null;
     const [raw, pttl] = row;
     const sep = raw.indexOf(':'); // tokens have no ':', holders may
-    return { name, token: BigInt(raw.slice(0, sep)), holder: raw.slice(sep + 1), expiresInMs: Math.max(0, Number(pttl)) };
+    const token = this.noteToken(name, BigInt(raw.slice(0, sep)));
+    return { name, token, holder: raw.slice(sep + 1), expiresInMs: Math.max(0, Number(pttl)) };
   }
 
   async onChange(name: string, listener: () => void): Promise<Unsubscribe> {
@@ -218,6 +228,13 @@ export class RedisLeaseBackend implements LeaseBackend {
   async ensureTokenAbove(name: string, floor: bigint): Promise<void> {
     if (floor < 0n) throw new InvalidArgumentError(`token floor must not be negative, got ${floor}`);
     await this.call('raise token floor', (c) => c.cwRaiseFloor(this.counterKey(name), floor.toString()));
+    this.noteToken(name, floor);
+  }
+
+  /** Remember a token of `name` seen from the server; returns it. */
+  private noteToken(name: string, token: bigint): bigint {
+    if (token > (this.seen.get(name) ?? 0n)) this.seen.set(name, token);
+    return token;
   }
 
   async close(): Promise<void> {

@@ -73,7 +73,7 @@ describe('redis backend under faults (throwaway redis-servers)', () => {
     }
   });
 
-  it('a restart without persistence resets the counter; ensureTokenAbove keeps new tokens above every token seen', { timeout: 30_000 }, async () => {
+  it('a restart without persistence resets the counter; no token seen is ever granted again', { timeout: 30_000 }, async () => {
     const redis = await start();
     const name = unique('floor');
     const backend = open(redis.url); // the same client across the restart: ioredis reconnects
@@ -87,17 +87,29 @@ describe('redis backend under faults (throwaway redis-servers)', () => {
     assert.equal(highest, 5n);
     await redis.restart('kill');
 
-    // Without a floor the counter has gone back: the test would prove nothing otherwise.
-    const raw = await backend.tryAcquire({ name, holder: 'probe', ttlMs: 5000 });
+    // A process that saw nothing gets a token from the reset counter: the test proves nothing otherwise.
+    const stranger = open(redis.url);
+    const raw = await stranger.tryAcquire({ name, holder: 'probe', ttlMs: 5000 });
     assert.ok(raw);
     assert.ok(raw.token < highest, `after the restart the raw token ${raw.token} must be below ${highest}`);
-    await backend.release(raw);
 
-    await backend.ensureTokenAbove(name, highest);
-    const fenced = await backend.tryAcquire({ name, holder: 'after', ttlMs: 5000 });
+    // A process that saw the old tokens (a follower that watched the leader) stays above them by itself:
+    // it learns the probe's token while refused, and every earlier one from before the restart.
+    assert.equal(await backend.tryAcquire({ name, holder: 'follower', ttlMs: 5000 }), null);
+    await stranger.release(raw);
+    const follower = await backend.tryAcquire({ name, holder: 'follower', ttlMs: 5000 });
+    assert.ok(follower);
+    assert.ok(follower.token > highest, `token ${follower.token} must exceed every token this backend saw (${highest})`);
+    await backend.release(follower);
+
+    // A process that saw nothing is kept above the old tokens by ensureTokenAbove (the scheduler's ledger floor).
+    await redis.restart('kill');
+    const fresh = open(redis.url);
+    await fresh.ensureTokenAbove(name, follower.token);
+    const fenced = await fresh.tryAcquire({ name, holder: 'after', ttlMs: 5000 });
     assert.ok(fenced);
-    assert.ok(fenced.token > highest, `token ${fenced.token} must exceed every token seen (${highest})`);
-    await backend.release(fenced);
+    assert.ok(fenced.token > follower.token, `token ${fenced.token} must exceed the floor (${follower.token})`);
+    await fresh.release(fenced);
   });
 
   it('with AOF persistence the counter survives a kill -9 without any floor', { timeout: 30_000 }, async () => {
