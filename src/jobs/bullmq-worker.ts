@@ -1,4 +1,4 @@
-import { Worker, type Job } from 'bullmq';
+import { WaitingError, Worker, type Job } from 'bullmq';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { controlChannel, queueName } from './bullmq-names.js';
@@ -19,6 +19,25 @@ export interface BullmqWorkerOptions {
   lockDurationMs?: number;
   /** How often BullMQ looks for stalled jobs. Default half the lock duration. */
   stalledIntervalMs?: number;
+  /**
+   * On close: how long a handler may go on after its signal was aborted before it is abandoned
+   * (its run handed back), and again how long close() then waits before it disconnects anyway.
+   * So close(graceMs) returns within about graceMs + 2 × this. Default 1000.
+   */
+  shutdownMarginMs?: number;
+}
+
+/** Resolves with true when `promise` settles within `ms`, false otherwise. */
+async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([promise.then(() => true, () => true), timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** Executes runs delivered by BullMQ on this replica, and listens for claims and cancels. */
@@ -26,7 +45,10 @@ export class BullmqWorker {
   private worker: Worker<RunJobData, ExecutionResult> | undefined;
   private subscriber: Redis | undefined;
   private publisher: Redis | undefined;
+  /** Aborted after the grace period: handlers' ctx.signal. */
   private readonly shutdown = new AbortController();
+  /** Aborted a margin later: stop waiting for handlers that ignore their signal. */
+  private readonly abandon = new AbortController();
 
   constructor(private readonly o: BullmqWorkerOptions) {}
 
@@ -45,11 +67,7 @@ export class BullmqWorker {
     const lockDuration = this.o.lockDurationMs ?? 30_000;
     this.worker = new Worker<RunJobData, ExecutionResult>(
       queueName(this.o.namespace),
-      (job: Job<RunJobData, ExecutionResult>) =>
-        this.o.executor.execute(BigInt(job.data.runId), {
-          finalAttempt: job.attemptsMade + 1 >= (job.opts.attempts ?? 1),
-          signal: this.shutdown.signal,
-        }),
+      (job: Job<RunJobData, ExecutionResult>, token?: string) => this.process(job, token),
       {
         connection: new Redis(this.o.redisUrl, { maxRetriesPerRequest: null }),
         concurrency: this.o.concurrency ?? 10,
@@ -62,6 +80,30 @@ export class BullmqWorker {
     this.worker.on('error', (err) => this.o.logger.warn({ err }, 'worker error'));
   }
 
+  /**
+   * One delivery. A run interrupted by this replica's shutdown goes back to the front of the wait
+   * list (Job.moveToWait: the lock is released, attemptsMade is untouched, so no retry is used
+   * up) and another replica picks it up at once; throwing WaitingError tells BullMQ not to treat
+   * the delivery as completed or failed.
+   */
+  private async process(job: Job<RunJobData, ExecutionResult>, token: string | undefined): Promise<ExecutionResult> {
+    const result = await this.o.executor.execute(BigInt(job.data.runId), {
+      finalAttempt: job.attemptsMade + 1 >= (job.opts.attempts ?? 1),
+      signal: this.shutdown.signal,
+      abandon: this.abandon.signal,
+    });
+    if (result.status !== 'interrupted') return result;
+    if (token) {
+      try {
+        await job.moveToWait(token);
+      } catch (err) {
+        // Lock lost (another worker has it) or Redis unreachable: BullMQ's stalled check re-delivers it.
+        this.o.logger.warn({ err, runId: job.data.runId }, 'could not hand the interrupted run back to the queue');
+      }
+    }
+    throw new WaitingError();
+  }
+
   /** Publisher for claim announcements (shares nothing with the blocking worker connection). */
   publisherFor(): (message: ControlMessage) => Promise<void> {
     return async (message) => {
@@ -72,23 +114,36 @@ export class BullmqWorker {
 
   /**
    * Stop taking runs; let running handlers finish for up to graceMs, then abort them through their
-   * signal and close.
+   * signal. A handler that stops is recorded as interrupted and its run handed back to the queue
+   * for another replica. One that ignores its signal for shutdownMarginMs more is abandoned the
+   * same way (its later ctx.transaction / ctx.fence calls are refused, and a newer claim fences
+   * out anything else). Bounded: returns within about graceMs + 2 × shutdownMarginMs (a few margins
+   * more only if Redis itself stops answering: each connection's quit is bounded by the margin).
    */
   async close(graceMs = 10_000): Promise<void> {
+    const margin = this.o.shutdownMarginMs ?? 1000;
     const worker = this.worker;
     this.worker = undefined;
     if (worker) {
+      const connection = worker.opts.connection as Redis;
       const closing = worker.close();
-      const timer = setTimeout(() => this.shutdown.abort(new Error('replica shutting down')), graceMs);
+      const timers = [
+        setTimeout(() => this.shutdown.abort(new Error('replica shutting down')), graceMs),
+        setTimeout(() => this.abandon.abort(new Error('replica shutting down: handler abandoned')), graceMs + margin),
+      ];
       try {
-        await closing;
+        if (!(await within(closing, graceMs + 2 * margin))) {
+          this.o.logger.warn({ graceMs, marginMs: margin }, 'worker did not close in time; disconnecting');
+          await within(worker.disconnect(), margin);
+        }
       } finally {
-        clearTimeout(timer);
+        for (const t of timers) clearTimeout(t);
       }
-      await (worker.opts.connection as Redis).quit().catch(() => {});
+      if (!(await within(connection.quit(), margin))) connection.disconnect();
     }
-    await this.subscriber?.quit().catch(() => {});
-    await this.publisher?.quit().catch(() => {});
+    for (const conn of [this.subscriber, this.publisher]) {
+      if (conn && !(await within(conn.quit(), margin))) conn.disconnect();
+    }
     this.subscriber = undefined;
     this.publisher = undefined;
   }

@@ -17,7 +17,13 @@ export interface JobContext {
   readonly fencingToken: bigint;
   /** Stable across attempts of one run: pass it to external APIs as their idempotency key. */
   readonly idempotencyKey: string;
-  /** Aborted on shutdown, timeout, or when a newer attempt claims the run. */
+  /**
+   * Aborted on shutdown (after the grace period), timeout, or when a newer attempt claims the run.
+   * An attempt that stops because of the shutdown is recorded as interrupted, not failed, and the
+   * run is handed to another replica without using up one of the job's retries. A handler that
+   * ignores the signal is abandoned shortly after; its later ctx.transaction / ctx.fence calls are
+   * refused.
+   */
   readonly signal: AbortSignal;
   readonly logger: Logger;
   /**
@@ -30,7 +36,8 @@ export interface JobContext {
    * Run fn in one PostgreSQL transaction together with this run's completion record. Inside, first
    * checks that the run is not completed yet and that this attempt still holds the newest claim;
    * if an earlier attempt already committed, fn is not called and the attempt is recorded as
-   * skipped.
+   * skipped. May be called once per attempt: a second call throws InvalidArgumentError (put all
+   * of the run's writes in one transaction).
    */
   transaction<T>(fn: (tx: TransactionClient) => Promise<T>): Promise<T | undefined>;
 }

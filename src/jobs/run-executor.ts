@@ -1,5 +1,5 @@
 import type { Logger } from 'pino';
-import { StaleTokenError } from '../errors.js';
+import { AbortedError, InvalidArgumentError, StaleTokenError } from '../errors.js';
 import type { Claim, Ledger } from '../scheduler/ledger.js';
 import type { JobContext } from './job-context.js';
 import type { JobRegistry } from './job-registry.js';
@@ -12,7 +12,13 @@ export type ExecutionStatus =
   /** A newer attempt took the run over while this one ran; its outcome was not recorded. */
   | 'stale'
   /** The leader cancelled the run (overlap 'replace'). */
-  | 'cancelled';
+  | 'cancelled'
+  /**
+   * This replica is shutting down: the attempt was recorded as interrupted (ledger state
+   * 'retrying') and the run must be handed back to the queue for another replica, without
+   * counting as one of the job's retries.
+   */
+  | 'interrupted';
 
 export interface ExecutionResult {
   status: ExecutionStatus;
@@ -34,6 +40,27 @@ export interface RunExecutorOptions {
   /** Tell the other replicas a run was claimed, so an older attempt aborts. */
   publish?: (message: ControlMessage) => Promise<void>;
 }
+
+export interface ExecuteOptions {
+  /** No retry will follow a failure of this attempt. */
+  finalAttempt: boolean;
+  /**
+   * Aborted when this replica shuts down (after the grace period). A handler that stops because
+   * of it is not failed: the attempt is recorded as interrupted and the result is 'interrupted'.
+   */
+  signal?: AbortSignal;
+  /**
+   * Aborted when the handler had its chance to stop after `signal` and did not: stop waiting for
+   * it, record the attempt as interrupted and return 'interrupted'. From then on the abandoned
+   * handler's ctx.transaction and ctx.fence are refused (AbortedError).
+   */
+  abandon?: AbortSignal;
+}
+
+/** The ledger error of an attempt stopped because its replica is shutting down. */
+export const INTERRUPTED = 'interrupted: replica shutting down';
+
+const ABANDONED = Symbol('abandoned');
 
 interface Running {
   token: bigint;
@@ -68,9 +95,15 @@ export class RunExecutor {
 
   /**
    * Execute one delivery. Resolves with the status; rejects with the handler's error when it
-   * failed (so the queue retries it or marks it failed). `finalAttempt`: no retry will follow.
+   * failed (so the queue retries it or marks it failed). An attempt stopped by the replica's
+   * shutdown (options.signal, options.abandon) resolves 'interrupted' instead: the caller hands
+   * the run back to the queue.
    */
-  async execute(runId: bigint, options: { finalAttempt: boolean; signal?: AbortSignal }): Promise<ExecutionResult> {
+  async execute(runId: bigint, options: ExecuteOptions): Promise<ExecutionResult> {
+    if (options.signal?.aborted) {
+      // Delivered while this replica is already shutting down: do not even claim it.
+      return { status: 'interrupted', runId: runId.toString() };
+    }
     const claimed = await this.o.ledger.claim(runId, this.o.replicaId);
     if (claimed.status === 'finished') {
       this.o.logger.info({ runId: runId.toString(), state: claimed.state }, 'delivery skipped: run already finished');
@@ -91,10 +124,18 @@ export class RunExecutor {
     this.running.set(runId.toString(), { token: claim.token, abort });
     const signals = [abort.signal];
     if (options.signal) signals.push(options.signal);
-    if (job.timeoutMs > 0) signals.push(AbortSignal.timeout(job.timeoutMs));
+    const timeout = job.timeoutMs > 0 ? AbortSignal.timeout(job.timeoutMs) : undefined;
+    if (timeout) signals.push(timeout);
     const signal = AbortSignal.any(signals);
+    /** The replica's shutdown, not a newer claim, a cancel or the job's timeout, stopped it. */
+    const stoppedByShutdown = () => options.signal?.aborted === true && !abort.signal.aborted && !timeout?.aborted;
+    let transactionCalled = false;
     let completedInTransaction = false;
     let skippedInTransaction = false;
+    let abandoned = false;
+    const refuseIfAbandoned = () => {
+      if (abandoned) throw new AbortedError(`attempt ${claim.attempt} of run ${claim.runId} (abandoned on shutdown)`);
+    };
     const ctx: JobContext = {
       jobName: claim.job,
       scheduledAt: claim.scheduledAt,
@@ -104,8 +145,20 @@ export class RunExecutor {
       idempotencyKey: idempotencyKey(claim),
       signal,
       logger: log,
-      fence: (resource, tx) => this.o.ledger.fenceRun(resource, claim, tx),
+      fence: async (resource, tx) => {
+        refuseIfAbandoned();
+        await this.o.ledger.fenceRun(resource, claim, tx);
+      },
       transaction: async (fn) => {
+        // The completion record belongs to the one transaction of the attempt: a second call
+        // would find the run completed (by this very attempt) and record it as skipped.
+        if (transactionCalled) {
+          throw new InvalidArgumentError(
+            `ctx.transaction may be called once per attempt (run ${claim.runId}, attempt ${claim.attempt}): put all of the run's writes in one call`,
+          );
+        }
+        transactionCalled = true;
+        refuseIfAbandoned();
         const result = await this.o.ledger.completeInTransaction(claim, fn);
         if (result.status === 'skipped') {
           skippedInTransaction = true;
@@ -118,7 +171,15 @@ export class RunExecutor {
     };
 
     try {
-      await job.handler(ctx);
+      const outcome = await untilAbandoned(Promise.resolve().then(() => job.handler(ctx)), options.abandon, (err) => {
+        log.warn({ err }, 'abandoned handler finished late');
+      });
+      if (outcome === ABANDONED) {
+        abandoned = true;
+        if (completedInTransaction) return result('completed', claim);
+        if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
+        return await this.interrupt(claim, log, `${INTERRUPTED}; the handler did not stop when its signal was aborted and was abandoned`);
+      }
       if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
       if (completedInTransaction) return result('completed', claim);
       const accepted = await this.o.ledger.finish(claim, 'completed');
@@ -129,6 +190,12 @@ export class RunExecutor {
       return result('completed', claim);
     } catch (err) {
       const message = (err as Error)?.message ?? String(err);
+      if (completedInTransaction) {
+        // The run's effect and completion committed; an error after that changes nothing, and a
+        // retry would only be skipped. Keep the completed record as it is.
+        log.error({ err }, 'handler failed after its transaction committed; the run stays completed');
+        return result('completed', claim);
+      }
       const state = await this.o.ledger.runState(runId);
       if (state?.state === 'cancelled') return result('cancelled', claim);
       if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
@@ -137,12 +204,53 @@ export class RunExecutor {
         log.warn({ err }, 'attempt is stale: a newer attempt owns the run');
         return result('stale', claim);
       }
+      if (stoppedByShutdown()) return await this.interrupt(claim, log, `${INTERRUPTED} (${message})`);
       await this.o.ledger.finish(claim, options.finalAttempt ? 'failed' : 'retrying', message);
       log.error({ err }, options.finalAttempt ? 'run failed' : 'attempt failed; will retry');
       throw err;
     } finally {
       this.running.delete(runId.toString());
     }
+  }
+
+  /**
+   * Record an attempt stopped by this replica's shutdown as interrupted: the run goes back to
+   * 'retrying' (not failed, whatever the job's retries), for another replica to claim with a newer
+   * token.
+   */
+  private async interrupt(claim: Claim, log: Logger, message: string): Promise<ExecutionResult> {
+    const accepted = await this.o.ledger.finish(claim, 'retrying', message);
+    if (!accepted) {
+      const state = await this.o.ledger.runState(claim.runId);
+      if (state?.state === 'cancelled') return result('cancelled', claim);
+      // The abandoned handler's own transaction committed just before: the run is done.
+      if (state?.state === 'completed' && state.claimToken === claim.token) return result('completed', claim);
+      log.warn({ state: state?.state }, 'interrupted by shutdown, but the run is no longer ours: outcome not recorded');
+      return result('stale', claim);
+    }
+    log.warn({ reason: message }, 'attempt interrupted by shutdown; the run is handed back for another replica');
+    return result('interrupted', claim);
+  }
+}
+
+/**
+ * The handler's outcome, or ABANDONED once `abandon` aborts first. An abandoned handler keeps
+ * running on its own; its eventual rejection goes to `late` instead of becoming unhandled.
+ */
+async function untilAbandoned<T>(work: Promise<T>, abandon: AbortSignal | undefined, late: (err: unknown) => void): Promise<T | typeof ABANDONED> {
+  if (!abandon) return work;
+  let onAbort = () => {};
+  const abandoned = new Promise<typeof ABANDONED>((resolve) => {
+    onAbort = () => resolve(ABANDONED);
+    if (abandon.aborted) onAbort();
+    else abandon.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    const outcome = await Promise.race([work, abandoned]);
+    if (outcome === ABANDONED) work.catch(late);
+    return outcome;
+  } finally {
+    abandon.removeEventListener('abort', onAbort);
   }
 }
 

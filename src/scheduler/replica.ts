@@ -20,6 +20,8 @@ import { LedgerClock } from './ledger-clock.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
+/** How long stop() waits for the ledger's pool to drain. */
+const POOL_END_TIMEOUT_MS = 2000;
 
 export interface ReplicaOptions {
   /** Unique per process. Default: host-pid-random. */
@@ -34,7 +36,12 @@ export interface ReplicaOptions {
   jobs: JobDefinition[] | JobRegistry;
   election?: Omit<ElectorOptions, 'leaseName' | 'replicaId'>;
   worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
-  /** How long running handlers may finish on shutdown before their signal aborts. Default 10 s. */
+  /**
+   * How long running handlers may finish on shutdown before their signal aborts. Default 10 s.
+   * A run stopped this way is recorded as interrupted and handed to another replica (no retry is
+   * used up); a handler that ignores its signal is abandoned about a second later, so stop()
+   * returns within roughly the grace period plus a few seconds.
+   */
   shutdownGraceMs?: number;
   /**
    * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
@@ -150,7 +157,8 @@ export class Replica extends EventEmitter<ReplicaEvents> {
 
   /**
    * Graceful stop: stop firing, resign (a follower takes over at once), let running handlers
-   * finish up to the grace period, then close every connection.
+   * finish up to the grace period, hand interrupted runs back to the queue, then close every
+   * connection. Bounded even when a handler ignores its signal (see BullmqWorker.close).
    */
   async stop(): Promise<void> {
     if (this.stopped) return;
@@ -162,7 +170,15 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     await this.redis.quit().catch(() => {});
     await this.o.backend.close();
     this.ledgerClock?.stop();
-    await this.pool.end();
+    // An abandoned handler may still hold a pooled client (e.g. inside ctx.transaction): do not
+    // wait for it; exiting the process ends its session and PostgreSQL rolls its transaction back.
+    let poolTimer: NodeJS.Timeout | undefined;
+    const poolClosed = await Promise.race([
+      this.pool.end().then(() => true, () => true),
+      new Promise<false>((resolve) => (poolTimer = setTimeout(() => resolve(false), POOL_END_TIMEOUT_MS))),
+    ]);
+    clearTimeout(poolTimer);
+    if (!poolClosed) this.logger.warn('a PostgreSQL client is still checked out by an abandoned handler; not waiting for it');
     this.logger.info('replica stopped');
   }
 

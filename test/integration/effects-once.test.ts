@@ -7,7 +7,12 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { EventEmitter } from 'node:events';
 import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { listRuns } from '../../src/admin/queries.js';
+import { ReplicaMetrics } from '../../src/admin/metrics.js';
+import type { Replica } from '../../src/scheduler/replica.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
@@ -38,7 +43,9 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     const registry = new JobRegistry([defineJob({ name: 'effect', schedule: '0 0 1 1 *', handler: () => {} })]);
     const delivery = new BullmqDelivery({ connection: redis, namespace, registry, ledger: new Ledger(db.pool) });
     const base = { databaseUrl: db.url, redisUrl: SHARED_REDIS_URL, namespace, lockDurationMs: 1000, job: 'effect' };
-    const a = EventedChild.fixture('A', fixture, { ...base, mode, name: 'A' });
+    // Replica ids unique to the scenario, so per-replica metrics count only this scenario's attempts.
+    const names = { a: `A-${namespace}`, b: `B-${namespace}` };
+    const a = EventedChild.fixture('A', fixture, { ...base, mode, name: names.a });
     let b: EventedChild | undefined;
     try {
       await a.waitFor((e) => e.event === 'ready', 20_000);
@@ -52,7 +59,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       const runId = committed[0]!.runId;
       await delivery.enqueue(committed);
       await act(a);
-      b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: 'B' });
+      b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: names.b });
       await settle(b, a, runId);
       const effects = await db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [runId.toString()]);
       const run = await db.pool.query<{ state: string; attempts: number; completed_attempt: number | null; skipped_attempts: number }>(
@@ -62,7 +69,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       const attempts = await db.pool.query<{ attempt: number; state: string }>('SELECT attempt, state FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt', [
         runId.toString(),
       ]);
-      return { effects: effects.rows, run: run.rows[0]!, attempts: attempts.rows };
+      return { runId, namespace, names, effects: effects.rows, run: run.rows[0]!, attempts: attempts.rows };
     } finally {
       for (const c of [a, b]) {
         if (!c) continue;
@@ -85,8 +92,31 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     }
   }
 
+  /**
+   * A replica's run-attempt metrics without starting a Replica: ReplicaMetrics only needs its
+   * events, id, namespace, start time and logger, and reads the attempts from the ledger.
+   */
+  async function attemptMetrics(replicaId: string, namespace: string): Promise<Map<string, number>> {
+    const stub = Object.assign(new EventEmitter(), {
+      replicaId,
+      namespace,
+      startedAt: Date.now() - 10 * 60_000,
+      ledgerClock: undefined,
+      logger: pino({ level: 'silent' }),
+    });
+    const text = await new ReplicaMetrics(stub as unknown as Replica, db.pool).exposition();
+    const byOutcome = new Map<string, number>();
+    for (const line of text.split('\n')) {
+      const m = /^cronwarden_run_attempts_total\{([^}]*)\} (\S+)$/.exec(line);
+      if (!m || !m[1]!.includes('job="effect"')) continue;
+      const outcome = /outcome="([^"]+)"/.exec(m[1]!)![1]!;
+      byOutcome.set(outcome, (byOutcome.get(outcome) ?? 0) + Number(m[2]));
+    }
+    return byOutcome;
+  }
+
   it('killed with SIGKILL after its transaction committed, before BullMQ heard: the re-delivery is skipped', { timeout: 60_000 }, async () => {
-    const { effects, run, attempts } = await scenario(
+    const { runId, namespace, names, effects, run, attempts } = await scenario(
       'after-commit',
       async (a) => {
         await a.waitFor((e) => e.event === 'committed' && e.attempt === 1, 20_000);
@@ -102,6 +132,28 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     assert.ok(run.skipped_attempts >= 1, 'the re-delivered attempt is recorded as skipped');
     assert.deepEqual(attempts[0], { attempt: 1, state: 'completed' });
     assert.ok(attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'), JSON.stringify(attempts));
+
+    // Issue 6: the admin view shows the attempts, which one completed, and the skipped re-deliveries.
+    const { runs } = await listRuns(db.pool, { job: 'effect', limit: 100 });
+    const view = runs.find((r) => r.id === runId.toString());
+    assert.ok(view, 'the run is listed');
+    assert.equal(view.state, 'completed');
+    assert.equal(view.completedAttempt, 1);
+    assert.ok(view.skippedAttempts >= 1, `skippedAttempts ${view.skippedAttempts}`);
+    assert.equal(view.attempts.length, 1 + view.skippedAttempts);
+    assert.deepEqual(
+      view.attempts.slice(0, 2).map((a) => ({ attempt: a.attempt, worker: a.worker, state: a.state })),
+      [
+        { attempt: 1, worker: names.a, state: 'completed' },
+        { attempt: 2, worker: names.b, state: 'skipped' },
+      ],
+    );
+    assert.ok(view.attempts.slice(1).every((a) => a.state === 'skipped' && a.error?.startsWith('run already completed')), JSON.stringify(view.attempts));
+    // ... and so do the metrics of the replicas that executed them.
+    assert.deepEqual([...(await attemptMetrics(names.a, namespace))], [['completed', 1]]);
+    const b = await attemptMetrics(names.b, namespace);
+    assert.equal(b.get('skipped'), view.skippedAttempts, JSON.stringify([...b]));
+    assert.equal(b.get('completed') ?? 0, 0);
   });
 
   it('killed inside the handler before its commit: the re-delivered attempt commits once', { timeout: 60_000 }, async () => {
