@@ -63,15 +63,10 @@ WITH granted AS (
 SELECT token::text AS token, CASE WHEN new_tenure THEN pg_notify('${LEASE_CHANNEL}', $1) END AS notified
 FROM granted`;
 
-/** Extend only a live lease with our holder and token; on failure report what the row says now. */
+/** Extend only a live lease with our holder and token: one plain conditional UPDATE, the hot path. */
 const RENEW_SQL = `
-WITH renewed AS (
-  UPDATE cw_leases SET expires_at = now() + $4::integer * interval '1 millisecond', renewed_at = now()
-  WHERE name = $1 AND holder = $2 AND token = $3::bigint AND expires_at > now()
-  RETURNING 1
-)
-SELECT EXISTS (SELECT 1 FROM renewed) AS renewed, l.holder, l.token::text AS token, l.expires_at > now() AS live
-FROM (VALUES (1)) AS one LEFT JOIN cw_leases l ON l.name = $1`;
+UPDATE cw_leases SET expires_at = now() + $4::integer * interval '1 millisecond', renewed_at = now()
+WHERE name = $1 AND holder = $2 AND token = $3::bigint AND expires_at > now()`;
 
 /** Clear the holder but keep the row: its token is the counter for the next tenure. */
 const RELEASE_SQL = `
@@ -149,14 +144,11 @@ export class PostgresLeaseBackend implements LeaseBackend {
 
   async renew(lease: Lease): Promise<Lease> {
     const sentAt = this.clock.monotonic();
-    const { rows } = await this.query<{ renewed: boolean; holder: string | null; token: string | null; live: boolean | null }>(
-      RENEW_SQL,
-      [lease.name, lease.holder, lease.token.toString(), lease.ttlMs],
-    );
-    const row = rows[0];
-    if (!row?.renewed) {
-      const reason = row?.holder && row.live ? `now held by "${row.holder}" with token ${row.token}` : 'expired or released';
-      throw new LeaseLostError(lease.name, reason);
+    const { rowCount } = await this.query(RENEW_SQL, [lease.name, lease.holder, lease.token.toString(), lease.ttlMs]);
+    if (rowCount !== 1) {
+      // Only to say why; the lease is lost whatever this read returns.
+      const now = await this.current(lease.name).catch(() => null);
+      throw new LeaseLostError(lease.name, now ? `now held by "${now.holder}" with token ${now.token}` : 'expired or released');
     }
     return { ...lease, deadline: sentAt + lease.ttlMs - lease.safetyMarginMs };
   }
