@@ -261,6 +261,10 @@ export class RedisLeaseBackend implements LeaseBackend {
     // With no offline queue a command sent while (re)connecting fails at once; wait for the
     // connection instead, inside the same time budget. ('end' = closed for good: fail at once.)
     const status = this.client.status;
+    if (status === 'ready' && this.ownsClient) {
+      // Our own client bounds every command by its commandTimeout: no second timer on the hot path.
+      return fn(this.client).catch((err: unknown) => Promise.reject(toBackendError(what, err)));
+    }
     if (status !== 'ready' && status !== 'end' && !this.client.options.enableOfflineQueue) await this.ready(what);
     return this.withTimeout(what, fn(this.client), this.timeoutMs - (performance.now() - started));
   }
