@@ -10,6 +10,9 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Lease, LeaseBackend } from '../../src/locks/lease.js';
 import { AbortedError, InvalidArgumentError, LeaseLostError, NotHolderError } from '../../src/errors.js';
 
+/** Rounds of the 20-contender exclusion test: 200 grants per backend. */
+const ROUNDS = 10;
+
 export interface ConformanceTarget {
   /** Start servers, create schemas… Runs once before the suite. */
   setup?: () => Promise<void>;
@@ -78,7 +81,7 @@ export function leaseConformance(label: string, target: ConformanceTarget): void
       const tokens: bigint[] = [];
       await Promise.all(
         clients.map(async (client, i) => {
-          for (let round = 0; round < 3; round++) {
+          for (let round = 0; round < ROUNDS; round++) {
             const lease = await client.acquire({ name, holder: `c${i}`, ttlMs: 10_000 });
             inside++;
             maxInside = Math.max(maxInside, inside);
@@ -89,10 +92,36 @@ export function leaseConformance(label: string, target: ConformanceTarget): void
           }
         }),
       );
+      // 20 clients hold connections (a PostgreSQL pool and LISTEN each): give them back now, not at the end.
+      await Promise.all(clients.map((c) => c.close()));
       assert.equal(maxInside, 1, 'two contenders were inside at once');
-      assert.equal(tokens.length, 60);
+      assert.equal(tokens.length, 20 * ROUNDS);
       for (let i = 1; i < tokens.length; i++) {
         assert.ok(tokens[i]! > tokens[i - 1]!, `token ${tokens[i]} after ${tokens[i - 1]} is not greater`);
+      }
+    });
+
+    it('holders that crash (no renew, no release) are followed one by one, each only after the last expired', async () => {
+      const clients = await Promise.all(Array.from({ length: 3 }, () => connect()));
+      const name = uniqueName();
+      const grants: { holder: string; token: bigint; at: number; expiresNoEarlierThan: number }[] = [];
+      await Promise.all(
+        clients.map(async (client, i) => {
+          // Each winner "crashes" at once: it neither renews nor releases, so only expiry frees the lease.
+          const lease = await client.acquire({ name, holder: `crash${i}`, ttlMs: ttl });
+          grants.push({ holder: lease.holder, token: lease.token, at: performance.now(), expiresNoEarlierThan: lease.deadline + lease.safetyMarginMs });
+        }),
+      );
+      await Promise.all(clients.map((c) => c.close()));
+      assert.equal(grants.length, 3);
+      for (let i = 1; i < grants.length; i++) {
+        const [prev, next] = [grants[i - 1]!, grants[i]!];
+        assert.ok(next.token > prev.token, `token ${next.token} after ${prev.token} is not greater`);
+        // The previous lease lives at least ttl from when its request was sent: no grant before that.
+        assert.ok(
+          next.at >= prev.expiresNoEarlierThan - 20,
+          `${next.holder} was granted ${(prev.expiresNoEarlierThan - next.at).toFixed(0)} ms before ${prev.holder}'s lease could expire`,
+        );
       }
     });
 
