@@ -9,7 +9,18 @@ export function registerMigrate(program: Command): void {
     .option('--database-url <url>', 'PostgreSQL URL (env CRONWARDEN_DATABASE_URL)', process.env.CRONWARDEN_DATABASE_URL)
     .action(async (opts: { databaseUrl?: string }) => {
       if (!opts.databaseUrl) throw new InvalidConfigError('CRONWARDEN_DATABASE_URL', 'is required (or pass --database-url)');
+      if (!isPostgresUrl(opts.databaseUrl)) {
+        throw new InvalidConfigError('CRONWARDEN_DATABASE_URL (--database-url)', 'must be a URL starting with postgres:// or postgresql://');
+      }
       await migrateDatabase(opts.databaseUrl);
       process.stdout.write('migrations applied\n');
     });
+}
+
+function isPostgresUrl(value: string): boolean {
+  try {
+    return ['postgres:', 'postgresql:'].includes(new URL(value).protocol);
+  } catch {
+    return false;
+  }
 }

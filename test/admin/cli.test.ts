@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
+import { faultKinds } from '../../src/drill/faults.js';
 import { EventedChild } from '../support/evented-child.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { ADMIN_TOKEN, SHARED_REDIS_URL } from './support.js';
@@ -186,6 +187,90 @@ describe('cronwarden CLI against running replicas', () => {
     [leader, follower] = [follower, leader];
   });
 
+});
+
+/** The non-empty lines of a stream's output. */
+const linesOf = (text: string) => text.split('\n').filter((l) => l.trim() !== '');
+
+describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', () => {
+  it('a usage error (unknown option, missing argument, unknown command) is one line on stderr with exit 2', async () => {
+    const cases: [string[], RegExp][] = [
+      [['status', '--bogus'], /^cronwarden: unknown option '--bogus' \(see cronwarden status --help\)$/],
+      [['status', '--jsn'], /^cronwarden: unknown option '--jsn' \(Did you mean --json\?\) \(see cronwarden status --help\)$/],
+      [['trigger'], /^cronwarden: missing required argument 'job' \(see cronwarden trigger --help\)$/],
+      [['migrate', '--database-url'], /^cronwarden: option '--database-url <url>' argument missing \(see cronwarden migrate --help\)$/],
+      [['no-such-command'], /^cronwarden: unknown command 'no-such-command' \(see cronwarden --help\)$/],
+    ];
+    for (const [args, message] of cases) {
+      const { code, stdout, stderr } = await cli(args);
+      assert.equal(code, 2, args.join(' '));
+      assert.equal(stdout, '', args.join(' '));
+      assert.equal(linesOf(stderr).length, 1, `${args.join(' ')}: ${stderr}`);
+      assert.ok(stderr.endsWith('\n') && !stderr.slice(0, -1).includes('\n'), stderr);
+      assert.match(stderr.trimEnd(), message);
+    }
+  });
+
+  it('a configuration error on start is one line on stderr with exit 2', async () => {
+    const bad = await cli(['start', '--backend', 'postgres', '--jobs', 'test/admin/fixtures/jobs.ts'], {
+      CRONWARDEN_DATABASE_URL: 'not-a-url',
+      CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
+    });
+    assert.equal(bad.code, 2);
+    assert.deepEqual(linesOf(bad.stderr), ['cronwarden: CRONWARDEN_DATABASE_URL (--database-url): must be a URL starting with postgres:// or postgresql://']);
+    assert.equal(bad.stdout, '');
+    const wrongScheme = await cli(['migrate'], { CRONWARDEN_DATABASE_URL: 'mysql://app:hunter2secret@db/app' });
+    assert.equal(wrongScheme.code, 2);
+    assert.equal(linesOf(wrongScheme.stderr).length, 1, wrongScheme.stderr);
+    assert.doesNotMatch(wrongScheme.stderr, /hunter2secret/);
+  });
+
+  it('migrate creates the ledger tables in an empty database, and a second run changes nothing', async () => {
+    const scratch = await createTestDatabase({ migrate: false });
+    try {
+      const tables = async () =>
+        (await scratch.pool.query<{ t: string }>("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1")).rows.map((r) => r.t);
+      assert.deepEqual(await tables(), []);
+      const first = await cli(['migrate'], { CRONWARDEN_DATABASE_URL: scratch.url });
+      assert.equal(first.code, 0, first.stderr);
+      assert.equal(first.stdout, 'migrations applied\n');
+      const created = await tables();
+      for (const t of ['cw_runs', 'cw_run_attempts', 'cw_job_state', 'cw_members', 'cw_fences']) assert.ok(created.includes(t), `${t} in ${created.join(', ')}`);
+      const applied = async () => (await scratch.pool.query('SELECT count(*)::int AS n FROM drizzle.__drizzle_migrations')).rows[0].n as number;
+      const migrations = await applied();
+      assert.ok(migrations > 0);
+      // Idempotent, and the flag works as well as the environment variable.
+      const second = await cli(['migrate', '--database-url', scratch.url], { CRONWARDEN_DATABASE_URL: '' });
+      assert.equal(second.code, 0, second.stderr);
+      assert.equal(second.stderr, '');
+      assert.deepEqual(await tables(), created);
+      assert.equal(await applied(), migrations);
+    } finally {
+      await scratch.drop();
+    }
+  });
+
+  it('an unreachable database makes migrate exit 1 with one line', async () => {
+    const port = await closedPort();
+    const dead = await cli(['migrate', '--database-url', `postgres://postgres@127.0.0.1:${port}/x`]);
+    assert.equal(dead.code, 1);
+    assert.deepEqual(linesOf(dead.stderr), [`cronwarden: connect ECONNREFUSED 127.0.0.1:${port}`]);
+  });
+
+  it('drill --help exits 0 and lists every fault kind', async () => {
+    const { code, stdout, stderr } = await cli(['drill', '--help']);
+    assert.equal(code, 0, stderr);
+    assert.match(stdout, /^Usage: cronwarden drill/);
+    const text = stdout.replace(/\s+/g, ' ');
+    const listed = /--faults <kinds> comma-separated: (.*?) \(default/.exec(text)?.[1]?.split(/, */);
+    assert.deepEqual(listed, [...faultKinds], text);
+  });
+
+  it('--version prints the version and exits 0', async () => {
+    const { code, stdout } = await cli(['--version']);
+    assert.equal(code, 0);
+    assert.match(stdout, /^\d+\.\d+\.\d+/);
+  });
 });
 
 /** A loopback port nobody listens on. */
