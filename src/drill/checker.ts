@@ -1,9 +1,11 @@
 /**
- * The exactly-once checker: reads what the ledger and an effect log say happened and checks the
- * invariants of DESIGN.md. Pure over a History, so tests can plant a duplicate, a gap or a stale
- * write and expect it to be caught; readHistory() loads a History from PostgreSQL.
+ * The exactly-once checker: reads what the ledger, the effect table and the independent attempt
+ * log say happened and checks the invariants of DESIGN.md. Pure over a History, so tests can plant
+ * a duplicate, a gap or a stale write and expect it to be caught; readHistory() loads a History
+ * from PostgreSQL.
  */
 import type pg from 'pg';
+import type { AttemptOutcome } from './attempt-log.js';
 
 export interface RunRecord {
   id: bigint;
@@ -22,11 +24,24 @@ export interface EffectRecord {
   token: bigint;
 }
 
+/**
+ * One row of the attempt log: what one attempt's fenced write did, appended outside (after) its
+ * transaction, so a refused attempt leaves a row although its transaction rolled back.
+ */
+export interface AttemptLogRecord {
+  runId: bigint;
+  /** The attempt's execution token. */
+  token: bigint;
+  outcome: AttemptOutcome;
+}
+
 export interface History {
   /** In commit order (the fence serialises fire commits, so id order is commit order). */
   runs: RunRecord[];
-  /** Rows of the independent effect log, if the workload keeps one. */
+  /** Rows of the effect table (written inside the run's transaction: exactly once per run), if the workload keeps one. */
   effects?: EffectRecord[];
+  /** Rows of the independent attempt log (written outside the transaction), if the workload keeps one. */
+  attemptLog?: AttemptLogRecord[];
 }
 
 export interface Expectation {
@@ -60,6 +75,17 @@ export interface CheckReport {
   effectsDuplicated: number;
   effectsMissing: number;
   staleEffects: number;
+  /** The attempt log's rows by outcome (null: no attempt log). staleSkipped: 'skipped' rows of an attempt older than the one that completed the run. */
+  attemptLog: { attempts: number; committed: number; refused: number; skipped: number; staleSkipped: number; failed: number } | null;
+  /**
+   * Stale fenced writes refused, from the attempt log: 'refused' rows (the fence or the claim check
+   * threw) plus stale 'skipped' rows (the attempt woke after a newer one had completed the run).
+   */
+  staleWritesRefused: number;
+  /** 'committed' log rows whose token is not the one that completed the run: a stale write that landed (I4). */
+  staleWritesLanded: number;
+  /** Extra 'committed' log rows of a run beyond its first: its write committed more than once (I4). */
+  writesCommittedTwice: number;
   violations: Violation[];
   ok: boolean;
 }
@@ -159,9 +185,82 @@ export function checkHistory(history: History, expectation: Expectation): CheckR
     }
   }
 
+  // I4 from the independent attempt log: a committed write must be the completing attempt's, once
+  // per run; refused and stale-skipped attempts are the stale writes the fence turned away.
+  let attemptLog: CheckReport['attemptLog'] = null;
+  let staleWritesLanded = 0;
+  let writesCommittedTwice = 0;
+  if (history.attemptLog) {
+    const runsById = new Map(history.runs.map((r) => [r.id, r]));
+    const counts = { attempts: 0, committed: 0, refused: 0, skipped: 0, staleSkipped: 0, failed: 0 };
+    const committedByRun = new Map<bigint, bigint[]>();
+    for (const row of history.attemptLog) {
+      counts.attempts++;
+      const run = runsById.get(row.runId);
+      switch (row.outcome) {
+        case 'committed': {
+          counts.committed++;
+          committedByRun.set(row.runId, [...(committedByRun.get(row.runId) ?? []), row.token]);
+          if (run && run.completedToken !== row.token) {
+            staleWritesLanded++;
+            note({
+              invariant: 'I4',
+              message: `run ${row.runId}: the attempt log has a write committed with token ${row.token}, but ${run.completedToken === null ? 'no attempt completed the run' : `token ${run.completedToken} completed the run`}`,
+            });
+          }
+          break;
+        }
+        case 'refused':
+          counts.refused++;
+          break;
+        case 'skipped':
+          counts.skipped++;
+          if (run?.completedToken != null && row.token < run.completedToken) counts.staleSkipped++;
+          break;
+        default:
+          counts.failed++;
+      }
+    }
+    for (const [runId, tokens] of committedByRun) {
+      if (tokens.length > 1) {
+        writesCommittedTwice += tokens.length - 1;
+        note({ invariant: 'I4', message: `run ${runId}: the attempt log has ${tokens.length} committed writes (tokens ${tokens.join(', ')})` });
+      }
+    }
+    attemptLog = counts;
+  }
+  const staleWritesRefused = attemptLog ? attemptLog.refused + attemptLog.staleSkipped : 0;
+
   const committed = history.runs.length;
-  const ok = duplicated === 0 && missed === 0 && early === 0 && incomplete === 0 && tokenRegressions === 0 && effectsDuplicated === 0 && effectsMissing === 0 && staleEffects === 0;
-  return { expected, committed, duplicated, missed, early, incomplete, tokenRegressions, effectsDuplicated, effectsMissing, staleEffects, violations, ok };
+  const ok =
+    duplicated === 0 &&
+    missed === 0 &&
+    early === 0 &&
+    incomplete === 0 &&
+    tokenRegressions === 0 &&
+    effectsDuplicated === 0 &&
+    effectsMissing === 0 &&
+    staleEffects === 0 &&
+    staleWritesLanded === 0 &&
+    writesCommittedTwice === 0;
+  return {
+    expected,
+    committed,
+    duplicated,
+    missed,
+    early,
+    incomplete,
+    tokenRegressions,
+    effectsDuplicated,
+    effectsMissing,
+    staleEffects,
+    attemptLog,
+    staleWritesRefused,
+    staleWritesLanded,
+    writesCommittedTwice,
+    violations,
+    ok,
+  };
 }
 
 export interface WindowCounts {
@@ -188,10 +287,13 @@ export function countWindow(history: History, expectation: Pick<Expectation, 'ex
   return { expected, committed: runs.length, duplicated: runs.length - slots.size, missed };
 }
 
-/** Load the ledger (and an effect log table with run_id and token columns, if named) for a window. */
+/**
+ * Load the ledger for a window, and if named the effect table (run_id and token columns) and the
+ * attempt log (run_id, token and outcome columns, see attempt-log.ts).
+ */
 export async function readHistory(
   pool: pg.Pool,
-  options: { from: Date; to: Date; effectsTable?: string; jobPrefix?: string },
+  options: { from: Date; to: Date; effectsTable?: string; attemptLogTable?: string; jobPrefix?: string },
 ): Promise<History> {
   const runs = await pool.query<{ id: string; job: string; scheduled_at: Date; leader_token: string; state: string; completed_token: string | null; created_at: Date }>(
     `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
@@ -220,6 +322,14 @@ export async function readHistory(
       [options.from, options.to],
     );
     history.effects = effects.rows.map((e) => ({ runId: BigInt(e.run_id), token: BigInt(e.token) }));
+  }
+  if (options.attemptLogTable) {
+    if (!/^[a-z_][a-z0-9_]*$/.test(options.attemptLogTable)) throw new Error(`bad attempt log table name ${options.attemptLogTable}`);
+    const rows = await pool.query<{ run_id: string; token: string; outcome: AttemptOutcome }>(
+      `SELECT l.run_id, l.token, l.outcome FROM ${options.attemptLogTable} l JOIN cw_runs r ON r.id = l.run_id WHERE r.scheduled_at BETWEEN $1 AND $2 ORDER BY l.id`,
+      [options.from, options.to],
+    );
+    history.attemptLog = rows.rows.map((l) => ({ runId: BigInt(l.run_id), token: BigInt(l.token), outcome: l.outcome }));
   }
   return history;
 }

@@ -15,6 +15,86 @@ export type FaultKind = (typeof faultKinds)[number];
 /** Faults after which leadership must stay where it is. */
 export const keepsLeader: ReadonlySet<FaultKind> = new Set(['link-slow', 'link-lossy', 'clock-skew']);
 
+/**
+ * Faults that must move leadership to a new tenure (a higher lease token): the leader is killed,
+ * frozen past its TTL, shut down, or cut off from the lease backend past its TTL.
+ */
+export const movesLeader: ReadonlySet<FaultKind> = new Set(['kill', 'stop', 'term', 'link-cut']);
+
+/**
+ * I5's bound for a fault, if it has one: after a crash (kill, or a leader frozen or cut off past
+ * its TTL) the lease must lapse and be taken, and the new leader fire, within TTL + 1.5 retry
+ * periods (the renew period, TTL/5) + one tick (1 s) + 0.5 s slack; after SIGTERM (lease released)
+ * within one tick + 0.5 s. Other faults have no gap bound.
+ */
+export function i5BoundMs(kind: FaultKind, ttlMs: number): number | null {
+  if (kind === 'kill' || kind === 'stop' || kind === 'link-cut') return ttlMs + Math.max(50, Math.floor(ttlMs / 5)) * 1.5 + 1000 + 500;
+  if (kind === 'term') return 1500;
+  return null;
+}
+
+/** What the drill saw around one fault, in epoch ms. */
+export interface FaultObservation {
+  kind: FaultKind;
+  ttlMs: number;
+  strikeAt: number;
+  /** Fires were committing just before the strike. */
+  flowing: boolean;
+  /** The lease holder and its token just before the strike (null: no leader known). */
+  leaderBefore: { id: string; token: bigint } | null;
+  /** First fire committed after the strike, under any leader token (the old leader's included). */
+  firstFireAt: number | null;
+  /** First fire committed after the strike under a leader token higher than leaderBefore's: the new tenure's. */
+  firstNewTenureFireAt: number | null;
+  /** From the strike until the backend named a different live holder (null: not seen). */
+  handoverMs: number | null;
+  /** Changes of leader from the strike until the next fault. */
+  leaderChanges: number;
+  /** What exactly struck, for the messages. */
+  detail?: string;
+}
+
+export interface FaultJudgement {
+  /**
+   * For faults that move leadership: strike → first fire of the new tenure (a fire of the old
+   * leader, which a link-cut leader keeps committing until its own deadline, does not end the gap).
+   * For the others: strike → first fire committed after it.
+   */
+  gapMs: number | null;
+  boundMs: number | null;
+  /** The fault proved something: fires flowed before it, a leader was struck, and (for faults that move leadership) a new tenure fired after it; otherwise any fire after it. */
+  counted: boolean;
+  violations: string[];
+}
+
+/** Judge one fault: did it count, did it break I5, did leadership flap where it must stay. Pure. */
+export function judgeFault(o: FaultObservation): FaultJudgement {
+  const when = new Date(o.strikeAt).toISOString();
+  const boundMs = i5BoundMs(o.kind, o.ttlMs);
+  const moves = movesLeader.has(o.kind);
+  const end = moves ? o.firstNewTenureFireAt : o.firstFireAt;
+  const gapMs = end === null ? null : end - o.strikeAt;
+  const struck = o.flowing && o.leaderBefore !== null;
+  const counted = struck && end !== null;
+  const violations: string[] = [];
+  if (!struck || (!moves && end === null)) {
+    violations.push(`fault ${o.kind} at ${when} proves nothing (fires flowing before: ${o.flowing}, leader known: ${o.leaderBefore !== null}, fire after: ${o.firstFireAt !== null})`);
+  } else if (moves && end === null) {
+    // The old tenure may well have kept firing (a link-cut leader until its deadline): that proves
+    // nothing about failover. No new leader fired at all: I5 is broken, and the fault does not count.
+    const old = o.firstFireAt === null ? 'no fire at all after the strike' : `only the old leader (token ${o.leaderBefore!.token}) committed after the strike`;
+    violations.push(`I5: ${o.kind} at ${when}: no fire under a new leader (token > ${o.leaderBefore!.token}); ${old}`);
+  }
+  if (gapMs !== null && boundMs !== null && gapMs > boundMs) {
+    violations.push(`I5: ${o.kind} at ${when}: ${moves ? 'first fire of the new leader' : 'next fire'} after ${gapMs} ms, bound ${boundMs} ms`);
+  }
+  if (o.handoverMs !== null && boundMs !== null && o.handoverMs > boundMs) {
+    violations.push(`I5: ${o.kind} at ${when}: new leader after ${o.handoverMs} ms, bound ${boundMs} ms`);
+  }
+  if (keepsLeader.has(o.kind) && o.leaderChanges > 0) violations.push(`flap: ${o.kind}${o.detail ? ` (${o.detail})` : ''} at ${when} changed the leader ${o.leaderChanges} time(s)`);
+  return { gapMs, boundMs, counted, violations };
+}
+
 /** Every kind that means something on `backend`; clock-skew only where libfaketime is installed. */
 export function applicableFaults(backend: 'etcd' | 'redis' | 'postgres', hasLibfaketime: boolean): FaultKind[] {
   return faultKinds.filter((k) => (k !== 'backend-restart-all' || backend === 'etcd') && (k !== 'clock-skew' || hasLibfaketime));
