@@ -1,6 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { bigint, pgTable, text } from 'drizzle-orm/pg-core';
+import { count, eq } from 'drizzle-orm';
+import { drizzle } from 'drizzle-orm/node-postgres';
 import { Ledger, type Claim } from '../../src/scheduler/ledger.js';
+import { idempotencyKey } from '../../src/jobs/run-executor.js';
 import { StaleTokenError } from '../../src/errors.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
@@ -121,6 +125,38 @@ describe('Ledger (real PostgreSQL)', () => {
     assert.deepEqual(await ledger.claim(runId, 'w2'), { status: 'finished', state: 'completed' });
     const effects = await db.pool.query('SELECT note FROM effects WHERE run_id = $1', [runId.toString()]);
     assert.deepEqual(effects.rows, [{ note: 'first' }]);
+  });
+
+  it('drizzle over tx takes part in the transaction: a refused attempt leaves nothing, one effect lands; the idempotency key is the same for every attempt', async () => {
+    await db.pool.query('CREATE TABLE drizzle_effects (run_id bigint NOT NULL, idempotency_key text NOT NULL)');
+    const drizzleEffects = pgTable('drizzle_effects', { runId: bigint('run_id', { mode: 'bigint' }).notNull(), idempotencyKey: text('idempotency_key').notNull() });
+    const { committed } = await ledger.commitFires([{ job: 'dz', scheduledAt: at(30), trigger: 'schedule' }], leader(7n));
+    const runId = committed[0]!.runId;
+    const first = ((await ledger.claim(runId, 'w1')) as { claim: Claim }).claim;
+    const insert = (claim: Claim, tx: Parameters<Parameters<Ledger['completeInTransaction']>[1]>[0]) =>
+      drizzle(tx).insert(drizzleEffects).values({ runId, idempotencyKey: idempotencyKey(claim) });
+    // The first attempt writes through drizzle; while it is inside, a re-delivery claims the run.
+    let second: Claim | undefined;
+    await assert.rejects(
+      ledger.completeInTransaction(first, async (tx) => {
+        await insert(first, tx);
+        second = ((await ledger.claim(runId, 'w2')) as { claim: Claim }).claim;
+      }),
+      StaleTokenError,
+      'the first attempt lost its claim while inside: its completion is refused',
+    );
+    assert.ok(second);
+    assert.equal(idempotencyKey(first), idempotencyKey(second), 'one key for every attempt of a run');
+    assert.notEqual(idempotencyKey(second), idempotencyKey({ job: 'dz', scheduledAt: at(31) }), 'another run, another key');
+    const none = await drizzle(db.pool).select({ n: count() }).from(drizzleEffects).where(eq(drizzleEffects.runId, runId));
+    assert.equal(none[0]!.n, 0, "the refused attempt's drizzle insert was rolled back with it");
+    const done = await ledger.completeInTransaction(second, async (tx) => {
+      await insert(second!, tx);
+    });
+    assert.equal(done.status, 'committed');
+    assert.equal((await ledger.completeInTransaction(first, async () => assert.fail('fn of a done run must not run'))).status, 'skipped');
+    const rows = await drizzle(db.pool).select({ n: count() }).from(drizzleEffects).where(eq(drizzleEffects.runId, runId));
+    assert.equal(rows[0]!.n, 1);
   });
 
   it('completeInTransaction of a stale attempt rolls its effect back', async () => {
