@@ -16,7 +16,13 @@ class RecordingDelivery implements RunDelivery {
   readonly enqueued: DeliverableRun[] = [];
   readonly cancelled: bigint[] = [];
   onCancel: (runIds: bigint[]) => void = () => {};
+  /** Fail this many enqueue calls (the queue's Redis is down). */
+  failEnqueues = 0;
   async enqueue(runs: DeliverableRun[]) {
+    if (this.failEnqueues > 0) {
+      this.failEnqueues--;
+      throw new Error('redis unavailable');
+    }
     this.enqueued.push(...runs);
   }
   async cancel(runIds: bigint[]) {
@@ -115,6 +121,25 @@ describe('FireLoop (driven clock)', () => {
     await t.clock.advance(1000);
     assert.equal(t.ledger.of('job0').at(-1)!.state, 'pending', 'fires again once the job is idle');
     assert.equal(t.delivery.enqueued.length, 2, 'skipped fires are never delivered');
+  });
+
+  it('the outbox: fires committed while the queue is down are delivered by the next sweep, each once', async () => {
+    const t = setup([{}, { schedule: '*/2 * * * * *' }]);
+    const failures: string[] = [];
+    t.loop.on('enqueue:failed', (err) => failures.push(err.message));
+    await t.lead();
+    t.delivery.failEnqueues = 2; // the next two enqueues fail: first the fire, then the sweep that follows it
+    await t.clock.advance(1000);
+    const committed = [...t.ledger.of('job0'), ...t.ledger.of('job1')];
+    assert.equal(committed.length, 1, 'the fire is committed although the queue is down');
+    assert.equal(t.delivery.enqueued.length, 0);
+    assert.deepEqual(failures, ['redis unavailable']);
+    await t.clock.advance(3000);
+    const all = [...t.ledger.of('job0'), ...t.ledger.of('job1')].map((r) => r.id).sort();
+    const delivered = t.delivery.enqueued.map((r) => r.runId).sort();
+    assert.deepEqual(delivered, all, 'every committed run delivered, the early one by a later sweep');
+    assert.equal(new Set(delivered).size, delivered.length, 'none delivered twice');
+    assert.equal((await t.ledger.unenqueued(100, [])).length, 0, 'the outbox is empty');
   });
 
   it('overlap "queue": one run waits behind the active one and is delivered when it finishes', async () => {
