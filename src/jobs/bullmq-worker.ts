@@ -1,4 +1,5 @@
-import { WaitingError, Worker, type Job } from 'bullmq';
+import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
+import { BackendUnavailableError } from '../errors.js';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { controlChannel, queueName } from './bullmq-names.js';
@@ -87,11 +88,23 @@ export class BullmqWorker {
    * the delivery as completed or failed.
    */
   private async process(job: Job<RunJobData, ExecutionResult>, token: string | undefined): Promise<ExecutionResult> {
-    const result = await this.o.executor.execute(BigInt(job.data.runId), {
-      finalAttempt: job.attemptsMade + 1 >= (job.opts.attempts ?? 1),
-      signal: this.shutdown.signal,
-      abandon: this.abandon.signal,
-    });
+    let result: ExecutionResult;
+    try {
+      result = await this.o.executor.execute(BigInt(job.data.runId), {
+        finalAttempt: job.attemptsMade + 1 >= (job.opts.attempts ?? 1),
+        signal: this.shutdown.signal,
+        abandon: this.abandon.signal,
+      });
+    } catch (err) {
+      if (!(err instanceof BackendUnavailableError) || !token) throw err;
+      // The ledger is unreachable: not the handler's failure. Deliver the run again after a backoff
+      // that grows with each such delay, without using up one of the job's attempts.
+      const delays = Math.max(0, job.attemptsStarted - job.attemptsMade - 1);
+      const delayMs = Math.min(30_000, 500 * 2 ** Math.min(delays, 6));
+      this.o.logger.warn({ err, runId: job.data.runId, delayMs }, 'ledger unavailable: delivering the run again later');
+      await job.moveToDelayed(Date.now() + delayMs, token);
+      throw new DelayedError();
+    }
     if (result.status !== 'interrupted') return result;
     if (token) {
       try {

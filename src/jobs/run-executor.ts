@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
-import { AbortedError, InvalidArgumentError, StaleTokenError } from '../errors.js';
+import { AbortedError, BackendUnavailableError, InvalidArgumentError, StaleTokenError } from '../errors.js';
+import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
 import type { Claim, Ledger } from '../scheduler/ledger.js';
 import type { JobContext } from './job-context.js';
 import type { JobRegistry } from './job-registry.js';
@@ -104,7 +105,9 @@ export class RunExecutor {
       // Delivered while this replica is already shutting down: do not even claim it.
       return { status: 'interrupted', runId: runId.toString() };
     }
-    const claimed = await this.o.ledger.claim(runId, this.o.replicaId);
+    // The ledger unreachable: nothing ran, so the delivery is simply tried again later (the worker
+    // delays it without using up an attempt); a failed BullMQ job would strand the run 'pending'.
+    const claimed = await ledgerCall(`claim of run ${runId}`, () => this.o.ledger.claim(runId, this.o.replicaId));
     if (claimed.status === 'finished') {
       this.o.logger.info({ runId: runId.toString(), state: claimed.state }, 'delivery skipped: run already finished');
       return { status: 'skipped', runId: runId.toString() };
@@ -147,7 +150,7 @@ export class RunExecutor {
       logger: log,
       fence: async (resource, tx) => {
         refuseIfAbandoned();
-        await this.o.ledger.fenceRun(resource, claim, tx);
+        await ledgerCall(`ctx.fence of run ${claim.runId}`, () => this.o.ledger.fenceRun(resource, claim, tx));
       },
       transaction: async (fn) => {
         // The completion record belongs to the one transaction of the attempt: a second call
@@ -159,7 +162,7 @@ export class RunExecutor {
         }
         transactionCalled = true;
         refuseIfAbandoned();
-        const result = await this.o.ledger.completeInTransaction(claim, fn);
+        const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () => this.o.ledger.completeInTransaction(claim, fn));
         if (result.status === 'skipped') {
           skippedInTransaction = true;
           log.info('transaction skipped: an earlier attempt already completed this run');
@@ -182,7 +185,8 @@ export class RunExecutor {
       }
       if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
       if (completedInTransaction) return result('completed', claim);
-      const accepted = await this.o.ledger.finish(claim, 'completed');
+      // The handler ran: try hard to record that, rather than have the run delivered and run again.
+      const accepted = await retryWhileUnavailable(`record the outcome of run ${claim.runId}`, () => this.o.ledger.finish(claim, 'completed'));
       if (!accepted) {
         log.warn('completed, but a newer attempt owns the run: outcome not recorded');
         return result('stale', claim);
@@ -190,13 +194,20 @@ export class RunExecutor {
       return result('completed', claim);
     } catch (err) {
       const message = (err as Error)?.message ?? String(err);
+      if (err instanceof BackendUnavailableError && !completedInTransaction) {
+        // The ledger could not be reached (claim aside): nothing of this attempt committed. Say so
+        // if the ledger answers by now, and let the worker deliver the run again later.
+        await this.o.ledger.finish(claim, 'retrying', `ledger unavailable: ${message}`).catch(() => false);
+        log.warn({ err }, 'the ledger is unavailable; the run will be delivered again');
+        throw err;
+      }
       if (completedInTransaction) {
         // The run's effect and completion committed; an error after that changes nothing, and a
         // retry would only be skipped. Keep the completed record as it is.
         log.error({ err }, 'handler failed after its transaction committed; the run stays completed');
         return result('completed', claim);
       }
-      const state = await this.o.ledger.runState(runId);
+      const state = await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId));
       if (state?.state === 'cancelled') return result('cancelled', claim);
       if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
       if (err instanceof StaleTokenError || (state && state.claimToken !== claim.token)) {
@@ -205,7 +216,7 @@ export class RunExecutor {
         return result('stale', claim);
       }
       if (stoppedByShutdown()) return await this.interrupt(claim, log, `${INTERRUPTED} (${message})`);
-      await this.o.ledger.finish(claim, options.finalAttempt ? 'failed' : 'retrying', message);
+      await ledgerCall(`record the failure of run ${runId}`, () => this.o.ledger.finish(claim, options.finalAttempt ? 'failed' : 'retrying', message));
       log.error({ err }, options.finalAttempt ? 'run failed' : 'attempt failed; will retry');
       throw err;
     } finally {
@@ -251,6 +262,28 @@ async function untilAbandoned<T>(work: Promise<T>, abandon: AbortSignal | undefi
     return outcome;
   } finally {
     abandon.removeEventListener('abort', onAbort);
+  }
+}
+
+/** Run a ledger operation; PostgreSQL being unreachable becomes BackendUnavailableError (retryable). */
+async function ledgerCall<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof BackendUnavailableError || !isPostgresUnavailable(err)) throw err;
+    throw new BackendUnavailableError('postgres', `${what}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/** ledgerCall, tried again with backoff for about 7 s while PostgreSQL is unavailable. */
+async function retryWhileUnavailable<T>(what: string, fn: () => Promise<T>): Promise<T> {
+  for (let delay = 250; ; delay *= 2) {
+    try {
+      return await ledgerCall(what, fn);
+    } catch (err) {
+      if (!(err instanceof BackendUnavailableError) || delay > 4000) throw err;
+      await new Promise((r) => setTimeout(r, delay));
+    }
   }
 }
 

@@ -24,6 +24,7 @@ import { systemClock, type Clock } from '../clock.js';
 import { BackendUnavailableError, InvalidArgumentError, InvalidConfigError, LeaseLostError, NotHolderError } from '../errors.js';
 import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from './lease.js';
 import { localDeadline, validateLeaseRequest } from './lease-request.js';
+import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
 import { waitForLease } from './wait-for-lease.js';
 
 export interface PostgresLeaseBackendOptions {
@@ -315,15 +316,12 @@ export class PostgresLeaseBackend implements LeaseBackend {
   }
 }
 
-/** SQLSTATE classes that mean "the server cannot serve us now": connection, resources, operator, system. */
-const UNAVAILABLE_CLASSES = new Set(['08', '53', '57', '58']);
-
 /** Map a pg failure into the error family; leaves our own errors alone. */
 function toBackendError(err: unknown): Error {
   if (err instanceof BackendUnavailableError || err instanceof InvalidConfigError) return err;
   if (err instanceof pg.DatabaseError) {
     const code = err.code ?? '';
-    if (UNAVAILABLE_CLASSES.has(code.slice(0, 2))) return new BackendUnavailableError('postgres', err.message, { cause: err });
+    if (isPostgresUnavailable(err)) return new BackendUnavailableError('postgres', err.message, { cause: err });
     if (code === '42P01') return new InvalidConfigError('backend.url', `${err.message}: run the migrations (cronwarden migrate)`);
     if (code === '3D000' || code.startsWith('28')) return new InvalidConfigError('backend.url', err.message);
     return err; // a bug in our SQL or the schema: not something a retry fixes
