@@ -168,7 +168,7 @@ export class AdminServer {
       const jobs = r.registry.list();
       const names = jobs.map((j) => j.name);
       const [paused, last] = await Promise.all([r.ledger.pausedJobs(), lastRuns(this.pool, names)]);
-      const now = Date.now();
+      const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
       return {
         jobs: jobs.map((j) => {
           const next = j.schedule.nextAfter(now);

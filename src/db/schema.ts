@@ -75,6 +75,8 @@ export const runs = pgTable(
     index('cw_runs_outbox').on(t.createdAt).where(sql`${t.enqueuedAt} IS NULL`),
     index('cw_runs_active').on(t.job).where(sql`${t.state} IN ('pending', 'running', 'retrying')`),
     index('cw_runs_state_created').on(t.state, t.createdAt),
+    // The failover history's "last fire of the previous tenure".
+    index('cw_runs_leader_created').on(t.leaderToken, t.leaderId, t.createdAt),
   ],
 );
 
@@ -94,7 +96,11 @@ export const runAttempts = pgTable(
     finishedAt: tstz('finished_at'),
     error: text('error'),
   },
-  (t) => [primaryKey({ columns: [t.runId, t.attempt] })],
+  (t) => [
+    primaryKey({ columns: [t.runId, t.attempt] }),
+    // Each metrics scrape reads the attempts this replica finished since the last one.
+    index('cw_run_attempts_worker_finished').on(t.worker, t.finishedAt),
+  ],
 );
 
 /** Per-job state the leader needs across elections: paused flag, last committed fire. */

@@ -1,0 +1,2 @@
+CREATE INDEX "cw_run_attempts_worker_finished" ON "cw_run_attempts" USING btree ("worker","finished_at");--> statement-breakpoint
+CREATE INDEX "cw_runs_leader_created" ON "cw_runs" USING btree ("leader_token","leader_id","created_at");
