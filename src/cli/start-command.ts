@@ -29,6 +29,7 @@ export function registerStart(program: Command): void {
     .option('--concurrency <n>', 'runs this replica executes at once (default 10)')
     .option('--worker-lock-ms <ms>', "BullMQ lock on a running run: a dead or frozen worker's run is re-delivered after this (default 30000)")
     .option('--shutdown-grace-ms <ms>', 'how long running handlers may finish on SIGTERM (default 10000)')
+    .option('--retention-days <days>', 'the leader deletes finished runs older than this; 0 keeps everything (default 14)')
     .option('--log-level <level>', 'pino level (default info)')
     .option('--admin-host <host>', 'admin HTTP interface (env CRONWARDEN_ADMIN_HOST, default 127.0.0.1)')
     .option('--admin-port <port>', 'admin HTTP port, 0 = any free port (env CRONWARDEN_ADMIN_PORT, default 8080)')
@@ -49,6 +50,7 @@ export function registerStart(program: Command): void {
         election: { ttlMs: config.ttlMs },
         worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
         shutdownGraceMs: config.shutdownGraceMs,
+        retentionMs: config.retentionDays * 24 * 3600 * 1000,
         logger,
       });
       replica.logger.info({ config: describeConfig(config) }, 'starting replica');

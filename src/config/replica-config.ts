@@ -20,6 +20,8 @@ export interface ReplicaConfig {
   /** BullMQ lock on a running run: how soon a dead or frozen worker's run is re-delivered. */
   workerLockMs: number;
   shutdownGraceMs: number;
+  /** Finished runs older than this many days are deleted by the leader; 0 keeps everything. */
+  retentionDays: number;
   logLevel: string;
   admin: AdminConfig;
 }
@@ -51,6 +53,7 @@ const names = {
   concurrency: 'CRONWARDEN_CONCURRENCY (--concurrency)',
   workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS (--worker-lock-ms)',
   shutdownGraceMs: 'CRONWARDEN_SHUTDOWN_GRACE_MS (--shutdown-grace-ms)',
+  retentionDays: 'CRONWARDEN_RETENTION_DAYS (--retention-days)',
   logLevel: 'CRONWARDEN_LOG_LEVEL (--log-level)',
   configFile: 'CRONWARDEN_CONFIG (--config)',
   adminHost: 'CRONWARDEN_ADMIN_HOST (--admin-host)',
@@ -84,6 +87,7 @@ const schema = z.object({
   concurrency: int(1, 1000).default(10),
   workerLockMs: int(1000, 600_000).default(30_000),
   shutdownGraceMs: int(0, 600_000).default(10_000),
+  retentionDays: int(0, 3650).default(14),
   logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'must be one of fatal, error, warn, info, debug, trace, silent').default('info'),
   adminHost: z.string().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0').default('127.0.0.1'),
   adminPort: int(0, 65535).default(8080),
@@ -105,6 +109,7 @@ const envVars: Record<Exclude<Key, 'configFile'>, string> = {
   concurrency: 'CRONWARDEN_CONCURRENCY',
   workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS',
   shutdownGraceMs: 'CRONWARDEN_SHUTDOWN_GRACE_MS',
+  retentionDays: 'CRONWARDEN_RETENTION_DAYS',
   logLevel: 'CRONWARDEN_LOG_LEVEL',
   adminHost: 'CRONWARDEN_ADMIN_HOST',
   adminPort: 'CRONWARDEN_ADMIN_PORT',
@@ -149,6 +154,7 @@ export function loadReplicaConfig(flags: Partial<Record<Key, string>>, env: Node
     concurrency: c.concurrency,
     workerLockMs: c.workerLockMs,
     shutdownGraceMs: c.shutdownGraceMs,
+    retentionDays: c.retentionDays,
     logLevel: c.logLevel,
     admin: { host: c.adminHost, port: c.adminPort, token: c.adminToken, url: c.adminUrl, enabled: c.adminEnabled === 'true' },
   };

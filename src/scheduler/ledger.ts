@@ -415,6 +415,23 @@ export class Ledger {
     return row ? { state: row.state, claimToken: row.claim_token === null ? null : BigInt(row.claim_token) } : null;
   }
 
+  /**
+   * Retention: delete up to `batch` finished runs (completed, failed, skipped, cancelled) created
+   * more than `olderThanMs` ago, with their attempts (ON DELETE CASCADE). Returns how many went.
+   * Safe for the schedule: reconciliation after an election reads cw_job_state, not old runs, so
+   * a deleted run's instant is never fired again.
+   */
+  async pruneFinishedRuns(olderThanMs: number, batch: number): Promise<number> {
+    const res = await this.pool.query(
+      `DELETE FROM cw_runs WHERE id IN (
+         SELECT id FROM cw_runs
+         WHERE state IN ('completed', 'failed', 'skipped', 'cancelled') AND created_at < now() - $1::bigint * interval '1 millisecond'
+         LIMIT $2)`,
+      [Math.floor(olderThanMs), batch],
+    );
+    return res.rowCount ?? 0;
+  }
+
   async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<void> {
     await this.pool.query('INSERT INTO cw_elections (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)', [
       leaseName,

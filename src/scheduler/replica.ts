@@ -17,6 +17,7 @@ import type { ElectorOptions } from './elector-options.js';
 import { FireLoop, type FireLoopEvents } from './fire-loop.js';
 import { Ledger } from './ledger.js';
 import { LedgerClock } from './ledger-clock.js';
+import { RunRetention } from './run-retention.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -43,6 +44,11 @@ export interface ReplicaOptions {
    * returns within roughly the grace period plus a few seconds.
    */
   shutdownGraceMs?: number;
+  /**
+   * The leader deletes finished runs (and their attempts) older than this. Default 14 days; 0
+   * keeps everything.
+   */
+  retentionMs?: number;
   /**
    * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
    * a jump of this host's wall clock cannot make it fire early, late or twice.
@@ -77,6 +83,9 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   private worker: BullmqWorker | undefined;
   /** Set when the scheduler keeps time by the ledger's clock (the default). */
   readonly ledgerClock: LedgerClock | undefined;
+  /** The scheduler's clock: the ledger's, unless one was given. */
+  readonly clock: Clock;
+  private readonly retention: RunRetention | undefined;
   private stopped = false;
 
   constructor(private readonly o: ReplicaOptions) {
@@ -103,6 +112,10 @@ export class Replica extends EventEmitter<ReplicaEvents> {
           onError: (err) => this.logger.warn({ err: err.message }, 'could not read the ledger clock; keeping the last sync'),
         });
     const clock = o.clock ?? this.ledgerClock!;
+    this.clock = clock;
+    const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
+    if (!(retentionMs >= 0)) throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
+    this.retention = retentionMs > 0 ? new RunRetention({ ledger: this.ledger, clock, logger: this.logger, retentionMs }) : undefined;
     this.redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 2 });
     this.redis.on('error', (err) => this.logger.warn({ err }, 'Redis connection error'));
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
@@ -187,6 +200,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     await this.ledger.recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind).catch((err: Error) => {
       this.logger.warn({ err }, 'could not record the election');
     });
+    void this.retention?.run(signal);
     await this.fireLoop.lead(signal);
   }
 

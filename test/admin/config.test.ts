@@ -26,6 +26,8 @@ it('reads env, applies defaults, and the file fills what env leaves out; flags w
     assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9100, token: 'file-token-0123456789', url: undefined, enabled: true });
     assert.deepEqual(c.backend, { kind: 'postgres', url: env.CRONWARDEN_DATABASE_URL });
     assert.equal(c.ttlMs, 10_000);
+    assert.equal(c.retentionDays, 14);
+    assert.equal(loadReplicaConfig({}, { ...env, CRONWARDEN_RETENTION_DAYS: '0' }).retentionDays, 0, '0 keeps everything');
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -36,6 +38,7 @@ it('a wrong or missing value names the setting and what it accepts, without echo
     [{ CRONWARDEN_BACKEND: 'zookeeper' }, /^CRONWARDEN_BACKEND \(--backend\): must be one of etcd, redis, postgres, memory$/],
     [{ CRONWARDEN_ADMIN_PORT: '70000' }, /^CRONWARDEN_ADMIN_PORT \(--admin-port\): must be at most 65535$/],
     [{ CRONWARDEN_WORKER_LOCK_MS: '10' }, /^CRONWARDEN_WORKER_LOCK_MS \(--worker-lock-ms\): must be at least 1000$/],
+    [{ CRONWARDEN_RETENTION_DAYS: '-1' }, /^CRONWARDEN_RETENTION_DAYS \(--retention-days\): must be at least 0$/],
     [{ CRONWARDEN_ADMIN_TOKEN: 'tiny' }, /^CRONWARDEN_ADMIN_TOKEN: must be at least 16 characters/],
     [{ CRONWARDEN_ADMIN_URL: 'ftp://x' }, /^CRONWARDEN_ADMIN_URL \(--admin-url\): must be a URL starting with http:\/\/ or https:\/\/$/],
     [{ CRONWARDEN_REDIS_URL: '' }, /^CRONWARDEN_REDIS_URL \(--redis-url\): is required/],

@@ -54,6 +54,27 @@ describe('Ledger (real PostgreSQL)', () => {
     ]);
   });
 
+  it('retention deletes finished runs past the period with their attempts, and keeps active and recent ones', async () => {
+    const fires = ['done', 'failed', 'active', 'recent'].map((job) => ({ job: `ret-${job}`, scheduledAt: at(50), trigger: 'schedule' as const }));
+    const { committed } = await ledger.commitFires(fires, leader(7n));
+    const id = (job: string) => committed.find((c) => c.job === `ret-${job}`)!.runId;
+    for (const job of ['done', 'failed', 'active', 'recent']) await ledger.claim(id(job), 'w');
+    const claimOf = async (job: string): Promise<Claim> => ({ runId: id(job), job: `ret-${job}`, scheduledAt: at(50), attempt: 1, token: (await ledger.runState(id(job)))!.claimToken! });
+    assert.ok(await ledger.finish(await claimOf('done'), 'completed'));
+    assert.ok(await ledger.finish(await claimOf('failed'), 'failed', 'boom'));
+    assert.ok(await ledger.finish(await claimOf('recent'), 'completed'));
+    await db.pool.query(`UPDATE cw_runs SET created_at = now() - interval '20 days' WHERE job IN ('ret-done', 'ret-failed', 'ret-active')`);
+    // Batches of one: the caller loops until a batch comes back short.
+    assert.equal(await ledger.pruneFinishedRuns(14 * 86_400_000, 1), 1);
+    assert.equal(await ledger.pruneFinishedRuns(14 * 86_400_000, 10), 1);
+    assert.equal(await ledger.pruneFinishedRuns(14 * 86_400_000, 10), 0);
+    const left = await db.pool.query<{ job: string }>(`SELECT job FROM cw_runs WHERE job LIKE 'ret-%' ORDER BY job`);
+    assert.deepEqual(left.rows.map((r) => r.job), ['ret-active', 'ret-recent'], 'an old run still running, and a recent finished one, stay');
+    const orphans = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])', [[id('done'), id('failed')].map(String)]);
+    assert.equal(orphans.rows[0]!.n, 0, 'their attempts went with them');
+    assert.equal((await ledger.lastFired()).get('ret-done')?.toISOString(), at(50).toISOString(), 'the schedule keeps its anchor in cw_job_state');
+  });
+
   it('the fence refuses a leader token lower than one already committed, and commits nothing', async () => {
     await ledger.commitFires([{ job: 'a', scheduledAt: at(2), trigger: 'schedule' }], leader(7n));
     await assert.rejects(
