@@ -3,45 +3,30 @@
  * and paused past BullMQ's lock while another worker completes the run. In every case the effect
  * table ends with exactly one row for the run.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { EventEmitter } from 'node:events';
-import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { listRuns } from '../../src/admin/queries.js';
 import { ReplicaMetrics } from '../../src/admin/metrics.js';
 import type { Replica } from '../../src/scheduler/replica.js';
-import { defineJob } from '../../src/jobs/define-job.js';
-import { JobRegistry } from '../../src/jobs/job-registry.js';
-import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
-import { Ledger } from '../../src/scheduler/ledger.js';
-import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { EventedChild } from '../support/evented-child.js';
+import { effectDelivery, effectsSuite } from '../support/effect-runs.js';
 import type { EffectMode } from '../fixtures/effect-job.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const fixture = fileURLToPath(new URL('../fixtures/worker-process.ts', import.meta.url));
 
 describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, child processes)', () => {
-  let db: TestDatabase;
-  let redis: Redis;
-  before(async () => {
-    db = await createTestDatabase();
-    await db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, token bigint NOT NULL)');
-    redis = new Redis(SHARED_REDIS_URL);
-  });
-  after(async () => {
-    await redis.quit();
-    await db.drop();
-  });
+  const env = effectsSuite();
 
   /** Commit one run, start worker A in `mode`, act on it, then start worker B to finish the run. */
   async function scenario(mode: EffectMode, act: (a: EventedChild) => Promise<void>, settle: (b: EventedChild, a: EventedChild, runId: bigint) => Promise<void>) {
     const namespace = `fx${randomUUID().slice(0, 8)}`;
-    const registry = new JobRegistry([defineJob({ name: 'effect', schedule: '0 0 1 1 *', handler: () => {} })]);
-    const delivery = new BullmqDelivery({ connection: redis, namespace, registry, ledger: new Ledger(db.pool) });
+    const db = env.db;
+    const delivery = effectDelivery(env, namespace);
     const base = { databaseUrl: db.url, redisUrl: SHARED_REDIS_URL, namespace, lockDurationMs: 1000, job: 'effect' };
     // Replica ids unique to the scenario, so per-replica metrics count only this scenario's attempts.
     const names = { a: `A-${namespace}`, b: `B-${namespace}` };
@@ -49,15 +34,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     let b: EventedChild | undefined;
     try {
       await a.waitFor((e) => e.event === 'ready', 20_000);
-      const ledger = new Ledger(db.pool);
-      const { committed } = await ledger.commitFires([{ job: 'effect', scheduledAt: new Date(), trigger: 'manual' }], {
-        fenceResource: `scheduler/${namespace}`,
-        token: 1n,
-        replicaId: 'test',
-        stillLeading: () => true,
-      });
-      const runId = committed[0]!.runId;
-      await delivery.enqueue(committed);
+      const runId = await delivery.deliverOne();
       await act(a);
       b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: names.b });
       await settle(b, a, runId);
@@ -77,7 +54,6 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
         c.signal('SIGKILL');
         await c.exited;
       }
-      await delivery.queue.obliterate({ force: true }).catch(() => {});
       await delivery.close();
     }
   }
@@ -85,7 +61,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
   async function waitForRow(q: string, v: unknown[], ok: (row: Record<string, unknown> | undefined) => boolean, ms = 20_000) {
     const deadline = Date.now() + ms;
     for (;;) {
-      const row = (await db.pool.query(q, v)).rows[0] as Record<string, unknown> | undefined;
+      const row = (await env.db.pool.query(q, v)).rows[0] as Record<string, unknown> | undefined;
       if (ok(row)) return row;
       if (Date.now() > deadline) throw new Error(`timed out waiting on: ${q} (last ${JSON.stringify(row)})`);
       await new Promise((r) => setTimeout(r, 100));
@@ -104,7 +80,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       ledgerClock: undefined,
       logger: pino({ level: 'silent' }),
     });
-    const text = await new ReplicaMetrics(stub as unknown as Replica, db.pool).exposition();
+    const text = await new ReplicaMetrics(stub as unknown as Replica, env.db.pool).exposition();
     const byOutcome = new Map<string, number>();
     for (const line of text.split('\n')) {
       const m = /^cronwarden_run_attempts_total\{([^}]*)\} (\S+)$/.exec(line);
@@ -134,7 +110,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     assert.ok(attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'), JSON.stringify(attempts));
 
     // Issue 6: the admin view shows the attempts, which one completed, and the skipped re-deliveries.
-    const { runs } = await listRuns(db.pool, { job: 'effect', limit: 100 });
+    const { runs } = await listRuns(env.db.pool, { job: 'effect', limit: 100 });
     const view = runs.find((r) => r.id === runId.toString());
     assert.ok(view, 'the run is listed');
     assert.equal(view.state, 'completed');

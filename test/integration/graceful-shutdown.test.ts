@@ -4,18 +4,13 @@
  * worker completes it with a newer token, and the effect lands once. A handler that ignores its
  * signal does not keep the worker from closing. Real PostgreSQL and Redis, child processes.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { Redis } from 'ioredis';
-import { defineJob } from '../../src/jobs/define-job.js';
-import { JobRegistry } from '../../src/jobs/job-registry.js';
-import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { bullmqJobId } from '../../src/jobs/bullmq-names.js';
-import { Ledger } from '../../src/scheduler/ledger.js';
-import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { EventedChild } from '../support/evented-child.js';
+import { effectDelivery, effectsSuite } from '../support/effect-runs.js';
 import type { EffectMode } from '../fixtures/effect-job.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
@@ -24,17 +19,7 @@ const fixture = fileURLToPath(new URL('../fixtures/worker-process.ts', import.me
 const LOCK_MS = 30_000;
 
 describe('graceful shutdown during a run (real PostgreSQL, Redis, child processes)', () => {
-  let db: TestDatabase;
-  let redis: Redis;
-  before(async () => {
-    db = await createTestDatabase();
-    await db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, token bigint NOT NULL)');
-    redis = new Redis(SHARED_REDIS_URL);
-  });
-  after(async () => {
-    await redis.quit();
-    await db.drop();
-  });
+  const env = effectsSuite();
 
   /**
    * Workers A (`mode`) and B (plain) both run; one run is fired and A takes it (B is started once
@@ -42,22 +27,14 @@ describe('graceful shutdown during a run (real PostgreSQL, Redis, child processe
    */
   async function rollingDeploy(mode: EffectMode, graceMs: number, shutdownMarginMs: number) {
     const namespace = `gs${randomUUID().slice(0, 8)}`;
-    const registry = new JobRegistry([defineJob({ name: 'effect', schedule: '0 0 1 1 *', handler: () => {} })]);
-    const ledger = new Ledger(db.pool);
-    const delivery = new BullmqDelivery({ connection: redis, namespace, registry, ledger });
+    const db = env.db;
+    const { ledger, delivery, deliverOne, close } = effectDelivery(env, namespace);
     const base = { databaseUrl: db.url, redisUrl: SHARED_REDIS_URL, namespace, lockDurationMs: LOCK_MS, job: 'effect', graceMs, shutdownMarginMs };
     const a = EventedChild.fixture('A', fixture, { ...base, mode, name: 'A' });
     let b: EventedChild | undefined;
     try {
       await a.waitFor((e) => e.event === 'ready', 20_000);
-      const { committed } = await ledger.commitFires([{ job: 'effect', scheduledAt: new Date(), trigger: 'manual' }], {
-        fenceResource: `scheduler/${namespace}`,
-        token: 1n,
-        replicaId: 'test',
-        stillLeading: () => true,
-      });
-      const runId = committed[0]!.runId;
-      await delivery.enqueue(committed);
+      const runId = await deliverOne();
       await a.waitFor((e) => e.event === 'inside' && e.attempt === 1, 20_000);
       b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: 'B' });
       await b.waitFor((e) => e.event === 'ready', 20_000);
@@ -98,8 +75,7 @@ describe('graceful shutdown during a run (real PostgreSQL, Redis, child processe
     } finally {
       await a.kill();
       await b?.kill();
-      await delivery.queue.obliterate({ force: true }).catch(() => {});
-      await delivery.close();
+      await close();
     }
   }
 

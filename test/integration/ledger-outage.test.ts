@@ -18,6 +18,7 @@ import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { Ledger, type Claim, type ClaimResult, type Outcome, type Queryable } from '../../src/scheduler/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { commitTestRun } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 /** What node-postgres throws when the server goes away mid-query. */
@@ -72,14 +73,7 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
   });
 
   async function fire(): Promise<bigint> {
-    const at = new Date(Date.UTC(2031, 0, 1, 0, fired++));
-    const { committed } = await ledger.commitFires([{ job: 'outage', scheduledAt: at, trigger: 'schedule' }], {
-      fenceResource: 'scheduler/outage-test',
-      token: 1n,
-      replicaId: 'test',
-      stillLeading: () => true,
-    });
-    return committed[0]!.runId;
+    return (await commitTestRun(ledger, 'outage', { scheduledAt: new Date(Date.UTC(2031, 0, 1, 0, fired++)), trigger: 'schedule' })).runId;
   }
   const state = async (runId: bigint) =>
     (await db.pool.query<{ state: string; attempts: number }>('SELECT state, attempts FROM cw_runs WHERE id = $1', [runId.toString()])).rows[0]!;

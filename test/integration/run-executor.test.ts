@@ -14,6 +14,7 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { Ledger } from '../../src/scheduler/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { commitTestRun } from '../support/effect-runs.js';
 
 describe('RunExecutor (real PostgreSQL ledger)', () => {
   let db: TestDatabase;
@@ -34,13 +35,7 @@ describe('RunExecutor (real PostgreSQL ledger)', () => {
   });
 
   async function fire(): Promise<bigint> {
-    const { committed } = await ledger.commitFires([{ job: 'tx', scheduledAt: new Date(Date.UTC(2030, 0, 1, 0, fired++)), trigger: 'manual' }], {
-      fenceResource: 'scheduler/run-executor-test',
-      token: 1n,
-      replicaId: 'test',
-      stillLeading: () => true,
-    });
-    return committed[0]!.runId;
+    return (await commitTestRun(ledger, 'tx', { scheduledAt: new Date(Date.UTC(2030, 0, 1, 0, fired++)) })).runId;
   }
 
   async function read(runId: bigint) {

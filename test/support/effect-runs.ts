@@ -1,0 +1,65 @@
+/**
+ * Shared ground for the tests that deliver runs to worker processes and count their effects: a
+ * scratch database with an `effects` table and a Redis connection for the suite, and one run
+ * committed the way a leader would (a stand-in leader with token 1) and handed to BullMQ.
+ */
+import { after, before } from 'node:test';
+import { Redis } from 'ioredis';
+import { defineJob } from '../../src/jobs/define-job.js';
+import { JobRegistry } from '../../src/jobs/job-registry.js';
+import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
+import { Ledger, type CommittedFire, type FireTrigger } from '../../src/scheduler/ledger.js';
+import { SHARED_REDIS_URL } from '../integration/failover-scenario.js';
+import { createTestDatabase, type TestDatabase } from './postgres-database.js';
+
+/** Call inside a describe: a scratch database with `effects (run_id, attempt, token)` and a Redis client, for the whole suite. */
+export function effectsSuite(): { readonly db: TestDatabase; readonly redis: Redis } {
+  const env = {} as { db: TestDatabase; redis: Redis };
+  before(async () => {
+    env.db = await createTestDatabase();
+    await env.db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, token bigint NOT NULL)');
+    env.redis = new Redis(SHARED_REDIS_URL);
+  });
+  after(async () => {
+    await env.redis.quit();
+    await env.db.drop();
+  });
+  return env;
+}
+
+/** Commit one run of `job` as a leader with token 1 would (fenced, unique key). */
+export async function commitTestRun(
+  ledger: Ledger,
+  job: string,
+  options: { scheduledAt?: Date; trigger?: FireTrigger; fenceResource?: string } = {},
+): Promise<CommittedFire> {
+  const { committed } = await ledger.commitFires([{ job, scheduledAt: options.scheduledAt ?? new Date(), trigger: options.trigger ?? 'manual' }], {
+    fenceResource: options.fenceResource ?? 'scheduler/test',
+    token: 1n,
+    replicaId: 'test',
+    stillLeading: () => true,
+  });
+  if (!committed[0]) throw new Error(`the test run of ${job} was not committed (already there?)`);
+  return committed[0];
+}
+
+/** BullMQ delivery of the worker fixtures' 'effect' job in `namespace`. */
+export function effectDelivery(env: { db: TestDatabase; redis: Redis }, namespace: string) {
+  const registry = new JobRegistry([defineJob({ name: 'effect', schedule: '0 0 1 1 *', handler: () => {} })]);
+  const ledger = new Ledger(env.db.pool);
+  const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
+  return {
+    ledger,
+    delivery,
+    /** Commit one run of 'effect' and hand it to BullMQ; returns its run id. */
+    async deliverOne(): Promise<bigint> {
+      const run = await commitTestRun(ledger, 'effect', { fenceResource: `scheduler/${namespace}` });
+      await delivery.enqueue([run]);
+      return run.runId;
+    },
+    async close(): Promise<void> {
+      await delivery.queue.obliterate({ force: true }).catch(() => {});
+      await delivery.close();
+    },
+  };
+}
