@@ -7,7 +7,7 @@ import type { JobRegistry } from '../jobs/job-registry.js';
 import type { RunDelivery } from '../jobs/run-delivery.js';
 import type { Lease } from '../locks/lease.js';
 import { FireQueue, type FireEntry } from './fire-queue.js';
-import type { CommittedFire, FireRequest, FireTrigger, Ledger } from './ledger.js';
+import type { CommittedFire, FireBatchResult, FireRequest, FireTrigger, Ledger } from './ledger.js';
 import { planCatchUp, type CatchUpPlan } from './misfire.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
@@ -15,6 +15,8 @@ export type FireLedger = Pick<Ledger, 'advanceFence' | 'commitFires' | 'markEnqu
 
 /** After a failed commit (a database blip), the batch's jobs are retried this soon at the latest. */
 export const COMMIT_RETRY_MS = 1000;
+/** Fires per commit transaction in a large tick; the next chunk commits while BullMQ takes this one. */
+export const COMMIT_CHUNK = 250;
 
 /** What the fire loop needs of the elector: a narrow seam, so tests can hand it a plain object. */
 export interface Leadership {
@@ -247,31 +249,48 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   }
 
   /**
-   * Apply pause and overlap policies, commit under the fence, then enqueue what was committed.
-   * Throws when the commit fails for any reason but a stale token (nothing was committed then);
-   * a stale token steps down and returns nothing.
+   * Apply pause and overlap policies, then commit under the fence and enqueue what was committed,
+   * COMMIT_CHUNK fires per transaction: each chunk goes to BullMQ while the next one commits, so a
+   * large tick pays for the database and the queue side by side rather than one after the other.
+   * Every chunk carries the same leader token through the fence and the unique key (I1, I3).
+   * Throws when a commit fails for any reason but a stale token (the caller replans the whole tick;
+   * chunks already committed come back as duplicates, never twice); a stale token steps down and
+   * returns what was committed before it.
    */
   private async commitAndEnqueue(requests: FireRequest[]): Promise<CommittedFire[]> {
     const lease = this.o.leadership.lease();
     if (!lease) return [];
     const { fires: shaped, skips } = await this.applyPolicies(requests);
-    let result;
+    const committed: CommittedFire[] = [];
+    const handOvers: Promise<void>[] = [];
     try {
-      result = await this.o.ledger.commitFires(shaped, {
-        fenceResource: this.o.fenceResource,
-        token: lease.token,
-        replicaId: this.o.replicaId,
-        stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
-      });
-    } catch (err) {
-      if (err instanceof StaleTokenError) {
-        this.o.logger.error({ token: lease.token, highest: err.highest }, 'fence refused our fires: stepping down');
-        this.emit('fire:refused', err);
-        this.o.leadership.stepDown(`fence refused token ${lease.token}: ${err.message}`);
-        return [];
+      for (let i = 0; i < shaped.length; i += COMMIT_CHUNK) {
+        let result: FireBatchResult;
+        try {
+          result = await this.o.ledger.commitFires(shaped.slice(i, i + COMMIT_CHUNK), {
+            fenceResource: this.o.fenceResource,
+            token: lease.token,
+            replicaId: this.o.replicaId,
+            stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
+          });
+        } catch (err) {
+          if (!(err instanceof StaleTokenError)) throw err;
+          this.o.logger.error({ token: lease.token, highest: err.highest }, 'fence refused our fires: stepping down');
+          this.emit('fire:refused', err);
+          this.o.leadership.stepDown(`fence refused token ${lease.token}: ${err.message}`);
+          return committed;
+        }
+        committed.push(...result.committed);
+        handOvers.push(this.afterCommit(result, skips));
       }
-      throw err;
+    } finally {
+      await Promise.all(handOvers);
     }
+    return committed;
+  }
+
+  /** Announce one committed chunk and hand its runs to the queue. Never rejects: the outbox retries. */
+  private async afterCommit(result: FireBatchResult, skips: Map<string, { reason: string; level: 'info' | 'warn' }>): Promise<void> {
     if (result.duplicates > 0) this.emit('fire:duplicate', result.duplicates);
     // Overlap 'replace': the ledger cancelled these runs in the commit, under the fence. Only now
     // may the workers running them be told; a refused batch cancelled nothing.
@@ -295,17 +314,15 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       this.emit('fire:skipped', fire.job, fire.scheduledAt, reason);
     }
     const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);
-    if (deliver.length > 0) {
-      try {
-        await this.o.delivery.enqueue(deliver);
-        await this.o.ledger.markEnqueued(deliver.map((f) => f.runId));
-      } catch (err) {
-        // Committed is committed: the outbox sweep delivers these later.
-        this.emit('enqueue:failed', err as Error);
-        this.o.logger.warn({ err, runs: deliver.length }, 'enqueue failed; the outbox will retry');
-      }
+    if (deliver.length === 0) return;
+    try {
+      await this.o.delivery.enqueue(deliver);
+      await this.o.ledger.markEnqueued(deliver.map((f) => f.runId));
+    } catch (err) {
+      // Committed is committed: the outbox sweep delivers these later.
+      this.emit('enqueue:failed', err as Error);
+      this.o.logger.warn({ err, runs: deliver.length }, 'enqueue failed; the outbox will retry');
     }
-    return result.committed;
   }
 
   /**

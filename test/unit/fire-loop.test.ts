@@ -6,7 +6,7 @@ import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import type { DeliverableRun, RunDelivery } from '../../src/jobs/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
-import { FireLoop } from '../../src/scheduler/fire-loop.js';
+import { COMMIT_CHUNK, FireLoop } from '../../src/scheduler/fire-loop.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
@@ -140,6 +140,26 @@ describe('FireLoop (driven clock)', () => {
     assert.deepEqual(delivered, all, 'every committed run delivered, the early one by a later sweep');
     assert.equal(new Set(delivered).size, delivered.length, 'none delivered twice');
     assert.equal((await t.ledger.unenqueued(100, [])).length, 0, 'the outbox is empty');
+  });
+
+  it('a large tick commits in chunks, each handed to the queue; a chunk that fails is retried with the rest, none twice', async () => {
+    const t = setup(Array.from({ length: 600 }, () => ({})));
+    await t.lead();
+    const commit = t.ledger.commitFires.bind(t.ledger);
+    let calls = 0;
+    t.ledger.commitFires = async (fires, leader) => {
+      if (++calls === 2) throw new Error('Connection terminated unexpectedly'); // the second chunk of the first tick
+      return commit(fires, leader);
+    };
+    await t.clock.advance(2000);
+    const sizes = t.ledger.commitLog.map((c) => c.fires.length);
+    assert.ok(sizes.every((n) => n <= COMMIT_CHUNK), `chunks of at most ${COMMIT_CHUNK}: ${sizes.join(', ')}`);
+    for (let i = 0; i < 600; i++) {
+      assert.deepEqual(t.ledger.of(`job${i}`).map((r) => iso(r.scheduledAt.getTime())), [iso(T0 + 1000), iso(T0 + 2000)], `job${i}`);
+    }
+    const delivered = t.delivery.enqueued.map((r) => r.runId);
+    assert.equal(delivered.length, 1200, 'every run delivered');
+    assert.equal(new Set(delivered).size, 1200, 'none delivered twice');
   });
 
   it('overlap "queue": one run waits behind the active one and is delivered when it finishes', async () => {
