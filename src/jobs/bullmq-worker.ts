@@ -1,5 +1,6 @@
 import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
 import { BackendUnavailableError } from '../errors.js';
+import { settlesWithin } from '../settles-within.js';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { controlChannel, queueName } from './bullmq-names.js';
@@ -28,18 +29,6 @@ export interface BullmqWorkerOptions {
   shutdownMarginMs?: number;
 }
 
-/** Resolves with true when `promise` settles within `ms`, false otherwise. */
-async function within(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const timedOut = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([promise.then(() => true, () => true), timedOut]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
 
 /** Executes runs delivered by BullMQ on this replica, and listens for claims and cancels. */
 export class BullmqWorker {
@@ -145,17 +134,17 @@ export class BullmqWorker {
         setTimeout(() => this.abandon.abort(new Error('replica shutting down: handler abandoned')), graceMs + margin),
       ];
       try {
-        if (!(await within(closing, graceMs + 2 * margin))) {
+        if (!(await settlesWithin(closing, graceMs + 2 * margin))) {
           this.o.logger.warn({ graceMs, marginMs: margin }, 'worker did not close in time; disconnecting');
-          await within(worker.disconnect(), margin);
+          await settlesWithin(worker.disconnect(), margin);
         }
       } finally {
         for (const t of timers) clearTimeout(t);
       }
-      if (!(await within(connection.quit(), margin))) connection.disconnect();
+      if (!(await settlesWithin(connection.quit(), margin))) connection.disconnect();
     }
     for (const conn of [this.subscriber, this.publisher]) {
-      if (conn && !(await within(conn.quit(), margin))) conn.disconnect();
+      if (conn && !(await settlesWithin(conn.quit(), margin))) conn.disconnect();
     }
     this.subscriber = undefined;
     this.publisher = undefined;

@@ -18,6 +18,7 @@ import { FireLoop, type FireLoopEvents } from './fire-loop.js';
 import { Ledger } from './ledger.js';
 import { LedgerClock } from './ledger-clock.js';
 import { RunRetention } from './run-retention.js';
+import { settlesWithin } from '../settles-within.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -185,13 +186,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     this.ledgerClock?.stop();
     // An abandoned handler may still hold a pooled client (e.g. inside ctx.transaction): do not
     // wait for it; exiting the process ends its session and PostgreSQL rolls its transaction back.
-    let poolTimer: NodeJS.Timeout | undefined;
-    const poolClosed = await Promise.race([
-      this.pool.end().then(() => true, () => true),
-      new Promise<false>((resolve) => (poolTimer = setTimeout(() => resolve(false), POOL_END_TIMEOUT_MS))),
-    ]);
-    clearTimeout(poolTimer);
-    if (!poolClosed) this.logger.warn('a PostgreSQL client is still checked out by an abandoned handler; not waiting for it');
+    if (!(await settlesWithin(this.pool.end(), POOL_END_TIMEOUT_MS))) this.logger.warn('a PostgreSQL client is still checked out by an abandoned handler; not waiting for it');
     this.logger.info('replica stopped');
   }
 
