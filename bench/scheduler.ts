@@ -17,12 +17,12 @@ import { JobRegistry } from '../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../src/jobs/bullmq-delivery.js';
 import { MemoryLeaseBackend } from '../src/locks/memory.js';
 import { CronSchedule } from '../src/scheduler/cron-schedule.js';
-import { Ledger } from '../src/scheduler/ledger.js';
+import { Ledger } from '../src/ledger/ledger.js';
 import { FireLoop } from '../src/scheduler/fire-loop.js';
 import { FireQueue } from '../src/scheduler/fire-queue.js';
 import { ManualClock } from '../src/manual-clock.js';
 import type { Lease } from '../src/locks/lease.js';
-import { Replica } from '../src/scheduler/replica.js';
+import { Replica } from '../src/replica/replica.js';
 import { createTestDatabase } from '../test/support/postgres-database.js';
 import { fmt, summarize, table } from './stats.js';
 
@@ -53,7 +53,7 @@ async function throughput() {
   const lease: Lease = { name: 'bench', holder: 'bench', token: 1n, ttlMs: 10_000, safetyMarginMs: 1000, deadline: Infinity };
   const loop = new FireLoop({
     registry,
-    ledger,
+    ledger: ledger.fires,
     delivery,
     leadership: { lease: () => lease, stepDown: (why) => console.error(`bench leader stepped down: ${why}`) },
     clock,

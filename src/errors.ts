@@ -93,3 +93,11 @@ export class AbortedError extends CronwardenError {
     super(`${what} aborted`, options);
   }
 }
+
+/** cronwarden's tables are missing or empty: the database was never migrated. */
+export class NotMigratedError extends CronwardenError {
+  readonly retryable = false;
+  constructor(detail: string) {
+    super(`the ledger is not migrated (${detail}): run \`cronwarden migrate\``);
+  }
+}

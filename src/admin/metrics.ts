@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Replica } from '../scheduler/replica.js';
+import type { Replica } from '../replica/replica.js';
+import { activeRunCounts, attemptsFinishedSince } from '../ledger/admin-reads.js';
 
 /**
  * Prometheus metrics for one replica, fed by the Replica's typed events; run outcomes and
@@ -85,10 +86,7 @@ export class ReplicaMetrics {
       registers,
       collect: async function (this: Gauge<'state'>) {
         this.reset();
-        const res = await pool.query<{ state: string; n: number }>(
-          `SELECT state, count(*)::int AS n FROM cw_runs WHERE state IN ('pending', 'running', 'retrying') GROUP BY state`,
-        );
-        for (const s of ['pending', 'running', 'retrying']) this.set({ state: s }, res.rows.find((r) => r.state === s)?.n ?? 0);
+        for (const [state, n] of await activeRunCounts(pool)) this.set({ state }, n);
       },
     });
     isLeader.set(0);
@@ -124,21 +122,15 @@ export class ReplicaMetrics {
   }
 
   private async countAttempts(): Promise<void> {
-    const res = await this.pool.query<{ run_id: string; attempt: number; job: string; state: string; seconds: number; finished_at: Date }>(
-      `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, a.finished_at
-       FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
-       WHERE a.worker = $1 AND a.finished_at IS NOT NULL AND a.finished_at > $2::timestamptz - interval '5 seconds'
-       ORDER BY a.finished_at LIMIT 10000`,
-      [this.replica.replicaId, this.watermark],
-    );
     // Re-read a 5 s overlap (attempts whose transaction committed late) and skip what was counted.
-    for (const row of res.rows) {
-      const key = `${row.run_id}/${row.attempt}`;
+    const rows = await attemptsFinishedSince(this.pool, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
+    for (const row of rows) {
+      const key = `${row.runId}/${row.attempt}`;
       if (this.counted.has(key)) continue;
-      this.counted.set(key, row.finished_at.getTime());
+      this.counted.set(key, row.finishedAt.getTime());
       this.attempts.inc({ job: row.job, outcome: row.state });
       this.durations.observe({ job: row.job, outcome: row.state }, Math.max(0, row.seconds));
-      if (row.finished_at > this.watermark) this.watermark = row.finished_at;
+      if (row.finishedAt > this.watermark) this.watermark = row.finishedAt;
     }
     for (const [key, at] of this.counted) if (at <= this.watermark.getTime() - 5000) this.counted.delete(key);
   }

@@ -7,10 +7,10 @@ import { z } from 'zod';
 import { NotLeaderError } from '../errors.js';
 import { runStates } from '../db/schema.js';
 import type { LeaseBackend } from '../locks/lease.js';
-import type { Replica } from '../scheduler/replica.js';
+import type { Replica } from '../replica/replica.js';
 import { bearerMatches } from './auth.js';
 import { ReplicaMetrics } from './metrics.js';
-import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from './queries.js';
+import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
 
 export interface AdminServerOptions {
   replica: Replica;
@@ -167,7 +167,7 @@ export class AdminServer {
     app.get('/api/jobs', async () => {
       const jobs = r.registry.list();
       const names = jobs.map((j) => j.name);
-      const [paused, last] = await Promise.all([r.ledger.pausedJobs(), lastRuns(this.pool, names)]);
+      const [paused, last] = await Promise.all([r.ledger.fires.pausedJobs(), lastRuns(this.pool, names)]);
       const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
       return {
         jobs: jobs.map((j) => {
@@ -213,7 +213,7 @@ export class AdminServer {
     for (const action of ['pause', 'resume'] as const) {
       app.post(`/api/jobs/:name/${action}`, { onRequest: this.requireToken }, async (req) => {
         const job = this.job(req.params);
-        await r.ledger.setPaused(job.name, action === 'pause');
+        await r.ledger.fires.setPaused(job.name, action === 'pause');
         r.logger.info({ job: job.name }, `admin: job ${action}d`);
         return { job: job.name, paused: action === 'pause' };
       });

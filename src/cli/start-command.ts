@@ -6,11 +6,11 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { AdminServer } from '../admin/server.js';
 import { describeConfig, loadReplicaConfig } from '../config/replica-config.js';
-import { MemberHeartbeat } from '../scheduler/member-heartbeat.js';
+import { MemberHeartbeat } from '../replica/member-heartbeat.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
-import { Replica } from '../scheduler/replica.js';
+import { Replica } from '../replica/replica.js';
 
 export function registerStart(program: Command): void {
   program

@@ -5,6 +5,7 @@
  * from PostgreSQL.
  */
 import type pg from 'pg';
+import { attemptLogInWindow, effectsInWindow, runsInWindow } from '../ledger/history-reads.js';
 import type { AttemptOutcome } from './attempt-log.js';
 
 export interface RunRecord {
@@ -295,41 +296,12 @@ export async function readHistory(
   pool: pg.Pool,
   options: { from: Date; to: Date; effectsTable?: string; attemptLogTable?: string; jobPrefix?: string },
 ): Promise<History> {
-  const runs = await pool.query<{ id: string; job: string; scheduled_at: Date; leader_token: string; state: string; completed_token: string | null; created_at: Date }>(
-    `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
-            (SELECT a.token FROM cw_run_attempts a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
-     FROM cw_runs r
-     -- Committed in the window but scheduled after it: fired early, which the checker must see.
-     WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger <> 'manual' AND r.job LIKE $3
-     ORDER BY r.id`,
-    [options.from, options.to, `${options.jobPrefix ?? ''}%`],
-  );
-  const history: History = {
-    runs: runs.rows.map((r) => ({
-      id: BigInt(r.id),
-      job: r.job,
-      scheduledAt: r.scheduled_at.getTime(),
-      leaderToken: BigInt(r.leader_token),
-      state: r.state,
-      completedToken: r.completed_token === null ? null : BigInt(r.completed_token),
-      committedAt: r.created_at.getTime(),
-    })),
-  };
-  if (options.effectsTable) {
-    if (!/^[a-z_][a-z0-9_]*$/.test(options.effectsTable)) throw new Error(`bad effects table name ${options.effectsTable}`);
-    const effects = await pool.query<{ run_id: string; token: string }>(
-      `SELECT e.run_id, e.token FROM ${options.effectsTable} e JOIN cw_runs r ON r.id = e.run_id WHERE r.scheduled_at BETWEEN $1 AND $2`,
-      [options.from, options.to],
-    );
-    history.effects = effects.rows.map((e) => ({ runId: BigInt(e.run_id), token: BigInt(e.token) }));
-  }
+  const { from, to } = options;
+  const history: History = { runs: await runsInWindow(pool, from, to, options.jobPrefix) };
+  if (options.effectsTable) history.effects = await effectsInWindow(pool, options.effectsTable, from, to);
   if (options.attemptLogTable) {
-    if (!/^[a-z_][a-z0-9_]*$/.test(options.attemptLogTable)) throw new Error(`bad attempt log table name ${options.attemptLogTable}`);
-    const rows = await pool.query<{ run_id: string; token: string; outcome: AttemptOutcome }>(
-      `SELECT l.run_id, l.token, l.outcome FROM ${options.attemptLogTable} l JOIN cw_runs r ON r.id = l.run_id WHERE r.scheduled_at BETWEEN $1 AND $2 ORDER BY l.id`,
-      [options.from, options.to],
-    );
-    history.attemptLog = rows.rows.map((l) => ({ runId: BigInt(l.run_id), token: BigInt(l.token), outcome: l.outcome }));
+    const rows = await attemptLogInWindow(pool, options.attemptLogTable, from, to);
+    history.attemptLog = rows.map((l) => ({ ...l, outcome: l.outcome as AttemptOutcome }));
   }
   return history;
 }

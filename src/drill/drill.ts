@@ -11,9 +11,10 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
-import { memberAdminUrl } from '../admin/queries.js';
+import { memberAdminUrl } from '../ledger/admin-reads.js';
 import { createLeaseBackend, type BackendConfig } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
+import * as ledgerHistory from '../ledger/history-reads.js';
 import { checkHistory, countWindow, readHistory, type CheckReport, type WindowCounts } from './checker.js';
 import { ATTEMPT_LOG_DDL, ATTEMPT_LOG_TABLE } from './attempt-log.js';
 import { faultSchedule, judgeFault, movesLeader, seededRandom, type FaultKind } from './faults.js';
@@ -155,22 +156,13 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     const proc = rec ? procs.get(rec.holder) : undefined;
     return { proc, token: proc ? rec!.token : undefined };
   };
-  const lastCommit = async (): Promise<number> => {
-    const r = await pool.query<{ t: Date | null }>('SELECT max(created_at) AS t FROM cw_runs');
-    return r.rows[0]?.t?.getTime() ?? 0;
-  };
+  const lastCommit = () => ledgerHistory.lastCommitAt(pool);
   /** First fire committed after t (under a leader token above `aboveToken`, if given), polled for up to timeoutMs. */
   const firstCommitAfter = async (t: number, timeoutMs: number, aboveToken?: bigint): Promise<number | null> => {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const r =
-        aboveToken === undefined
-          ? await pool.query<{ t: Date | null }>('SELECT min(created_at) AS t FROM cw_runs WHERE created_at > $1', [new Date(t)])
-          : await pool.query<{ t: Date | null }>('SELECT min(created_at) AS t FROM cw_runs WHERE created_at > $1 AND leader_token > $2', [
-              new Date(t),
-              aboveToken.toString(),
-            ]);
-      if (r.rows[0]?.t) return r.rows[0].t.getTime();
+      const first = await ledgerHistory.firstCommitAfter(pool, new Date(t), aboveToken);
+      if (first !== null) return first;
       if (Date.now() >= deadline) return null;
       await sleep(50);
     }
@@ -271,8 +263,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     // Let every run of the window finish (re-deliveries of killed workers included) before checking.
     const drainDeadline = Date.now() + 60_000;
     while (Date.now() < drainDeadline) {
-      const open = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_runs WHERE scheduled_at BETWEEN $1 AND $2 AND state <> 'completed'`, [from, to]);
-      if (open.rows[0]!.n === 0) break;
+      if ((await ledgerHistory.uncompletedRunsIn(pool, from, to)) === 0) break;
       await sleep(500);
     }
   } finally {
@@ -294,18 +285,12 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const expected = new Map(Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]));
   const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogTable: ATTEMPT_LOG_TABLE });
   const check = checkHistory(history, { expected, requireCompleted: true });
-  // Refused stale attempts: refused outright ('stale'), or found the run already completed by a
-  // newer claim ('skipped' with a lower token). A re-delivery after completion has a higher token.
-  const staleTimes = await pool.query<{ t: Date }>(
-    `SELECT r.scheduled_at AS t FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
-     WHERE a.state = 'stale'
-        OR (a.state = 'skipped' AND EXISTS (SELECT 1 FROM cw_run_attempts c WHERE c.run_id = a.run_id AND c.state = 'completed' AND c.token > a.token))`,
-  );
+  const staleTimes = await ledgerHistory.staleAttemptTimes(pool);
   await scratch.drop();
   faults.forEach((f, i) => {
     const start = Date.parse(f.at);
     const end = i + 1 < faults.length ? Date.parse(faults[i + 1]!.at) : to.getTime() + 1;
-    const staleRefused = staleTimes.rows.filter((r) => r.t.getTime() >= start && r.t.getTime() < end).length;
+    const staleRefused = staleTimes.filter((t) => t >= start && t < end).length;
     f.fires = { ...countWindow(history, { expected }, start, end), staleRefused };
   });
   for (const v of check.violations) violations.push(`${v.invariant}: ${v.message}`);
@@ -315,7 +300,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     window: { from: from.toISOString(), to: to.toISOString() },
     faults,
     check,
-    staleAttemptsRefused: staleTimes.rows.length,
+    staleAttemptsRefused: staleTimes.length,
     staleWritesRefused: check.staleWritesRefused,
     violations,
     ok: violations.length === 0 && check.ok,

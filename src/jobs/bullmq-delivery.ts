@@ -1,7 +1,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { JobRegistry } from './job-registry.js';
-import type { DeliverableRun, RunDelivery } from './run-delivery.js';
+import type { DeliverableRun, RunDelivery } from '../scheduler/run-delivery.js';
 import { bullmqJobId, controlChannel, queueName } from './bullmq-names.js';
 import type { ControlMessage } from './run-executor.js';
 

@@ -1,10 +1,10 @@
 import { z } from 'zod';
 import { InvalidConfigError } from '../errors.js';
 import { CronSchedule } from '../scheduler/cron-schedule.js';
+import type { MisfirePolicy, OverlapPolicy, ScheduledJob } from '../scheduler/scheduled-job.js';
 import type { JobHandler } from './job-context.js';
 
-export type MisfirePolicy = 'all' | 'latest' | 'skip';
-export type OverlapPolicy = 'allow' | 'skip' | 'queue' | 'replace';
+export type { MisfirePolicy, OverlapPolicy };
 
 export interface BackoffOptions {
   type: 'fixed' | 'exponential';
@@ -37,14 +37,9 @@ export interface JobOptions {
   backoff?: BackoffOptions;
 }
 
-export interface JobDefinition {
-  readonly name: string;
-  readonly schedule: CronSchedule;
+/** A job as defined in code: its schedule and policies (ScheduledJob) plus how it runs. */
+export interface JobDefinition extends ScheduledJob {
   readonly handler: JobHandler;
-  readonly misfire: MisfirePolicy;
-  readonly overlap: OverlapPolicy;
-  readonly catchUpWindowMs: number;
-  readonly misfireGraceMs: number;
   readonly jitterMs: number;
   readonly timeoutMs: number;
   readonly retries: number;

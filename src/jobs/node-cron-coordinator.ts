@@ -5,7 +5,7 @@ import type pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
 import { InvalidArgumentError, StaleTokenError } from '../errors.js';
 import type { Lease, LeaseBackend } from '../locks/lease.js';
-import { Ledger } from '../scheduler/ledger.js';
+import { Ledger } from '../ledger/ledger.js';
 
 export interface NodeCronCoordinatorOptions {
   backend: LeaseBackend;
@@ -55,7 +55,7 @@ export class NodeCronCoordinator implements RunCoordinator {
     const lease = await this.holdLease();
     if (!lease) return false;
     try {
-      const { committed } = await this.ledger.commitFires([{ job: `node-cron:${task}`, scheduledAt: slot, trigger: 'schedule' }], {
+      const { committed } = await this.ledger.fires.commitFires([{ job: `node-cron:${task}`, scheduledAt: slot, trigger: 'schedule' }], {
         fenceResource: `node-cron/${this.leaseName}`,
         token: lease.token,
         replicaId: this.holder,
@@ -73,10 +73,7 @@ export class NodeCronCoordinator implements RunCoordinator {
 
   async onComplete(key: string): Promise<void> {
     const { task, slot } = parseKey(key);
-    await this.o.pool.query(
-      `UPDATE cw_runs SET state = 'completed', finished_at = now() WHERE job = $1 AND scheduled_at = $2 AND state = 'pending'`,
-      [`node-cron:${task}`, slot],
-    );
+    await this.ledger.runs.completeUnclaimed(`node-cron:${task}`, slot);
   }
 
   /** Give the lease up (call on shutdown so another process takes over at once). */

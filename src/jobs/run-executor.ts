@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { AbortedError, BackendUnavailableError, InvalidArgumentError, StaleTokenError } from '../errors.js';
 import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
-import type { Claim, Ledger } from '../scheduler/ledger.js';
+import type { Claim, RunLedger } from '../ledger/run-ledger.js';
 import type { JobContext } from './job-context.js';
 import type { JobRegistry } from './job-registry.js';
 
@@ -33,8 +33,11 @@ export type ControlMessage =
   | { type: 'claimed'; runId: string; token: string }
   | { type: 'cancel'; runIds: string[] };
 
+/** The ledger operations an attempt uses: a seam, so unit tests can pass an in-memory ledger. */
+export type ExecutorLedger = Pick<RunLedger, 'claim' | 'fenceRun' | 'completeInTransaction' | 'finish' | 'runState'>;
+
 export interface RunExecutorOptions {
-  ledger: Ledger;
+  ledger: ExecutorLedger;
   registry: JobRegistry;
   replicaId: string;
   logger: Logger;

@@ -2,16 +2,15 @@ import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { Clock, TimerHandle } from '../clock.js';
 import { NotLeaderError, StaleTokenError } from '../errors.js';
-import type { JobDefinition } from '../jobs/define-job.js';
-import type { JobRegistry } from '../jobs/job-registry.js';
-import type { RunDelivery } from '../jobs/run-delivery.js';
 import type { Lease } from '../locks/lease.js';
 import { FireQueue, type FireEntry } from './fire-queue.js';
-import type { CommittedFire, FireBatchResult, FireRequest, FireTrigger, Ledger } from './ledger.js';
+import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigger } from '../ledger/fire-ledger.js';
+import type { RunDelivery } from './run-delivery.js';
+import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
 import { planCatchUp, type CatchUpPlan } from './misfire.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
-export type FireLedger = Pick<Ledger, 'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs'>;
+export type FireLoopLedger = Pick<FireLedger, 'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs'>;
 
 /** After a failed commit (a database blip), the batch's jobs are retried this soon at the latest. */
 export const COMMIT_RETRY_MS = 1000;
@@ -37,8 +36,8 @@ export interface FireLoopEvents {
 }
 
 export interface FireLoopOptions {
-  registry: JobRegistry;
-  ledger: FireLedger;
+  registry: ScheduledJobs;
+  ledger: FireLoopLedger;
   delivery: RunDelivery;
   leadership: Leadership;
   clock: Clock;
@@ -88,7 +87,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     const lastFired = await this.o.ledger.lastFired();
     if (signal.aborted) return;
     const catchUp: FireRequest[] = [];
-    const plans: { job: JobDefinition; plan: CatchUpPlan }[] = [];
+    const plans: { job: ScheduledJob; plan: CatchUpPlan }[] = [];
     for (const job of this.o.registry.list()) {
       const last = lastFired.get(job.name)?.getTime() ?? null;
       const plan = planCatchUp({
@@ -183,7 +182,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     if (!this.running) return;
     const tenure = this.tenure;
     const now = this.o.clock.now();
-    const planned: { entry: FireEntry; job: JobDefinition; plan: CatchUpPlan }[] = [];
+    const planned: { entry: FireEntry; job: ScheduledJob; plan: CatchUpPlan }[] = [];
     const requests: FireRequest[] = [];
     for (const entry of this.queue.popDue(now)) {
       const job = this.o.registry.get(entry.job);
@@ -234,7 +233,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     this.arm();
   }
 
-  private reportMissed(job: JobDefinition, plan: CatchUpPlan, reason: string): void {
+  private reportMissed(job: ScheduledJob, plan: CatchUpPlan, reason: string): void {
     if (plan.missedCount === 0) return;
     this.o.logger.warn(
       {

@@ -1,4 +1,4 @@
-import type { MisfirePolicy } from '../jobs/define-job.js';
+import type { MisfirePolicy } from './scheduled-job.js';
 import type { CronSchedule } from './cron-schedule.js';
 
 /**

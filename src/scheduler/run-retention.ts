@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
-import type { Ledger } from './ledger.js';
+import type { FireLedger } from '../ledger/fire-ledger.js';
 
 export interface RunRetentionOptions {
-  ledger: Pick<Ledger, 'pruneFinishedRuns'>;
+  ledger: Pick<FireLedger, 'pruneFinishedRuns'>;
   clock: Clock;
   logger: Logger;
   /** Finished runs older than this are deleted. */

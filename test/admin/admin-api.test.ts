@@ -11,7 +11,7 @@ import { Cluster, ADMIN_TOKEN, SHARED_REDIS_URL, firstLeader, json, testJobs, wa
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { pino } from 'pino';
 import { systemClock, type Clock } from '../../src/clock.js';
-import { Replica } from '../../src/scheduler/replica.js';
+import { Replica } from '../../src/replica/replica.js';
 
 let db: TestDatabase;
 let cluster: Cluster;

@@ -4,8 +4,8 @@ import { pino } from 'pino';
 import { AdminServer } from '../../src/admin/server.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import { MemberHeartbeat } from '../../src/scheduler/member-heartbeat.js';
-import { Replica } from '../../src/scheduler/replica.js';
+import { MemberHeartbeat } from '../../src/replica/member-heartbeat.js';
+import { Replica } from '../../src/replica/replica.js';
 import type { ElectorRole } from '../../src/scheduler/elector.js';
 
 export const SHARED_REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';

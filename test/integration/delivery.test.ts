@@ -5,7 +5,7 @@ import { Redis } from 'ioredis';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
-import { Ledger } from '../../src/scheduler/ledger.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
@@ -21,7 +21,7 @@ it('a new ledger on the same Redis: its runs are delivered, not swallowed by the
       const ledger = new Ledger(db.pool);
       const delivery = new BullmqDelivery({ connection: redis, namespace, registry, ledger });
       deliveries.push(delivery);
-      const { committed } = await ledger.commitFires([{ job: 'j', scheduledAt: new Date(), trigger: 'manual' }], leader);
+      const { committed } = await ledger.fires.commitFires([{ job: 'j', scheduledAt: new Date(), trigger: 'manual' }], leader);
       assert.equal(committed[0]!.runId, 1n, 'both ledgers number their first run 1');
       await delivery.enqueue(committed);
       await delivery.enqueue(committed); // a second enqueue of the same run is still a no-op

@@ -16,7 +16,7 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
-import { Ledger, type Claim, type ClaimResult, type Outcome, type Queryable } from '../../src/scheduler/ledger.js';
+import { Ledger, RunLedger, type Claim, type ClaimResult, type Outcome, type Queryable } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { commitTestRun } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
@@ -25,7 +25,7 @@ import { SHARED_REDIS_URL } from './failover-scenario.js';
 const connectionLost = () => new Error('Connection terminated unexpectedly');
 
 /** A real ledger whose next N calls of a method fail as if PostgreSQL were unreachable. */
-class FlakyLedger extends Ledger {
+class FlakyLedger extends RunLedger {
   failClaims = 0;
   failTransactions = 0;
   failFinishes = 0;
@@ -46,6 +46,8 @@ class FlakyLedger extends Ledger {
 describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', () => {
   let db: TestDatabase;
   let ledger: FlakyLedger;
+  /** The same database through the whole ledger: commits runs and names BullMQ jobs. */
+  let real: Ledger;
   let executor: RunExecutor;
   let registry: JobRegistry;
   let handler: (ctx: JobContext) => Promise<unknown> = async () => {};
@@ -56,6 +58,7 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
     db = await createTestDatabase();
     await db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL)');
     ledger = new FlakyLedger(db.pool);
+    real = new Ledger(db.pool);
     registry = new JobRegistry([
       defineJob({
         name: 'outage',
@@ -73,7 +76,7 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
   });
 
   async function fire(): Promise<bigint> {
-    return (await commitTestRun(ledger, 'outage', { scheduledAt: new Date(Date.UTC(2031, 0, 1, 0, fired++)), trigger: 'schedule' })).runId;
+    return (await commitTestRun(real, 'outage', { scheduledAt: new Date(Date.UTC(2031, 0, 1, 0, fired++)), trigger: 'schedule' })).runId;
   }
   const state = async (runId: bigint) =>
     (await db.pool.query<{ state: string; attempts: number }>('SELECT state, attempts FROM cw_runs WHERE id = $1', [runId.toString()])).rows[0]!;
@@ -122,7 +125,7 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
     handler = writeEffect;
     const namespace = `outage${randomUUID().slice(0, 8)}`;
     const connection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
-    const delivery = new BullmqDelivery({ connection, namespace, registry, ledger });
+    const delivery = new BullmqDelivery({ connection, namespace, registry, ledger: real });
     const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger: pino({ level: 'silent' }), lockDurationMs: 5000 });
     try {
       await worker.start();

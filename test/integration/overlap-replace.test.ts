@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import { Replica } from '../../src/scheduler/replica.js';
+import { Replica } from '../../src/replica/replica.js';
 import { createTestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 

@@ -12,7 +12,7 @@ import { defineJob } from '../../src/jobs/define-job.js';
 import type { JobContext } from '../../src/jobs/job-context.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
-import { Ledger } from '../../src/scheduler/ledger.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { commitTestRun } from '../support/effect-runs.js';
 
@@ -28,7 +28,7 @@ describe('RunExecutor (real PostgreSQL ledger)', () => {
     await db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, note text)');
     ledger = new Ledger(db.pool);
     const registry = new JobRegistry([defineJob({ name: 'tx', schedule: '0 0 1 1 *', handler: (ctx) => handler(ctx) })]);
-    executor = new RunExecutor({ ledger, registry, replicaId: 'in-process', logger: pino({ level: 'silent' }) });
+    executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'in-process', logger: pino({ level: 'silent' }) });
   });
   after(async () => {
     await db.drop();

@@ -16,7 +16,7 @@ import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
 import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop, type Leadership } from '../../src/scheduler/fire-loop.js';
-import { Ledger } from '../../src/scheduler/ledger.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
@@ -46,7 +46,7 @@ it('a leader frozen past its TTL keeps firing: every fire refused by the fence, 
   const stepDowns: string[] = [];
   const frozen: Leadership = { lease: () => staleLease, stepDown: (why) => stepDowns.push(why) };
   const make = (leadership: Leadership, id: string) =>
-    new FireLoop({ registry, ledger, delivery, leadership, clock: systemClock, logger, replicaId: id, fenceResource: 'scheduler/sched' });
+    new FireLoop({ registry, ledger: ledger.fires, delivery, leadership, clock: systemClock, logger, replicaId: id, fenceResource: 'scheduler/sched' });
   const staleLoop = make(frozen, 'stale');
   const refusals: bigint[] = [];
   staleLoop.on('fire:refused', (err) => refusals.push(err.token));

@@ -15,7 +15,7 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
-import { Ledger } from '../../src/scheduler/ledger.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase } from '../support/postgres-database.js';
 import { stallJob } from '../fixtures/stall-job.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
@@ -57,7 +57,7 @@ it('a stalled worker is fenced out: first attempt refused, second lands, one com
   let parentWorker: BullmqWorker | undefined;
   try {
     await waitFor((e) => e.event === 'ready');
-    const { committed } = await ledger.commitFires([{ job: 'stall', scheduledAt: new Date(), trigger: 'manual' }], {
+    const { committed } = await ledger.fires.commitFires([{ job: 'stall', scheduledAt: new Date(), trigger: 'manual' }], {
       fenceResource: 'scheduler/test',
       token: 1n,
       replicaId: 'test',
@@ -67,7 +67,7 @@ it('a stalled worker is fenced out: first attempt refused, second lands, one com
     await waitFor((e) => e.worker === 'child' && e.event === 'attempt' && e.attempt === 1);
     child.kill('SIGSTOP');
 
-    const executor = new RunExecutor({ ledger, registry, replicaId: 'parent', logger });
+    const executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'parent', logger });
     parentWorker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, lockDurationMs: 1000, stalledIntervalMs: 500 });
     executor.setPublisher(parentWorker.publisherFor());
     await parentWorker.start();

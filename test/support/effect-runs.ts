@@ -8,7 +8,7 @@ import { Redis } from 'ioredis';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
-import { Ledger, type CommittedFire, type FireTrigger } from '../../src/scheduler/ledger.js';
+import { Ledger, type CommittedFire, type FireTrigger } from '../../src/ledger/ledger.js';
 import { SHARED_REDIS_URL } from '../integration/failover-scenario.js';
 import { createTestDatabase, type TestDatabase } from './postgres-database.js';
 
@@ -29,11 +29,11 @@ export function effectsSuite(): { readonly db: TestDatabase; readonly redis: Red
 
 /** Commit one run of `job` as a leader with token 1 would (fenced, unique key). */
 export async function commitTestRun(
-  ledger: Ledger,
+  ledger: Pick<Ledger, 'fires'>,
   job: string,
   options: { scheduledAt?: Date; trigger?: FireTrigger; fenceResource?: string } = {},
 ): Promise<CommittedFire> {
-  const { committed } = await ledger.commitFires([{ job, scheduledAt: options.scheduledAt ?? new Date(), trigger: options.trigger ?? 'manual' }], {
+  const { committed } = await ledger.fires.commitFires([{ job, scheduledAt: options.scheduledAt ?? new Date(), trigger: options.trigger ?? 'manual' }], {
     fenceResource: options.fenceResource ?? 'scheduler/test',
     token: 1n,
     replicaId: 'test',

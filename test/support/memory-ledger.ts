@@ -4,8 +4,8 @@
  * = pending/running/retrying); the real Ledger is tested against PostgreSQL in test/integration.
  */
 import { StaleTokenError } from '../../src/errors.js';
-import type { FireLedger } from '../../src/scheduler/fire-loop.js';
-import type { CommittedFire, FireBatchResult, FireRequest, FireTrigger } from '../../src/scheduler/ledger.js';
+import type { FireLoopLedger } from '../../src/scheduler/fire-loop.js';
+import type { CommittedFire, FireBatchResult, FireRequest, FireTrigger } from '../../src/ledger/ledger.js';
 
 export interface MemoryRun {
   id: bigint;
@@ -18,7 +18,7 @@ export interface MemoryRun {
   error?: string;
 }
 
-export class MemoryLedger implements FireLedger {
+export class MemoryLedger implements FireLoopLedger {
   readonly runs: MemoryRun[] = [];
   readonly fences = new Map<string, bigint>();
   readonly paused = new Set<string>();

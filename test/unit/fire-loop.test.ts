@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import { ManualClock } from '../../src/manual-clock.js';
 import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
-import type { DeliverableRun, RunDelivery } from '../../src/jobs/run-delivery.js';
+import type { DeliverableRun, RunDelivery } from '../../src/scheduler/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
 import { COMMIT_CHUNK, FireLoop } from '../../src/scheduler/fire-loop.js';
 import { MemoryLedger } from '../support/memory-ledger.js';

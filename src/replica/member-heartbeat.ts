@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import { deleteMember, upsertMember } from '../ledger/members.js';
 
 export interface MemberHeartbeatOptions {
   pool: Pick<pg.Pool, 'query'>;
@@ -51,18 +52,19 @@ export class MemberHeartbeat {
     clearInterval(this.timer);
     this.timer = undefined;
     await this.beating;
-    await this.o.pool.query('DELETE FROM cw_members WHERE replica_id = $1', [this.o.replicaId]).catch((err: Error) => {
+    await deleteMember(this.o.pool, this.o.replicaId).catch((err: Error) => {
       this.o.logger?.warn({ err: err.message }, 'could not remove the member row');
     });
   }
 
   private async write(): Promise<void> {
-    await this.o.pool.query(
-      `INSERT INTO cw_members (replica_id, host, pid, version, role, admin_url, started_at, last_seen)
-       VALUES ($1, $2, $3, $4, $5, $6, now(), now())
-       ON CONFLICT (replica_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
-         role = EXCLUDED.role, admin_url = EXCLUDED.admin_url, last_seen = now()`,
-      [this.o.replicaId, hostname(), process.pid, this.o.version, this.o.role(), this.o.adminUrl ?? null],
-    );
+    await upsertMember(this.o.pool, {
+      replicaId: this.o.replicaId,
+      host: hostname(),
+      pid: process.pid,
+      version: this.o.version,
+      role: this.o.role(),
+      adminUrl: this.o.adminUrl ?? null,
+    });
   }
 }

@@ -1,6 +1,7 @@
 import type pg from 'pg';
+import { ACTIVE_SQL, activeRunStates, type ActiveRunState } from './run-states.js';
 
-/** Read-only ledger queries behind the admin API. */
+/** Read-only ledger queries behind the admin API and the metrics. */
 type Db = Pick<pg.Pool, 'query'>;
 
 export interface MemberRow {
@@ -159,4 +160,31 @@ export async function listElections(db: Db, leaseName: string, limit: number) {
     sincePreviousMs: r.since_prev_ms === null ? null : Math.round(r.since_prev_ms),
     gapMs: r.gap_ms === null ? null : Math.round(r.gap_ms),
   }));
+}
+
+/** How many runs are in each active state, cluster-wide. */
+export async function activeRunCounts(db: Db): Promise<Map<ActiveRunState, number>> {
+  const res = await db.query<{ state: ActiveRunState; n: number }>(`SELECT state, count(*)::int AS n FROM cw_runs WHERE state IN ${ACTIVE_SQL} GROUP BY state`);
+  return new Map(activeRunStates.map((s) => [s, res.rows.find((r) => r.state === s)?.n ?? 0]));
+}
+
+export interface FinishedAttempt {
+  runId: string;
+  attempt: number;
+  job: string;
+  state: string;
+  seconds: number;
+  finishedAt: Date;
+}
+
+/** Attempts `worker` finished after `since` (at most `limit`), oldest first. */
+export async function attemptsFinishedSince(db: Db, worker: string, since: Date, limit = 10_000): Promise<FinishedAttempt[]> {
+  const res = await db.query<{ run_id: string; attempt: number; job: string; state: string; seconds: number; finished_at: Date }>(
+    `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, a.finished_at
+     FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
+     WHERE a.worker = $1 AND a.finished_at IS NOT NULL AND a.finished_at > $2::timestamptz
+     ORDER BY a.finished_at LIMIT $3`,
+    [worker, since, limit],
+  );
+  return res.rows.map((r) => ({ runId: r.run_id, attempt: r.attempt, job: r.job, state: r.state, seconds: r.seconds, finishedAt: r.finished_at }));
 }

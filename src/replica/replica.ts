@@ -12,12 +12,12 @@ import { BullmqDelivery } from '../jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import { RunExecutor } from '../jobs/run-executor.js';
 import type { Lease, LeaseBackend } from '../locks/lease.js';
-import { Elector, type ElectorRole } from './elector.js';
-import type { ElectorOptions } from './elector-options.js';
-import { FireLoop, type FireLoopEvents } from './fire-loop.js';
-import { Ledger } from './ledger.js';
-import { LedgerClock } from './ledger-clock.js';
-import { RunRetention } from './run-retention.js';
+import { Elector, type ElectorRole } from '../scheduler/elector.js';
+import type { ElectorOptions } from '../scheduler/elector-options.js';
+import { FireLoop, type FireLoopEvents } from '../scheduler/fire-loop.js';
+import { Ledger } from '../ledger/ledger.js';
+import { LedgerClock } from '../scheduler/ledger-clock.js';
+import { RunRetention } from '../scheduler/run-retention.js';
 import { settlesWithin } from '../settles-within.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
@@ -116,7 +116,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     this.clock = clock;
     const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
     if (!(retentionMs >= 0)) throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
-    this.retention = retentionMs > 0 ? new RunRetention({ ledger: this.ledger, clock, logger: this.logger, retentionMs }) : undefined;
+    this.retention = retentionMs > 0 ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs }) : undefined;
     this.redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 2 });
     this.redis.on('error', (err) => this.logger.warn({ err }, 'Redis connection error'));
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
@@ -134,7 +134,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     );
     this.fireLoop = new FireLoop({
       registry: this.registry,
-      ledger: this.ledger,
+      ledger: this.ledger.fires,
       delivery: this.delivery,
       leadership: this.elector,
       clock,
@@ -142,7 +142,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
       replicaId: this.replicaId,
       fenceResource,
     });
-    this.executor = new RunExecutor({ ledger: this.ledger, registry: this.registry, replicaId: this.replicaId, logger: this.logger });
+    this.executor = new RunExecutor({ ledger: this.ledger.runs, registry: this.registry, replicaId: this.replicaId, logger: this.logger });
     this.forward();
   }
 
@@ -192,7 +192,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
 
   private async onLeading(lease: Lease, signal: AbortSignal): Promise<void> {
     this.logger.info({ token: lease.token.toString() }, 'elected leader');
-    await this.ledger.recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind).catch((err: Error) => {
+    await this.ledger.fires.recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind).catch((err: Error) => {
       this.logger.warn({ err }, 'could not record the election');
     });
     void this.retention?.run(signal);
@@ -204,7 +204,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
    * so a Redis that restarted without persistence cannot hand out a token the fence would refuse.
    */
   private async raiseTokenFloor(fenceResource: string): Promise<void> {
-    const highest = await this.ledger.fenceToken(fenceResource);
+    const highest = await this.ledger.fires.fenceToken(fenceResource);
     if (highest === null) return;
     try {
       await this.o.backend.ensureTokenAbove(this.leaseName, highest);

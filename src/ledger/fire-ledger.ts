@@ -1,0 +1,254 @@
+/**
+ * The leader's side of the ledger: fires committed under the scheduler's fence with the unique
+ * (job, scheduled_at) key, the outbox, per-job state (last fire, paused), elections and retention.
+ * Hand-written SQL over the drizzle schema (src/db/schema.ts), because each statement is a
+ * conditional upsert whose exact WHERE clause is the point (graphile-worker style: "only the
+ * writer that advances the row goes on").
+ */
+import type pg from 'pg';
+import { advanceFence, fenceToken } from './fences.js';
+import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
+import { withTransaction, type Queryable } from './transaction.js';
+
+export type FireTrigger = 'schedule' | 'catchup' | 'manual';
+
+export interface FireRequest {
+  job: string;
+  scheduledAt: Date;
+  trigger: FireTrigger;
+  /** 'pending' for a normal fire; 'skipped' records a fire the overlap or pause policy dropped. */
+  state?: 'pending' | 'skipped';
+  /** Hold delivery (overlap 'queue'): committed, but the outbox leaves it until the job is idle. */
+  hold?: boolean;
+  /**
+   * Overlap 'replace': if this fire is inserted, the job's other active runs are cancelled in the
+   * same transaction, after the fence accepted the leader's token (a stale leader cancels nothing).
+   */
+  replace?: boolean;
+  error?: string;
+}
+
+export interface CommittedFire {
+  runId: bigint;
+  job: string;
+  scheduledAt: Date;
+  trigger: FireTrigger;
+  state: 'pending' | 'skipped';
+  hold: boolean;
+}
+
+export interface FireBatchResult {
+  committed: CommittedFire[];
+  /** Fires refused by the unique (job, scheduled_at) key: someone already committed them. */
+  duplicates: number;
+  /** Runs cancelled in this commit for overlap 'replace'; tell their workers only after COMMIT. */
+  cancelled: bigint[];
+}
+
+
+
+/** Who commits a batch of fires, and the check made just before COMMIT. */
+export interface LeaderStamp {
+  fenceResource: string;
+  token: bigint;
+  replicaId: string;
+  /** False once the leader's local deadline passed: the batch rolls back instead of committing. */
+  stillLeading: () => boolean;
+}
+
+export class FireLedger {
+  constructor(private readonly pool: pg.Pool) {}
+
+  /**
+   * Advance `resource`'s fence to `token` unless a higher token was already accepted.
+   * Equal tokens pass: one holder writes many times under one token.
+   */
+  advanceFence(resource: string, token: bigint, db: Queryable = this.pool): Promise<void> {
+    return advanceFence(db, resource, token);
+  }
+
+  fenceToken(resource: string, db: Queryable = this.pool): Promise<bigint | null> {
+    return fenceToken(db, resource);
+  }
+
+  /**
+   * Commit a batch of fires in one transaction: advance the leader's fence (a stale leader is
+   * refused here, not by luck), then insert each run with the unique (job, scheduled_at) key.
+   * For each inserted fire marked `replace`, the job's other active runs are cancelled in the same
+   * transaction (so only a leader the fence accepted can cancel, and only with a fire that is
+   * really new); their ids are returned in `cancelled`.
+   * `stillLeading` is checked after the writes and just before COMMIT: past the local deadline
+   * we roll back instead of committing (and nothing is cancelled).
+   */
+  async commitFires(fires: FireRequest[], leader: LeaderStamp): Promise<FireBatchResult> {
+    const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
+    if (fires.length === 0) return nothing;
+    return withTransaction(this.pool, async (client, rollback) => {
+      await advanceFence(client, leader.fenceResource, leader.token);
+      const rows = await insertRuns(client, fires, leader);
+      const cancelled = await this.cancelReplaced(client, fires, rows);
+      await advanceJobState(client, fires);
+      if (!leader.stillLeading()) {
+        await rollback();
+        return nothing;
+      }
+      const held = new Set(fires.filter((f) => f.hold).map(slotKey));
+      return {
+        committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
+        duplicates: fires.length - rows.length,
+        cancelled,
+      };
+    });
+  }
+
+  /**
+   * Overlap 'replace': for each job with an inserted fire marked `replace`, cancel its other active
+   * runs, naming the newest such fire. Only ever inside commitFires, after the fence.
+   */
+  private async cancelReplaced(client: pg.PoolClient, fires: FireRequest[], inserted: Omit<CommittedFire, 'hold'>[]): Promise<bigint[]> {
+    const insertedSlots = new Set(inserted.map(slotKey));
+    const replacedBy = new Map<string, Date>(); // job → its newest inserted 'replace' fire
+    for (const f of fires) {
+      if (!f.replace || !insertedSlots.has(slotKey(f))) continue;
+      const prev = replacedBy.get(f.job);
+      if (!prev || prev < f.scheduledAt) replacedBy.set(f.job, f.scheduledAt);
+    }
+    const keep = inserted.map((r) => r.runId);
+    const cancelled: bigint[] = [];
+    for (const [job, at] of replacedBy) {
+      cancelled.push(...(await this.cancelActive(job, `replaced by the fire of ${at.toISOString()}`, client, keep)));
+    }
+    return cancelled;
+  }
+
+  async markEnqueued(runIds: bigint[]): Promise<void> {
+    if (runIds.length === 0) return;
+    await this.pool.query('UPDATE cw_runs SET enqueued_at = now() WHERE id = ANY($1::bigint[]) AND enqueued_at IS NULL', [
+      runIds.map(String),
+    ]);
+  }
+
+  /**
+   * The outbox: committed runs not yet handed to the queue. A run of an overlap-'queue' job waits
+   * here while an earlier run of its job is still active.
+   */
+  async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
+    const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger }>(
+      `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM cw_runs r
+       WHERE r.enqueued_at IS NULL AND r.state = 'pending'
+         AND NOT (r.job = ANY($2::text[]) AND EXISTS (
+           SELECT 1 FROM cw_runs a WHERE a.job = r.job AND a.id <> r.id AND a.enqueued_at IS NOT NULL
+             AND a.state IN ${ACTIVE_SQL}))
+       ORDER BY r.created_at, r.id LIMIT $1`,
+      [limit, queuedJobs],
+    );
+    return res.rows.map((r) => ({ runId: BigInt(r.id), job: r.job, scheduledAt: r.scheduled_at, trigger: r.trigger, state: 'pending', hold: false }));
+  }
+
+  /** Latest scheduled (not manual) fire per job, for reconciliation after an election. */
+  async lastFired(): Promise<Map<string, Date>> {
+    const res = await this.pool.query<{ job: string; last_scheduled_at: Date }>(
+      'SELECT job, last_scheduled_at FROM cw_job_state WHERE last_scheduled_at IS NOT NULL',
+    );
+    return new Map(res.rows.map((r) => [r.job, r.last_scheduled_at]));
+  }
+
+  async pausedJobs(): Promise<Set<string>> {
+    const res = await this.pool.query<{ job: string }>('SELECT job FROM cw_job_state WHERE paused');
+    return new Set(res.rows.map((r) => r.job));
+  }
+
+  async setPaused(job: string, paused: boolean): Promise<void> {
+    await this.pool.query(
+      `INSERT INTO cw_job_state (job, paused) VALUES ($1, $2)
+       ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()`,
+      [job, paused],
+    );
+  }
+
+  /** Active runs (pending, running, retrying) of the given jobs, and how many wait undelivered. */
+  async activeJobs(jobs: string[]): Promise<Map<string, { ids: bigint[]; held: number }>> {
+    if (jobs.length === 0) return new Map();
+    const res = await this.pool.query<{ job: string; ids: string[]; held: number }>(
+      `SELECT job, array_agg(id::text) AS ids, (count(*) FILTER (WHERE enqueued_at IS NULL))::int AS held
+       FROM cw_runs WHERE job = ANY($1::text[]) AND state IN ${ACTIVE_SQL} GROUP BY job`,
+      [jobs],
+    );
+    return new Map(res.rows.map((r) => [r.job, { ids: r.ids.map((id) => BigInt(id)), held: r.held }]));
+  }
+
+  /**
+   * Mark active runs of a job cancelled, except `keep`; returns the run ids. Overlap 'replace'
+   * calls it only inside commitFires, after the fence: never call it outside a fenced transaction.
+   */
+  private async cancelActive(job: string, reason: string, db: Queryable = this.pool, keep: bigint[] = []): Promise<bigint[]> {
+    const res = await db.query<{ id: string }>(
+      `UPDATE cw_runs SET state = 'cancelled', finished_at = now(), error = $2
+       WHERE job = $1 AND state IN ${ACTIVE_SQL} AND id <> ALL($3::bigint[]) RETURNING id`,
+      [job, reason, keep.map(String)],
+    );
+    return res.rows.map((r) => BigInt(r.id));
+  }
+
+  /**
+   * Retention: delete up to `batch` finished runs (completed, failed, skipped, cancelled) created
+   * more than `olderThanMs` ago, with their attempts (ON DELETE CASCADE). Returns how many went.
+   * Safe for the schedule: reconciliation after an election reads cw_job_state, not old runs, so
+   * a deleted run's instant is never fired again.
+   */
+  async pruneFinishedRuns(olderThanMs: number, batch: number): Promise<number> {
+    const res = await this.pool.query(
+      `DELETE FROM cw_runs WHERE id IN (
+         SELECT id FROM cw_runs
+         WHERE state IN ${FINISHED_SQL} AND created_at < now() - $1::bigint * interval '1 millisecond'
+         LIMIT $2)`,
+      [Math.floor(olderThanMs), batch],
+    );
+    return res.rowCount ?? 0;
+  }
+
+  async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<void> {
+    await this.pool.query('INSERT INTO cw_elections (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)', [
+      leaseName,
+      leader,
+      token.toString(),
+      backend,
+    ]);
+  }
+}
+
+function slotKey(f: { job: string; scheduledAt: Date }): string {
+  return `${f.job}@${f.scheduledAt.getTime()}`;
+}
+
+/** Insert the fires under the unique (job, scheduled_at) key; returns the ones inserted. */
+async function insertRuns(client: pg.PoolClient, fires: FireRequest[], leader: LeaderStamp): Promise<Omit<CommittedFire, 'hold'>[]> {
+  const res = await client.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger; state: 'pending' | 'skipped' }>(
+    `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
+     SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
+            CASE WHEN f.state = 'skipped' THEN now() END,
+            CASE WHEN f.state = 'skipped' THEN now() END,
+            f.error
+     FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz, trigger text, state text, error text)
+     ON CONFLICT (job, scheduled_at) WHERE trigger <> 'manual' DO NOTHING
+     RETURNING id, job, scheduled_at, trigger, state`,
+    [
+      JSON.stringify(
+        fires.map((f) => ({ job: f.job, scheduled_at: f.scheduledAt.toISOString(), trigger: f.trigger, state: f.state ?? 'pending', error: f.error ?? null })),
+      ),
+      leader.token.toString(),
+      leader.replicaId,
+    ],
+  );
+  return res.rows.map((r) => ({ runId: BigInt(r.id), job: r.job, scheduledAt: r.scheduled_at, trigger: r.trigger, state: r.state }));
+}
+
+/** Move each job's last scheduled fire forward (never back); manual triggers do not count. */
+async function advanceJobState(client: pg.PoolClient, fires: FireRequest[]): Promise<void> {
+  await client.query(
+    `INSERT INTO cw_job_state (job, last_scheduled_at)
+     SELECT job, max(scheduled_at) FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz) GROUP BY job
+     ON CONFLICT (job) DO UPDATE SET last_scheduled_at = GREATEST(cw_job_state.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now()`,
+    [JSON.stringify(fires.filter((f) => f.trigger !== 'manual').map((f) => ({ job: f.job, scheduled_at: f.scheduledAt.toISOString() })))],
+  );
+}

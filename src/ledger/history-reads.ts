@@ -1,0 +1,102 @@
+/**
+ * Reads of the ledger's history for the failover drill and its checker: runs in a window, the
+ * workload's effect and attempt-log rows joined to them, commit instants and refused attempts.
+ */
+import type { Queryable } from './transaction.js';
+
+export interface RunHistoryRow {
+  id: bigint;
+  job: string;
+  scheduledAt: number;
+  leaderToken: bigint;
+  state: string;
+  /** Token of the attempt that completed the run, if any. */
+  completedToken: bigint | null;
+  /** When the ledger committed the fire (database clock). */
+  committedAt: number;
+}
+
+const TABLE_NAME = /^[a-z_][a-z0-9_]*$/;
+
+function tableName(kind: string, name: string): string {
+  if (!TABLE_NAME.test(name)) throw new TypeError(`bad ${kind} table name ${name}`);
+  return name;
+}
+
+/**
+ * Scheduled (not manual) runs of jobs named `jobPrefix…` scheduled or committed in [from, to], in
+ * commit order. Committed in the window but scheduled after it: fired early, which a checker must see.
+ */
+export async function runsInWindow(db: Queryable, from: Date, to: Date, jobPrefix = ''): Promise<RunHistoryRow[]> {
+  const res = await db.query<{ id: string; job: string; scheduled_at: Date; leader_token: string; state: string; completed_token: string | null; created_at: Date }>(
+    `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
+            (SELECT a.token FROM cw_run_attempts a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
+     FROM cw_runs r
+     WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger <> 'manual' AND r.job LIKE $3
+     ORDER BY r.id`,
+    [from, to, `${jobPrefix}%`],
+  );
+  return res.rows.map((r) => ({
+    id: BigInt(r.id),
+    job: r.job,
+    scheduledAt: r.scheduled_at.getTime(),
+    leaderToken: BigInt(r.leader_token),
+    state: r.state,
+    completedToken: r.completed_token === null ? null : BigInt(r.completed_token),
+    committedAt: r.created_at.getTime(),
+  }));
+}
+
+/** Rows (run_id, token) of a workload's effect table whose run is scheduled in [from, to]. */
+export async function effectsInWindow(db: Queryable, effectsTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint }[]> {
+  const res = await db.query<{ run_id: string; token: string }>(
+    `SELECT e.run_id, e.token FROM ${tableName('effects', effectsTable)} e JOIN cw_runs r ON r.id = e.run_id WHERE r.scheduled_at BETWEEN $1 AND $2`,
+    [from, to],
+  );
+  return res.rows.map((e) => ({ runId: BigInt(e.run_id), token: BigInt(e.token) }));
+}
+
+/** Rows (run_id, token, outcome) of a workload's attempt log whose run is scheduled in [from, to], in log order. */
+export async function attemptLogInWindow(db: Queryable, logTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint; outcome: string }[]> {
+  const res = await db.query<{ run_id: string; token: string; outcome: string }>(
+    `SELECT l.run_id, l.token, l.outcome FROM ${tableName('attempt log', logTable)} l JOIN cw_runs r ON r.id = l.run_id
+     WHERE r.scheduled_at BETWEEN $1 AND $2 ORDER BY l.id`,
+    [from, to],
+  );
+  return res.rows.map((l) => ({ runId: BigInt(l.run_id), token: BigInt(l.token), outcome: l.outcome }));
+}
+
+/** When the newest fire was committed (epoch ms, database clock), 0 if none. */
+export async function lastCommitAt(db: Queryable): Promise<number> {
+  const r = await db.query<{ t: Date | null }>('SELECT max(created_at) AS t FROM cw_runs');
+  return r.rows[0]?.t?.getTime() ?? 0;
+}
+
+/** The first fire committed after `after` (under a leader token above `aboveToken`, if given), or null. */
+export async function firstCommitAfter(db: Queryable, after: Date, aboveToken?: bigint): Promise<number | null> {
+  const r = await db.query<{ t: Date | null }>('SELECT min(created_at) AS t FROM cw_runs WHERE created_at > $1 AND ($2::bigint IS NULL OR leader_token > $2)', [
+    after,
+    aboveToken?.toString() ?? null,
+  ]);
+  return r.rows[0]?.t?.getTime() ?? null;
+}
+
+/** How many runs scheduled in [from, to] are not completed yet. */
+export async function uncompletedRunsIn(db: Queryable, from: Date, to: Date): Promise<number> {
+  const r = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_runs WHERE scheduled_at BETWEEN $1 AND $2 AND state <> 'completed'`, [from, to]);
+  return r.rows[0]?.n ?? 0;
+}
+
+/**
+ * Scheduled instants of refused stale attempts: refused outright ('stale'), or found the run
+ * already completed by a newer claim ('skipped' with a lower token). A re-delivery after
+ * completion has a higher token and is not counted.
+ */
+export async function staleAttemptTimes(db: Queryable): Promise<number[]> {
+  const r = await db.query<{ t: Date }>(
+    `SELECT r.scheduled_at AS t FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
+     WHERE a.state = 'stale'
+        OR (a.state = 'skipped' AND EXISTS (SELECT 1 FROM cw_run_attempts c WHERE c.run_id = a.run_id AND c.state = 'completed' AND c.token > a.token))`,
+  );
+  return r.rows.map((row) => row.t.getTime());
+}

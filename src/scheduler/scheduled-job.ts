@@ -1,0 +1,27 @@
+/**
+ * What the scheduler knows of a job: when it fires and what to do with missed and overlapping
+ * fires. Jobs (src/jobs) extend it with the handler and its policies; the scheduler never needs those.
+ */
+import type { CronSchedule } from './cron-schedule.js';
+
+export type MisfirePolicy = 'all' | 'latest' | 'skip';
+export type OverlapPolicy = 'allow' | 'skip' | 'queue' | 'replace';
+
+export interface ScheduledJob {
+  readonly name: string;
+  readonly schedule: CronSchedule;
+  readonly misfire: MisfirePolicy;
+  readonly overlap: OverlapPolicy;
+  /** How far back 'all' / 'latest' may reach after an election. */
+  readonly catchUpWindowMs: number;
+  /** A fire later than this counts as a misfire and the misfire policy applies. */
+  readonly misfireGraceMs: number;
+}
+
+/** The jobs the leader fires, by name (JobRegistry is the implementation). */
+export interface ScheduledJobs {
+  get(name: string): ScheduledJob | undefined;
+  /** Throws when no such job is defined. */
+  require(name: string): ScheduledJob;
+  list(): readonly ScheduledJob[];
+}
