@@ -101,3 +101,24 @@ export class NotMigratedError extends CronwardenError {
     super(`the ledger is not migrated (${detail}): run \`cronwarden migrate\``);
   }
 }
+
+/**
+ * A fenced write was refused because a later slot of the same resource had already written: the
+ * run is not stale but late (a catch-up fire that lost the race). The executor settles such a run
+ * as 'superseded', without its effect, and does not retry it. Handlers that guard a store of
+ * their own with ctx.slotToken throw it themselves when their guard refuses.
+ */
+export class SupersededError extends CronwardenError {
+  readonly retryable = false;
+  constructor(
+    readonly resource: string,
+    readonly scheduledAt: Date,
+    readonly newerScheduledAt: Date | null,
+  ) {
+    super(
+      `"${resource}" was already written by the run of a later slot` +
+        (newerScheduledAt ? ` (${newerScheduledAt.toISOString()})` : '') +
+        `: the run of ${scheduledAt.toISOString()} is superseded`,
+    );
+  }
+}

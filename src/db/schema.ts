@@ -41,7 +41,11 @@ export const fences = pgTable('cw_fences', {
 /** Execution tokens for run claims: each claim of any run gets a value above every earlier one. */
 export const executionTokenSeq = pgSequence('cw_execution_token_seq', { startWith: 1, increment: 1 });
 
-export const runStates = ['pending', 'running', 'retrying', 'completed', 'failed', 'skipped', 'cancelled'] as const;
+/**
+ * 'superseded': the run's fenced write was refused because a later slot of the same resource had
+ * already written (a catch-up run that lost the race); settled, without its effect, not failed.
+ */
+export const runStates = ['pending', 'running', 'retrying', 'completed', 'failed', 'skipped', 'cancelled', 'superseded'] as const;
 export type RunState = (typeof runStates)[number];
 
 /** One row per fire. The unique (job, scheduled_at) key is invariant I1. */
@@ -67,6 +71,8 @@ export const runs = pgTable(
     finishedAt: tstz('finished_at'),
     error: text('error'),
     createdAt: tstz('created_at').notNull().defaultNow(),
+    /** When the leader last checked that the queue still holds this handed-over run (re-delivery sweep). */
+    deliveryCheckedAt: tstz('delivery_checked_at'),
   },
   (t) => [
     // Manual triggers are outside the key: a trigger that lands on a scheduled instant must neither
@@ -90,11 +96,14 @@ export const runAttempts = pgTable(
     attempt: integer('attempt').notNull(),
     token: token('token').notNull(),
     worker: text('worker').notNull(),
-    /** running | completed | failed | skipped | stale */
+    /** running | completed | failed | retrying | cancelled | superseded | skipped | stale */
     state: text('state').notNull(),
     startedAt: tstz('started_at').notNull().defaultNow(),
     finishedAt: tstz('finished_at'),
+    /** The error's message, bounded and sanitised (see src/ledger/stored-text.ts). */
     error: text('error'),
+    /** The error's stack, bounded and sanitised. */
+    errorStack: text('error_stack'),
   },
   (t) => [
     primaryKey({ columns: [t.runId, t.attempt] }),

@@ -86,14 +86,12 @@ export class BullmqWorker {
       });
     } catch (err) {
       if (!(err instanceof BackendUnavailableError) || !token) throw err;
-      // The ledger is unreachable: not the handler's failure. Deliver the run again after a backoff
-      // that grows with each such delay, without using up one of the job's attempts.
-      const delays = Math.max(0, job.attemptsStarted - job.attemptsMade - 1);
-      const delayMs = Math.min(30_000, 500 * 2 ** Math.min(delays, 6));
-      this.o.logger.warn({ err, runId: job.data.runId, delayMs }, 'ledger unavailable: delivering the run again later');
-      await job.moveToDelayed(Date.now() + delayMs, token);
-      throw new DelayedError();
+      // The ledger is unreachable: not the handler's failure.
+      this.o.logger.warn({ err, runId: job.data.runId }, 'ledger unavailable: delivering the run again later');
+      return this.deliverLater(job, token);
     }
+    // A job this replica does not define: a replica that does (newer code) takes it later.
+    if (result.status === 'unknown-job' && token) return this.deliverLater(job, token);
     if (result.status !== 'interrupted') return result;
     if (token) {
       try {
@@ -104,6 +102,17 @@ export class BullmqWorker {
       }
     }
     throw new WaitingError();
+  }
+
+  /**
+   * Deliver the run again after a backoff that grows with each such delay, without using up one of
+   * the job's attempts (BullMQ counts none for a job moved to delayed with DelayedError).
+   */
+  private async deliverLater(job: Job<RunJobData, ExecutionResult>, token: string): Promise<never> {
+    const delays = Math.max(0, job.attemptsStarted - job.attemptsMade - 1);
+    const delayMs = Math.min(30_000, 500 * 2 ** Math.min(delays, 6));
+    await job.moveToDelayed(Date.now() + delayMs, token);
+    throw new DelayedError();
   }
 
   /** Publisher for claim announcements (shares nothing with the blocking worker connection). */

@@ -13,8 +13,19 @@ export interface JobContext {
   readonly runId: string;
   /** 1 for the first attempt, 2 after a retry or a re-delivery, … */
   readonly attempt: number;
-  /** Execution token of this attempt: higher than every earlier claim of any run. */
+  /**
+   * Execution token of this attempt: higher than every earlier claim of any run. It orders CLAIMS,
+   * not slots: after a failover the catch-up runs of one job are claimed in any order, so do not
+   * use it to decide which run of a resource is newest (use slotToken).
+   */
   readonly fencingToken: bigint;
+  /**
+   * Orders the runs of a resource by scheduled instant, then attempts of one run by attempt number
+   * (scheduled epoch ms × 1,000,000 + attempt). What ctx.fence stores; hand it to a guard in your
+   * own store ("write only if my slotToken is higher than the stored one") and throw
+   * SupersededError when the guard refuses: the run then settles 'superseded', not failed.
+   */
+  readonly slotToken: bigint;
   /** Stable across attempts of one run: pass it to external APIs as their idempotency key. */
   readonly idempotencyKey: string;
   /**
@@ -27,9 +38,13 @@ export interface JobContext {
   readonly signal: AbortSignal;
   readonly logger: Logger;
   /**
-   * Refuse to go on if a newer attempt has already written `resource` (throws StaleTokenError),
-   * else record this attempt's token as the resource's highest. Pass `tx` to make the check part
-   * of your own transaction, so the check and your write commit or roll back together.
+   * Guard a write to `resource` so the newest slot wins. Throws StaleTokenError if a newer attempt
+   * of this run has claimed it (this attempt is stale; the newer one does the work), and
+   * SupersededError if a run of a LATER scheduled instant already wrote `resource` (this run is
+   * late, e.g. a catch-up after a failover: it settles 'superseded', without its effect, and is
+   * not retried). Otherwise records this attempt's slotToken as the resource's highest. Pass `tx`
+   * to make the check part of your own transaction, so the check and your write commit or roll
+   * back together.
    */
   fence(resource: string, tx?: TransactionClient): Promise<void>;
   /**

@@ -1,9 +1,14 @@
 import type { Logger } from 'pino';
-import { AbortedError, BackendUnavailableError, InvalidArgumentError, StaleTokenError } from '../errors.js';
-import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
+import { systemClock, type Clock } from '../clock.js';
+import { BackendUnavailableError, StaleTokenError } from '../errors.js';
 import type { Claim, RunLedger } from '../ledger/run-ledger.js';
-import type { JobContext } from './job-context.js';
+import { Attempt } from './attempt.js';
 import type { JobRegistry } from './job-registry.js';
+import { ledgerCall } from './ledger-call.js';
+import { messageOf, needsRunState, settle, type Settlement } from './settlement.js';
+
+export { idempotencyKey } from './attempt.js';
+export { INTERRUPTED } from './settlement.js';
 
 export type ExecutionStatus =
   /** The handler finished and the run is recorded completed by this attempt. */
@@ -14,12 +19,19 @@ export type ExecutionStatus =
   | 'stale'
   /** The leader cancelled the run (overlap 'replace'). */
   | 'cancelled'
+  /** A later slot of a resource this run fences wrote first: settled without its effect. */
+  | 'superseded'
   /**
    * This replica is shutting down: the attempt was recorded as interrupted (ledger state
    * 'retrying') and the run must be handed back to the queue for another replica, without
    * counting as one of the job's retries.
    */
-  | 'interrupted';
+  | 'interrupted'
+  /**
+   * This replica does not define the run's job (a rolling deploy that added it): the run was
+   * handed back ('retrying', with the reason) for a replica that knows it, without using a retry.
+   */
+  | 'unknown-job';
 
 export interface ExecutionResult {
   status: ExecutionStatus;
@@ -29,11 +41,9 @@ export interface ExecutionResult {
 }
 
 /** Messages on the control channel shared by all replicas. */
-export type ControlMessage =
-  | { type: 'claimed'; runId: string; token: string }
-  | { type: 'cancel'; runIds: string[] };
+export type ControlMessage = { type: 'claimed'; runId: string; token: string } | { type: 'cancel'; runIds: string[] };
 
-/** The ledger operations an attempt uses: a seam, so unit tests can pass an in-memory ledger. */
+/** The ledger operations the executor uses: a seam, so unit tests can pass an in-memory ledger. */
 export type ExecutorLedger = Pick<RunLedger, 'claim' | 'fenceRun' | 'completeInTransaction' | 'finish' | 'runState'>;
 
 export interface RunExecutorOptions {
@@ -43,6 +53,8 @@ export interface RunExecutorOptions {
   logger: Logger;
   /** Tell the other replicas a run was claimed, so an older attempt aborts. */
   publish?: (message: ControlMessage) => Promise<void>;
+  /** For the waits between tries of an outcome record while the ledger is unreachable. */
+  clock?: Clock;
 }
 
 export interface ExecuteOptions {
@@ -61,24 +73,18 @@ export interface ExecuteOptions {
   abandon?: AbortSignal;
 }
 
-/** The ledger error of an attempt stopped because its replica is shutting down. */
-export const INTERRUPTED = 'interrupted: replica shutting down';
-
-const ABANDONED = Symbol('abandoned');
-
-interface Running {
-  token: bigint;
-  abort: AbortController;
-}
-
 /**
- * Runs one delivery of one run: claim it in the ledger (getting an execution token), hand the
- * handler its context, record the outcome. Knows nothing of BullMQ; bullmq-worker.ts feeds it.
+ * Runs one delivery of one run in three steps: claim it in the ledger (an execution token), run
+ * the handler through an Attempt, settle the attempt (settlement.ts decides, this records). Knows
+ * nothing of BullMQ; bullmq-worker.ts feeds it.
  */
 export class RunExecutor {
-  private readonly running = new Map<string, Running>();
+  private readonly running = new Map<string, Attempt>();
+  private readonly clock: Clock;
 
-  constructor(private readonly o: RunExecutorOptions) {}
+  constructor(private readonly o: RunExecutorOptions) {
+    this.clock = o.clock ?? systemClock;
+  }
 
   /** Set how claims are announced (the worker's Redis publisher, once it exists). */
   setPublisher(publish: (message: ControlMessage) => Promise<void>): void {
@@ -89,8 +95,8 @@ export class RunExecutor {
   onControl(message: ControlMessage): void {
     if (message.type === 'claimed') {
       const mine = this.running.get(message.runId);
-      if (mine && mine.token < BigInt(message.token)) {
-        mine.abort.abort(new StaleTokenError(`run ${message.runId}`, mine.token, BigInt(message.token)));
+      if (mine && mine.claim.token < BigInt(message.token)) {
+        mine.abort.abort(new StaleTokenError(`run ${message.runId}`, mine.claim.token, BigInt(message.token)));
       }
     } else {
       for (const id of message.runIds) this.running.get(id)?.abort.abort(new Error(`run ${id} cancelled`));
@@ -104,10 +110,8 @@ export class RunExecutor {
    * the run back to the queue.
    */
   async execute(runId: bigint, options: ExecuteOptions): Promise<ExecutionResult> {
-    if (options.signal?.aborted) {
-      // Delivered while this replica is already shutting down: do not even claim it.
-      return { status: 'interrupted', runId: runId.toString() };
-    }
+    // Delivered while this replica is already shutting down: do not even claim it.
+    if (options.signal?.aborted) return { status: 'interrupted', runId: runId.toString() };
     // The ledger unreachable: nothing ran, so the delivery is simply tried again later (the worker
     // delays it without using up an attempt); a failed BullMQ job would strand the run 'pending'.
     const claimed = await ledgerCall(`claim of run ${runId}`, () => this.o.ledger.claim(runId, this.o.replicaId));
@@ -115,116 +119,81 @@ export class RunExecutor {
       this.o.logger.info({ runId: runId.toString(), state: claimed.state }, 'delivery skipped: run already finished');
       return { status: 'skipped', runId: runId.toString() };
     }
-    const claim = claimed.claim;
-    const job = this.o.registry.get(claim.job);
+    const { claim } = claimed;
     const log = this.o.logger.child({ runId: runId.toString(), job: claim.job, attempt: claim.attempt, token: claim.token.toString() });
-    if (!job) {
-      await this.o.ledger.finish(claim, 'failed', `job "${claim.job}" is not defined on replica ${this.o.replicaId}`);
-      throw new Error(`job "${claim.job}" is not defined on this replica`);
-    }
+    const job = this.o.registry.get(claim.job);
+    if (!job) return this.handBackUnknown(claim, log);
     await this.o.publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() }).catch((err: Error) => {
       log.warn({ err }, 'could not announce the claim');
     });
-
-    const abort = new AbortController();
-    this.running.set(runId.toString(), { token: claim.token, abort });
-    const signals = [abort.signal];
-    if (options.signal) signals.push(options.signal);
-    const timeout = job.timeoutMs > 0 ? AbortSignal.timeout(job.timeoutMs) : undefined;
-    if (timeout) signals.push(timeout);
-    const signal = AbortSignal.any(signals);
-    /** The replica's shutdown, not a newer claim, a cancel or the job's timeout, stopped it. */
-    const stoppedByShutdown = () => options.signal?.aborted === true && !abort.signal.aborted && !timeout?.aborted;
-    let transactionCalled = false;
-    let completedInTransaction = false;
-    let skippedInTransaction = false;
-    let abandoned = false;
-    const refuseIfAbandoned = () => {
-      if (abandoned) throw new AbortedError(`attempt ${claim.attempt} of run ${claim.runId} (abandoned on shutdown)`);
-    };
-    const ctx: JobContext = {
-      jobName: claim.job,
-      scheduledAt: claim.scheduledAt,
-      runId: runId.toString(),
-      attempt: claim.attempt,
-      fencingToken: claim.token,
-      idempotencyKey: idempotencyKey(claim),
-      signal,
-      logger: log,
-      fence: async (resource, tx) => {
-        refuseIfAbandoned();
-        await ledgerCall(`ctx.fence of run ${claim.runId}`, () => this.o.ledger.fenceRun(resource, claim, tx));
-      },
-      transaction: async (fn) => {
-        // The completion record belongs to the one transaction of the attempt: a second call
-        // would find the run completed (by this very attempt) and record it as skipped.
-        if (transactionCalled) {
-          throw new InvalidArgumentError(
-            `ctx.transaction may be called once per attempt (run ${claim.runId}, attempt ${claim.attempt}): put all of the run's writes in one call`,
-          );
-        }
-        transactionCalled = true;
-        refuseIfAbandoned();
-        const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () => this.o.ledger.completeInTransaction(claim, fn));
-        if (result.status === 'skipped') {
-          skippedInTransaction = true;
-          log.info('transaction skipped: an earlier attempt already completed this run');
-          return undefined;
-        }
-        completedInTransaction = true;
-        return result.value;
-      },
-    };
-
+    const attempt = new Attempt(claim, job, this.o.ledger, log, options.signal);
+    this.running.set(runId.toString(), attempt);
     try {
-      const outcome = await untilAbandoned(Promise.resolve().then(() => job.handler(ctx)), options.abandon, (err) => {
-        log.warn({ err }, 'abandoned handler finished late');
+      const outcome = await attempt.run(options.abandon);
+      const run = needsRunState(outcome, attempt.transaction) ? await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId)) : undefined;
+      const settlement = settle({
+        outcome,
+        transaction: attempt.transaction,
+        stoppedByShutdown: attempt.stoppedByShutdown(),
+        finalAttempt: options.finalAttempt,
+        token: claim.token,
+        run,
       });
-      if (outcome === ABANDONED) {
-        abandoned = true;
-        if (completedInTransaction) return result('completed', claim);
-        if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
-        return await this.interrupt(claim, log, `${INTERRUPTED}; the handler did not stop when its signal was aborted and was abandoned`);
-      }
-      if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
-      if (completedInTransaction) return result('completed', claim);
-      // The handler ran: try hard to record that, rather than have the run delivered and run again.
-      const accepted = await retryWhileUnavailable(`record the outcome of run ${claim.runId}`, () => this.o.ledger.finish(claim, 'completed'));
-      if (!accepted) {
-        log.warn('completed, but a newer attempt owns the run: outcome not recorded');
-        return result('stale', claim);
-      }
-      return result('completed', claim);
-    } catch (err) {
-      const message = (err as Error)?.message ?? String(err);
-      if (err instanceof BackendUnavailableError && !completedInTransaction) {
-        // The ledger could not be reached (claim aside): nothing of this attempt committed. Say so
-        // if the ledger answers by now, and let the worker deliver the run again later.
-        await this.o.ledger.finish(claim, 'retrying', `ledger unavailable: ${message}`).catch(() => false);
-        log.warn({ err }, 'the ledger is unavailable; the run will be delivered again');
-        throw err;
-      }
-      if (completedInTransaction) {
-        // The run's effect and completion committed; an error after that changes nothing, and a
-        // retry would only be skipped. Keep the completed record as it is.
-        log.error({ err }, 'handler failed after its transaction committed; the run stays completed');
-        return result('completed', claim);
-      }
-      const state = await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId));
-      if (state?.state === 'cancelled') return result('cancelled', claim);
-      if (skippedInTransaction) return { status: 'skipped', runId: ctx.runId, attempt: claim.attempt };
-      if (err instanceof StaleTokenError || (state && state.claimToken !== claim.token)) {
-        await this.o.ledger.finish(claim, 'failed', message); // refused, recorded on the attempt as stale
-        log.warn({ err }, 'attempt is stale: a newer attempt owns the run');
-        return result('stale', claim);
-      }
-      if (stoppedByShutdown()) return await this.interrupt(claim, log, `${INTERRUPTED} (${message})`);
-      await ledgerCall(`record the failure of run ${runId}`, () => this.o.ledger.finish(claim, options.finalAttempt ? 'failed' : 'retrying', message));
-      log.error({ err }, options.finalAttempt ? 'run failed' : 'attempt failed; will retry');
-      throw err;
+      return await this.carryOut(settlement, attempt);
     } finally {
       this.running.delete(runId.toString());
     }
+  }
+
+  /** Record the settlement in the ledger; rethrows the handler's error where the queue must know. */
+  private async carryOut(s: Settlement, attempt: Attempt): Promise<ExecutionResult> {
+    const { claim, log } = attempt;
+    switch (s.kind) {
+      case 'settled':
+        if (s.handlerFailedAfterCommit) log.error('handler failed after its transaction committed; the run stays completed');
+        return result(s.status, claim);
+      case 'complete': {
+        // The handler ran: try hard to record that, rather than have the run delivered and run again.
+        const accepted = await this.retryWhileUnavailable(`record the outcome of run ${claim.runId}`, () => this.o.ledger.finish(claim, 'completed'));
+        if (accepted) return result('completed', claim);
+        log.warn('completed, but a newer attempt owns the run: outcome not recorded');
+        return result('stale', claim);
+      }
+      case 'supersede': {
+        const accepted = await ledgerCall(`record run ${claim.runId} superseded`, () => this.o.ledger.finish(claim, 'superseded', s.error));
+        if (!accepted) return result('stale', claim);
+        log.info({ reason: messageOf(s.error) }, 'run superseded: a later slot already wrote its resource');
+        return result('superseded', claim);
+      }
+      case 'stale':
+        await this.o.ledger.finish(claim, 'failed', s.error); // refused, recorded on the attempt as stale
+        log.warn({ err: s.error }, 'attempt is stale: a newer attempt owns the run');
+        return result('stale', claim);
+      case 'interrupt':
+        return this.interrupt(claim, log, s.reason);
+      case 'unavailable':
+        // Nothing of this attempt committed. Say so if the ledger answers by now, and let the
+        // worker deliver the run again later.
+        await this.o.ledger.finish(claim, 'retrying', `ledger unavailable: ${messageOf(s.error)}`).catch(() => false);
+        log.warn({ err: s.error }, 'the ledger is unavailable; the run will be delivered again');
+        throw s.error;
+      case 'fail':
+        await ledgerCall(`record the failure of run ${claim.runId}`, () => this.o.ledger.finish(claim, s.outcome, s.error));
+        log.error({ err: s.error }, s.outcome === 'failed' ? 'run failed' : 'attempt failed; will retry');
+        throw s.error;
+    }
+  }
+
+  /**
+   * A run of a job this replica does not define (an older replica during a rolling deploy that
+   * added it): record the reason, put the run back to 'retrying' and let the worker hand it back
+   * to the queue without using up a retry, so a replica that knows the job runs it.
+   */
+  private async handBackUnknown(claim: Claim, log: Logger): Promise<ExecutionResult> {
+    const reason = `job "${claim.job}" is not defined on replica ${this.o.replicaId}; handed back for a replica that defines it`;
+    await ledgerCall(`hand back run ${claim.runId}`, () => this.o.ledger.finish(claim, 'retrying', reason));
+    log.warn(reason);
+    return result('unknown-job', claim);
   }
 
   /**
@@ -245,56 +214,20 @@ export class RunExecutor {
     log.warn({ reason: message }, 'attempt interrupted by shutdown; the run is handed back for another replica');
     return result('interrupted', claim);
   }
-}
 
-/**
- * The handler's outcome, or ABANDONED once `abandon` aborts first. An abandoned handler keeps
- * running on its own; its eventual rejection goes to `late` instead of becoming unhandled.
- */
-async function untilAbandoned<T>(work: Promise<T>, abandon: AbortSignal | undefined, late: (err: unknown) => void): Promise<T | typeof ABANDONED> {
-  if (!abandon) return work;
-  let onAbort = () => {};
-  const abandoned = new Promise<typeof ABANDONED>((resolve) => {
-    onAbort = () => resolve(ABANDONED);
-    if (abandon.aborted) onAbort();
-    else abandon.addEventListener('abort', onAbort, { once: true });
-  });
-  try {
-    const outcome = await Promise.race([work, abandoned]);
-    if (outcome === ABANDONED) work.catch(late);
-    return outcome;
-  } finally {
-    abandon.removeEventListener('abort', onAbort);
-  }
-}
-
-/** Run a ledger operation; PostgreSQL being unreachable becomes BackendUnavailableError (retryable). */
-async function ledgerCall<T>(what: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (err instanceof BackendUnavailableError || !isPostgresUnavailable(err)) throw err;
-    throw new BackendUnavailableError('postgres', `${what}: ${(err as Error).message}`, { cause: err });
-  }
-}
-
-/** ledgerCall, tried again with backoff for about 7 s while PostgreSQL is unavailable. */
-async function retryWhileUnavailable<T>(what: string, fn: () => Promise<T>): Promise<T> {
-  for (let delay = 250; ; delay *= 2) {
-    try {
-      return await ledgerCall(what, fn);
-    } catch (err) {
-      if (!(err instanceof BackendUnavailableError) || delay > 4000) throw err;
-      await new Promise((r) => setTimeout(r, delay));
+  /** ledgerCall, tried again with backoff for about 7 s while PostgreSQL is unavailable. */
+  private async retryWhileUnavailable<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    for (let delay = 250; ; delay *= 2) {
+      try {
+        return await ledgerCall(what, fn);
+      } catch (err) {
+        if (!(err instanceof BackendUnavailableError) || delay > 4000) throw err;
+        await this.clock.sleep(delay);
+      }
     }
   }
 }
 
 function result(status: ExecutionStatus, claim: Claim): ExecutionResult {
   return { status, runId: claim.runId.toString(), attempt: claim.attempt, token: claim.token.toString() };
-}
-
-/** Stable across attempts of one run, unique across runs: job name plus scheduled instant. */
-export function idempotencyKey(run: { job: string; scheduledAt: Date }): string {
-  return `${run.job}@${run.scheduledAt.toISOString()}`;
 }

@@ -6,6 +6,7 @@
 import type pg from 'pg';
 import { StaleTokenError } from '../errors.js';
 import { fenceRun } from './fences.js';
+import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
 import { withTransaction, type Queryable } from './transaction.js';
 
@@ -19,7 +20,7 @@ export interface Claim {
 
 export type ClaimResult = { status: 'claimed'; claim: Claim } | { status: 'finished'; state: string };
 
-export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled';
+export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'superseded';
 
 export type TransactionResult<T> = { status: 'committed'; value: T } | { status: 'skipped' };
 
@@ -93,22 +94,25 @@ export class RunLedger {
   /**
    * Record an attempt's outcome. Refused (false) when a newer attempt has claimed the run since, or
    * the run is already finished: a stale attempt can never overwrite a newer attempt's record.
+   * The error (a reason string or what the handler threw) is stored bounded and sanitised.
    */
-  async finish(claim: Claim, outcome: Outcome, error?: string, db: Queryable = this.pool): Promise<boolean> {
+  async finish(claim: Claim, outcome: Outcome, error?: unknown, db: Queryable = this.pool): Promise<boolean> {
+    const stored = error === undefined ? null : storedError(error);
     const res = await db.query(
       `UPDATE cw_runs SET state = $3,
          finished_at = CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END,
          completed_attempt = CASE WHEN $3 = 'completed' THEN $4::int ELSE completed_attempt END,
          error = $5
        WHERE id = $1 AND claim_token = $2 AND state IN ${ACTIVE_SQL}`,
-      [claim.runId.toString(), claim.token.toString(), outcome, claim.attempt, error ?? null],
+      [claim.runId.toString(), claim.token.toString(), outcome, claim.attempt, stored?.message ?? null],
     );
     const accepted = res.rowCount === 1;
-    await db.query(`UPDATE cw_run_attempts SET state = $3, finished_at = now(), error = $4 WHERE run_id = $1 AND attempt = $2`, [
+    await db.query(`UPDATE cw_run_attempts SET state = $3, finished_at = now(), error = $4, error_stack = $5 WHERE run_id = $1 AND attempt = $2`, [
       claim.runId.toString(),
       claim.attempt,
       accepted ? outcome : 'stale',
-      error ?? null,
+      stored?.message ?? null,
+      stored?.stack ?? null,
     ]);
     return accepted;
   }

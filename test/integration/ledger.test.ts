@@ -5,7 +5,9 @@ import { count, eq } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { Ledger, type Claim } from '../../src/ledger/ledger.js';
 import { idempotencyKey } from '../../src/jobs/run-executor.js';
-import { StaleTokenError } from '../../src/errors.js';
+import { StaleTokenError, SupersededError } from '../../src/errors.js';
+import { slotToken } from '../../src/ledger/slot-token.js';
+import { MAX_ERROR_MESSAGE, MAX_ERROR_STACK } from '../../src/ledger/stored-text.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 describe('Ledger (real PostgreSQL)', () => {
@@ -129,7 +131,47 @@ describe('Ledger (real PostgreSQL)', () => {
     await assert.rejects(ledger.runs.fenceRun('account/1', first), StaleTokenError, 'older attempt refused after the new claim');
     await assert.rejects(ledger.runs.fenceRun('account/2', first), StaleTokenError, 'even on a resource the new attempt has not written');
     await ledger.runs.fenceRun('account/1', second);
-    assert.equal(await ledger.fires.fenceToken('account/1'), second.token);
+    assert.equal(await ledger.fires.fenceToken('account/1'), slotToken(second.scheduledAt, second.attempt), 'the fence holds the slot token');
+  });
+
+  it('fenceRun orders runs by slot: an earlier slot after a later one is superseded, not stale, whatever the claim order', async () => {
+    const { committed } = await ledger.fires.commitFires(
+      [
+        { job: 'catchup', scheduledAt: at(4), trigger: 'catchup' },
+        { job: 'catchup', scheduledAt: at(5), trigger: 'catchup' },
+      ],
+      leader(7n),
+    );
+    const [early, late] = committed.map((c) => c.runId);
+    // Claimed in the "wrong" order: the later slot gets the lower execution token and writes first.
+    const lateClaim = ((await ledger.runs.claim(late!, 'w1')) as { claim: Claim }).claim;
+    const earlyClaim = ((await ledger.runs.claim(early!, 'w2')) as { claim: Claim }).claim;
+    assert.ok(earlyClaim.token > lateClaim.token);
+    await ledger.runs.fenceRun('res-catchup', lateClaim);
+    const refused = await ledger.runs.fenceRun('res-catchup', earlyClaim).catch((err: unknown) => err);
+    assert.ok(refused instanceof SupersededError, `superseded, got ${String(refused)}`);
+    assert.equal(refused.newerScheduledAt?.getTime(), at(5).getTime());
+    assert.equal(await ledger.runs.finish(earlyClaim, 'superseded', refused), true);
+    assert.equal((await ledger.runs.runState(early!))?.state, 'superseded');
+    // The same run's next attempt still passes its own slot's earlier write.
+    await ledger.runs.finish(lateClaim, 'retrying', 'try again');
+    const lateAgain = ((await ledger.runs.claim(late!, 'w3')) as { claim: Claim }).claim;
+    await ledger.runs.fenceRun('res-catchup', lateAgain);
+    assert.equal(await ledger.fires.fenceToken('res-catchup'), slotToken(at(5), 2));
+  });
+
+  it('an error with NUL characters and megabytes of text is stored bounded and sanitised; the outcome is recorded', async () => {
+    const { committed } = await ledger.fires.commitFires([{ job: 'nul', scheduledAt: at(8), trigger: 'schedule' }], leader(7n));
+    const runId = committed[0]!.runId;
+    const claim = ((await ledger.runs.claim(runId, 'w1')) as { claim: Claim }).claim;
+    const error = new Error('x\u0000' + 'y'.repeat(5_000_000));
+    assert.equal(await ledger.runs.finish(claim, 'failed', error), true);
+    const row = (await db.pool.query<{ state: string; error: string }>('SELECT state, error FROM cw_runs WHERE id = $1', [runId.toString()])).rows[0]!;
+    assert.equal(row.state, 'failed');
+    assert.ok(row.error.startsWith('x\\0yyy'), row.error.slice(0, 20));
+    assert.ok(row.error.length <= MAX_ERROR_MESSAGE, `stored ${row.error.length} characters`);
+    const attempt = (await db.pool.query<{ error_stack: string }>('SELECT error_stack FROM cw_run_attempts WHERE run_id = $1', [runId.toString()])).rows[0]!;
+    assert.ok(attempt.error_stack.length <= MAX_ERROR_STACK && !attempt.error_stack.includes('\u0000'));
   });
 
   it('completeInTransaction commits effect and completion together, and skips a second attempt', async () => {

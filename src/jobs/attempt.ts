@@ -1,0 +1,132 @@
+/**
+ * One attempt of one run, as a small value: its claim, its signals, and what its handler did
+ * through ctx (whether ctx.transaction committed or was skipped). RunExecutor claims, builds it,
+ * runs the handler through it, and settles it (settlement.ts).
+ */
+import type { Logger } from 'pino';
+import { AbortedError, InvalidArgumentError } from '../errors.js';
+import type { Claim, RunLedger } from '../ledger/run-ledger.js';
+import { slotToken } from '../ledger/slot-token.js';
+import type { JobDefinition } from './define-job.js';
+import type { JobContext, TransactionClient } from './job-context.js';
+import { ledgerCall } from './ledger-call.js';
+
+/** The ledger operations an attempt's context uses. */
+export type AttemptLedger = Pick<RunLedger, 'fenceRun' | 'completeInTransaction'>;
+
+/** What ctx.transaction did in this attempt. */
+export type TransactionMark = 'none' | 'committed' | 'skipped';
+
+/** How the handler ended: returned, threw, or was abandoned on shutdown while still running. */
+export type HandlerOutcome = { kind: 'returned' } | { kind: 'threw'; error: unknown } | { kind: 'abandoned' };
+
+export class Attempt {
+  transaction: TransactionMark = 'none';
+  /** Aborted by a newer claim of the run or a cancel (overlap 'replace'). */
+  readonly abort = new AbortController();
+  /** What the handler sees as ctx.signal: abort, the replica's shutdown, or the job's timeout. */
+  readonly signal: AbortSignal;
+  private readonly timeout: AbortSignal | undefined;
+  private transactionCalled = false;
+  private abandoned = false;
+
+  constructor(
+    readonly claim: Claim,
+    readonly job: JobDefinition,
+    private readonly ledger: AttemptLedger,
+    readonly log: Logger,
+    private readonly shutdown: AbortSignal | undefined,
+  ) {
+    this.timeout = job.timeoutMs > 0 ? AbortSignal.timeout(job.timeoutMs) : undefined;
+    this.signal = AbortSignal.any([this.abort.signal, ...(shutdown ? [shutdown] : []), ...(this.timeout ? [this.timeout] : [])]);
+  }
+
+  /** The replica's shutdown, not a newer claim, a cancel or the job's timeout, stopped it. */
+  stoppedByShutdown(): boolean {
+    return this.shutdown?.aborted === true && !this.abort.signal.aborted && !this.timeout?.aborted;
+  }
+
+  /** Run the handler; stop waiting for it once `abandon` aborts (its late ctx calls are then refused). */
+  async run(abandon: AbortSignal | undefined): Promise<HandlerOutcome> {
+    const work = Promise.resolve().then(() => this.job.handler(this.context()));
+    try {
+      const outcome = await untilAbandoned(work, abandon);
+      if (outcome === ABANDONED) {
+        this.abandoned = true;
+        work.catch((err: unknown) => this.log.warn({ err }, 'abandoned handler finished late'));
+        return { kind: 'abandoned' };
+      }
+      return { kind: 'returned' };
+    } catch (error) {
+      return { kind: 'threw', error };
+    }
+  }
+
+  context(): JobContext {
+    const { claim } = this;
+    return {
+      jobName: claim.job,
+      scheduledAt: claim.scheduledAt,
+      runId: claim.runId.toString(),
+      attempt: claim.attempt,
+      fencingToken: claim.token,
+      slotToken: slotToken(claim.scheduledAt, claim.attempt),
+      idempotencyKey: idempotencyKey(claim),
+      signal: this.signal,
+      logger: this.log,
+      fence: async (resource, tx) => {
+        this.refuseIfAbandoned();
+        await ledgerCall(`ctx.fence of run ${claim.runId}`, () => this.ledger.fenceRun(resource, claim, tx));
+      },
+      transaction: (fn) => this.transact(fn),
+    };
+  }
+
+  private async transact<T>(fn: (tx: TransactionClient) => Promise<T>): Promise<T | undefined> {
+    const { claim } = this;
+    // The completion record belongs to the one transaction of the attempt: a second call would
+    // find the run completed (by this very attempt) and record it as skipped.
+    if (this.transactionCalled) {
+      throw new InvalidArgumentError(
+        `ctx.transaction may be called once per attempt (run ${claim.runId}, attempt ${claim.attempt}): put all of the run's writes in one call`,
+      );
+    }
+    this.transactionCalled = true;
+    this.refuseIfAbandoned();
+    const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () => this.ledger.completeInTransaction(claim, fn));
+    if (result.status === 'skipped') {
+      this.transaction = 'skipped';
+      this.log.info('transaction skipped: an earlier attempt already completed this run');
+      return undefined;
+    }
+    this.transaction = 'committed';
+    return result.value;
+  }
+
+  private refuseIfAbandoned(): void {
+    if (this.abandoned) throw new AbortedError(`attempt ${this.claim.attempt} of run ${this.claim.runId} (abandoned on shutdown)`);
+  }
+}
+
+const ABANDONED = Symbol('abandoned');
+
+/** The handler's outcome, or ABANDONED once `abandon` aborts first. */
+async function untilAbandoned<T>(work: Promise<T>, abandon: AbortSignal | undefined): Promise<T | typeof ABANDONED> {
+  if (!abandon) return work;
+  let onAbort = () => {};
+  const abandoned = new Promise<typeof ABANDONED>((resolve) => {
+    onAbort = () => resolve(ABANDONED);
+    if (abandon.aborted) onAbort();
+    else abandon.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    return await Promise.race([work, abandoned]);
+  } finally {
+    abandon.removeEventListener('abort', onAbort);
+  }
+}
+
+/** Stable across attempts of one run, unique across runs: job name plus scheduled instant. */
+export function idempotencyKey(run: { job: string; scheduledAt: Date }): string {
+  return `${run.job}@${run.scheduledAt.toISOString()}`;
+}
