@@ -1,7 +1,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { JobRegistry } from './job-registry.js';
-import type { DeliverableRun, RunDelivery } from '../scheduler/run-delivery.js';
+import type { DeliverableRun, QueuedState, RunDelivery } from '../scheduler/run-delivery.js';
 import { bullmqJobId, controlChannel, queueName } from './bullmq-names.js';
 import type { ControlMessage } from './run-executor.js';
 
@@ -50,6 +50,30 @@ export class BullmqDelivery implements RunDelivery {
         };
       }),
     );
+  }
+
+  async inspect(runs: DeliverableRun[]): Promise<QueuedState[]> {
+    const ledgerId = await this.o.ledger.identity();
+    return Promise.all(
+      runs.map(async (run): Promise<QueuedState> => {
+        const id = bullmqJobId(ledgerId, run.runId);
+        const state = await this.queue.getJobState(id);
+        if (state === 'unknown') return { kind: 'missing' };
+        if (state === 'completed') return { kind: 'completed' };
+        if (state !== 'failed') return { kind: 'queued' };
+        const job = await this.queue.getJob(id);
+        return { kind: 'failed', reason: job?.failedReason ?? 'unknown reason' };
+      }),
+    );
+  }
+
+  async redeliver(runs: DeliverableRun[]): Promise<void> {
+    if (runs.length === 0) return;
+    const ledgerId = await this.o.ledger.identity();
+    // A finished queue entry keeps its id for a while (removeOnComplete / removeOnFail) and would
+    // swallow the new add; a missing one is gone already. remove() leaves an active job alone.
+    await Promise.all(runs.map((run) => this.queue.remove(bullmqJobId(ledgerId, run.runId))));
+    await this.enqueue(runs);
   }
 
   async cancel(runIds: bigint[]): Promise<void> {

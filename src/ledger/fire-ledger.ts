@@ -8,6 +8,7 @@
 import type pg from 'pg';
 import { advanceFence, fenceToken } from './fences.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
+import { storedError } from './stored-text.js';
 import { withTransaction, type Queryable } from './transaction.js';
 
 export type FireTrigger = 'schedule' | 'catchup' | 'manual';
@@ -46,6 +47,16 @@ export interface FireBatchResult {
 }
 
 
+
+/** A run the leader handed to the queue, as the re-delivery sweep sees it. */
+export interface HandedOverRun {
+  runId: bigint;
+  job: string;
+  scheduledAt: Date;
+  state: string;
+  /** Execution token of the newest claim; null if no worker ever claimed it. */
+  claimToken: bigint | null;
+}
 
 /** Who commits a batch of fires, and the check made just before COMMIT. */
 export interface LeaderStamp {
@@ -175,6 +186,53 @@ export class FireLedger {
       [jobs],
     );
     return new Map(res.rows.map((r) => [r.job, { ids: r.ids.map((id) => BigInt(id)), held: r.held }]));
+  }
+
+  /**
+   * The re-delivery sweep's batch: active runs handed to the queue (enqueued_at set) that were not
+   * looked at for `olderThanMs`, oldest first, marked as looked at now. Only active runs are
+   * scanned (the partial index cw_runs_active), so the cost follows the backlog, not the ledger.
+   */
+  async deliveriesToCheck(olderThanMs: number, limit: number): Promise<HandedOverRun[]> {
+    const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; state: string; claim_token: string | null }>(
+      `WITH due AS (
+         SELECT id FROM cw_runs
+         WHERE state IN ${ACTIVE_SQL} AND enqueued_at IS NOT NULL
+           AND COALESCE(delivery_checked_at, enqueued_at) < now() - $1::bigint * interval '1 millisecond'
+         ORDER BY COALESCE(delivery_checked_at, enqueued_at) LIMIT $2
+         FOR UPDATE SKIP LOCKED)
+       UPDATE cw_runs r SET delivery_checked_at = now() FROM due WHERE r.id = due.id
+       RETURNING r.id, r.job, r.scheduled_at, r.state, r.claim_token`,
+      [Math.floor(olderThanMs), limit],
+    );
+    return res.rows.map((r) => ({
+      runId: BigInt(r.id),
+      job: r.job,
+      scheduledAt: r.scheduled_at,
+      state: r.state,
+      claimToken: r.claim_token === null ? null : BigInt(r.claim_token),
+    }));
+  }
+
+  /**
+   * Settle a run the queue gave up on while the ledger never heard its outcome: failed, with the
+   * reason, unless its state or newest claim moved on since it was read (then someone is on it).
+   */
+  async failUnrecorded(run: HandedOverRun, reason: string): Promise<boolean> {
+    const stored = storedError(reason);
+    return withTransaction(this.pool, async (client) => {
+      const res = await client.query(
+        `UPDATE cw_runs SET state = 'failed', finished_at = now(), error = $3
+         WHERE id = $1 AND state IN ${ACTIVE_SQL} AND claim_token IS NOT DISTINCT FROM $2::bigint`,
+        [run.runId.toString(), run.claimToken?.toString() ?? null, stored.message],
+      );
+      if (res.rowCount !== 1) return false;
+      await client.query(`UPDATE cw_run_attempts SET state = 'failed', finished_at = now(), error = $2 WHERE run_id = $1 AND state = 'running'`, [
+        run.runId.toString(),
+        stored.message,
+      ]);
+      return true;
+    });
   }
 
   /**

@@ -18,6 +18,7 @@ import { FireLoop, type FireLoopEvents } from '../scheduler/fire-loop.js';
 import { Ledger } from '../ledger/ledger.js';
 import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
+import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { settlesWithin } from '../settles-within.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
@@ -50,6 +51,12 @@ export interface ReplicaOptions {
    * keeps everything.
    */
   retentionMs?: number;
+  /**
+   * The leader's re-delivery sweep: a handed-over run still active after `checkAfterMs` (default
+   * 30 s) is looked up in the queue; lost ones are handed over again, ones the queue failed
+   * without an outcome in the ledger are settled failed. Checked every `intervalMs` (default 5 s).
+   */
+  redelivery?: { checkAfterMs?: number; intervalMs?: number; batchSize?: number };
   /**
    * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
    * a jump of this host's wall clock cannot make it fire early, late or twice.
@@ -87,6 +94,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   /** The scheduler's clock: the ledger's, unless one was given. */
   readonly clock: Clock;
   private readonly retention: RunRetention | undefined;
+  private readonly sweeper: DeliverySweeper;
   private stopped = false;
 
   constructor(private readonly o: ReplicaOptions) {
@@ -120,6 +128,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     this.redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 2 });
     this.redis.on('error', (err) => this.logger.warn({ err }, 'Redis connection error'));
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
+    this.sweeper = new DeliverySweeper({ ledger: this.ledger.fires, delivery: this.delivery, clock, logger: this.logger, ...o.redelivery });
     const fenceResource = `scheduler/${this.leaseName}`;
 
     this.elector = new Elector(
@@ -196,6 +205,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
       this.logger.warn({ err }, 'could not record the election');
     });
     void this.retention?.run(signal);
+    void this.sweeper.run(signal);
     await this.fireLoop.lead(signal);
   }
 

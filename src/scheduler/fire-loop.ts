@@ -38,7 +38,7 @@ export interface FireLoopEvents {
 export interface FireLoopOptions {
   registry: ScheduledJobs;
   ledger: FireLoopLedger;
-  delivery: RunDelivery;
+  delivery: Pick<RunDelivery, 'enqueue' | 'cancel'>;
   leadership: Leadership;
   clock: Clock;
   logger: Logger;
@@ -61,6 +61,8 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Counts tenures, so a commit that outlives its tenure does not touch the next one's queue. */
   private tenure = 0;
   private ticking: Promise<void> = Promise.resolve();
+  /** Runs the fire path is handing to the queue right now: the outbox leaves them alone. */
+  private readonly handingOver = new Set<bigint>();
 
   constructor(private readonly o: FireLoopOptions) {
     super();
@@ -163,7 +165,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   async sweepOutbox(): Promise<number> {
     if (!this.running || !this.o.leadership.lease()) return 0;
     const queuedJobs = this.o.registry.list().filter((j) => j.overlap === 'queue').map((j) => j.name);
-    const runs = await this.o.ledger.unenqueued(500, queuedJobs);
+    const runs = (await this.o.ledger.unenqueued(500, queuedJobs)).filter((r) => !this.handingOver.has(r.runId));
     if (runs.length === 0) return 0;
     await this.o.delivery.enqueue(runs);
     await this.o.ledger.markEnqueued(runs.map((r) => r.runId));
@@ -314,6 +316,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     }
     const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);
     if (deliver.length === 0) return;
+    for (const f of deliver) this.handingOver.add(f.runId);
     try {
       await this.o.delivery.enqueue(deliver);
       await this.o.ledger.markEnqueued(deliver.map((f) => f.runId));
@@ -321,6 +324,8 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       // Committed is committed: the outbox sweep delivers these later.
       this.emit('enqueue:failed', err as Error);
       this.o.logger.warn({ err, runs: deliver.length }, 'enqueue failed; the outbox will retry');
+    } finally {
+      for (const f of deliver) this.handingOver.delete(f.runId);
     }
   }
 

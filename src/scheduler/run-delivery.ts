@@ -10,4 +10,14 @@ export interface RunDelivery {
   enqueue(runs: DeliverableRun[]): Promise<void>;
   /** Ask whichever worker runs these to abort them (overlap 'replace'). */
   cancel(runIds: bigint[]): Promise<void>;
+  /** Where the queue has each run (same order as `runs`). */
+  inspect(runs: DeliverableRun[]): Promise<QueuedState[]>;
+  /** Hand runs to the queue again under the same id, replacing a finished queue entry. */
+  redeliver(runs: DeliverableRun[]): Promise<void>;
 }
+
+/**
+ * A run as the queue has it: still to be worked on ('queued': waiting, delayed or active), lost
+ * ('missing': a restart without persistence, a flush, an eviction), or finished by the queue.
+ */
+export type QueuedState = { kind: 'queued' } | { kind: 'missing' } | { kind: 'completed' } | { kind: 'failed'; reason: string };

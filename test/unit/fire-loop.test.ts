@@ -12,7 +12,7 @@ import { MemoryLedger } from '../support/memory-ledger.js';
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
 const iso = (ms: number) => new Date(ms).toISOString();
 
-class RecordingDelivery implements RunDelivery {
+class RecordingDelivery implements Pick<RunDelivery, 'enqueue' | 'cancel'> {
   readonly enqueued: DeliverableRun[] = [];
   readonly cancelled: bigint[] = [];
   onCancel: (runIds: bigint[]) => void = () => {};
