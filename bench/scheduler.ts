@@ -20,7 +20,7 @@ import { CronSchedule } from '../src/scheduler/cron-schedule.js';
 import { Ledger } from '../src/ledger/ledger.js';
 import { FireLoop } from '../src/scheduler/fire-loop.js';
 import { FireQueue } from '../src/scheduler/fire-queue.js';
-import { ManualClock } from '../src/manual-clock.js';
+import { ManualClock } from '../test/support/manual-clock.js';
 import type { Lease } from '../src/locks/lease.js';
 import { Replica } from '../src/replica/replica.js';
 import { createTestDatabase } from '../test/support/postgres-database.js';

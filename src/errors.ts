@@ -122,3 +122,57 @@ export class SupersededError extends CronwardenError {
     );
   }
 }
+
+/** A call got no answer within its time limit; the same call may answer later. */
+export class TimedOutError extends CronwardenError {
+  readonly retryable = true;
+  constructor(
+    readonly what: string,
+    readonly ms: number,
+  ) {
+    super(`${what}: no answer within ${ms} ms`);
+  }
+}
+
+/** A connection or stream to a backend closed before it answered; a new one may work. */
+export class ConnectionClosedError extends CronwardenError {
+  readonly retryable = true;
+}
+
+/**
+ * A backend answered something this code does not know (a Lua script's return code outside its
+ * documented set): the script and the code are out of step, which no retry mends.
+ */
+export class UnexpectedReplyError extends CronwardenError {
+  readonly retryable = false;
+  constructor(
+    readonly source: string,
+    reply: string,
+  ) {
+    super(`${source} returned ${reply}, which this version of cronwarden does not know`);
+  }
+}
+
+/** Work stopped because this replica is shutting down; another replica (or a restart) can redo it. */
+export class ShuttingDownError extends CronwardenError {
+  readonly retryable = true;
+  constructor(detail?: string) {
+    super(detail ? `replica shutting down: ${detail}` : 'replica shutting down');
+  }
+}
+
+/** A throwaway server the drill (or a test) starts did not answer as ready yet. */
+export class ServerNotReadyError extends CronwardenError {
+  readonly retryable = true;
+  constructor(
+    readonly server: string,
+    detail: string,
+  ) {
+    super(`${server} not ready: ${detail}`);
+  }
+}
+
+/** The drill could not set up or carry out a step (a fault did not take effect, no fire came). */
+export class DrillError extends CronwardenError {
+  readonly retryable = false;
+}

@@ -25,6 +25,7 @@ import { createScratchDatabase } from './servers/scratch-database.js';
 import { startEtcdCluster } from './servers/etcd-server.js';
 import { startPostgresCluster } from './servers/postgres-cluster.js';
 import { startRedis } from './servers/redis-server.js';
+import { DrillError } from '../errors.js';
 
 export interface DrillOptions {
   backend: 'etcd' | 'redis' | 'postgres';
@@ -204,7 +205,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   try {
     for (let i = 0; i < o.replicas; i++) spawnReplica(i);
     const warm = await firstCommitAfter(0, 60_000);
-    if (warm === null) throw new Error('no fire committed within 60 s of starting the replicas');
+    if (warm === null) throw new DrillError('no fire committed within 60 s of starting the replicas');
     from = new Date(Math.ceil((warm + 2000) / 1000) * 1000);
     await sleep(o.intervalSeconds * 1000);
     for (const kind of schedule) {
@@ -428,7 +429,7 @@ async function strike(kind: FaultKind, c: StrikeContext): Promise<string> {
         }
         if (offset === undefined || Math.abs(offset - minutes * 60) >= 5) {
           clocks.set(leader!.slot, 0);
-          throw new Error(`clock-skew did not take effect on ${leader!.id}: it reads its clock ${offset ?? 'unknown'} s off, not ${minutes * 60} s`);
+          throw new DrillError(`clock-skew did not take effect on ${leader!.id}: it reads its clock ${offset ?? 'unknown'} s off, not ${minutes * 60} s`);
         }
         measured.push(`${offset >= 0 ? '+' : ''}${offset.toFixed(1)} s`);
         await sleep(Math.max(0, hold - (Date.now() - struck)));

@@ -5,6 +5,7 @@
  */
 import type { BackendConfig } from '../locks/create-backend.js';
 import { TcpProxy, type LinkConditions } from './tcp-proxy.js';
+import { InvalidArgumentError } from '../errors.js';
 
 export class ReplicaLink {
   private constructor(
@@ -24,7 +25,7 @@ export class ReplicaLink {
         return new ReplicaLink({ kind: backend.kind, url: withPort(backend.url, proxy.port) }, [proxy]);
       }
       case 'memory':
-        throw new Error('an in-process backend has no link to cut');
+        throw new InvalidArgumentError('an in-process (memory) backend has no network link to cut: drill a redis, postgres or etcd backend');
     }
   }
 

@@ -1,5 +1,5 @@
 import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
-import { BackendUnavailableError } from '../errors.js';
+import { BackendUnavailableError, ShuttingDownError } from '../errors.js';
 import { settlesWithin } from '../settles-within.js';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
@@ -139,8 +139,8 @@ export class BullmqWorker {
       const connection = worker.opts.connection as Redis;
       const closing = worker.close();
       const timers = [
-        setTimeout(() => this.shutdown.abort(new Error('replica shutting down')), graceMs),
-        setTimeout(() => this.abandon.abort(new Error('replica shutting down: handler abandoned')), graceMs + margin),
+        setTimeout(() => this.shutdown.abort(new ShuttingDownError()), graceMs),
+        setTimeout(() => this.abandon.abort(new ShuttingDownError('handler abandoned')), graceMs + margin),
       ];
       try {
         if (!(await settlesWithin(closing, graceMs + 2 * margin))) {

@@ -1,6 +1,6 @@
 import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
 import { systemClock, type Clock } from '../clock.js';
-import { AbortedError, BackendUnavailableError, InvalidArgumentError, LeaseLostError, NotHolderError } from '../errors.js';
+import { AbortedError, BackendUnavailableError, ConnectionClosedError, InvalidArgumentError, LeaseLostError, NotHolderError, TimedOutError } from '../errors.js';
 import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from './lease.js';
 import { localDeadline, validateLeaseRequest, type ValidLeaseRequest } from './lease-request.js';
 
@@ -302,7 +302,7 @@ export class EtcdLeaseBackend implements LeaseBackend {
             const res = await new Promise<{ TTL: string }>((resolve, reject) => {
               stream.on('data', resolve);
               stream.on('error', reject);
-              stream.on('end', () => reject(new Error('keepalive stream ended without a reply')));
+              stream.on('end', () => reject(new ConnectionClosedError('keepalive stream ended without a reply')));
               stream.write({ ID: leaseId });
             });
             return Number(res.TTL);
@@ -444,7 +444,7 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   return Promise.race([
     p.finally(() => clearTimeout(timer)),
     new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what}: no answer within ${ms} ms`)), ms);
+      timer = setTimeout(() => reject(new TimedOutError(what, ms)), ms);
     }),
   ]);
 }

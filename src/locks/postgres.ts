@@ -21,7 +21,15 @@
  */
 import pg from 'pg';
 import { systemClock, type Clock } from '../clock.js';
-import { BackendUnavailableError, InvalidArgumentError, InvalidConfigError, LeaseLostError, NotHolderError } from '../errors.js';
+import {
+  BackendUnavailableError,
+  ConnectionClosedError,
+  InvalidArgumentError,
+  InvalidConfigError,
+  LeaseLostError,
+  NotHolderError,
+  TimedOutError,
+} from '../errors.js';
 import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from './lease.js';
 import { localDeadline, validateLeaseRequest } from './lease-request.js';
 import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
@@ -222,7 +230,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
     const running = this.pool.query<R>(config);
     // Covers the wait for a connection too, which a caller's pool may not bound.
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer within ${2 * this.timeoutMs + 500} ms`)), 2 * this.timeoutMs + 500);
+      timer = setTimeout(() => reject(new TimedOutError('query', 2 * this.timeoutMs + 500)), 2 * this.timeoutMs + 500);
     });
     try {
       return await Promise.race([running, timeout]);
@@ -269,7 +277,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
       if (up && this.listenClient === client) this.listenerDropped(client, err);
     };
     client.on('error', dropped);
-    client.on('end', () => dropped(new Error('LISTEN connection ended')));
+    client.on('end', () => dropped(new ConnectionClosedError('LISTEN connection ended')));
     this.listenClient = client;
     try {
       await client.connect();

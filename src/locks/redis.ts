@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Redis, type RedisOptions } from 'ioredis';
 import { systemClock, type Clock } from '../clock.js';
-import { BackendUnavailableError, InvalidArgumentError, LeaseLostError, NotHolderError } from '../errors.js';
+import { BackendUnavailableError, InvalidArgumentError, LeaseLostError, NotHolderError, UnexpectedReplyError } from '../errors.js';
 import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from './lease.js';
 import { localDeadline, validateLeaseRequest } from './lease-request.js';
 import { waitForLease } from './wait-for-lease.js';
@@ -137,7 +137,7 @@ export class RedisLeaseBackend implements LeaseBackend {
       this.noteToken(valid.name, BigInt(heldToken!));
       return null;
     }
-    if (code !== 1) throw new Error(`acquire-2.lua returned unknown code ${code}`);
+    if (code !== 1) throw new UnexpectedReplyError('acquire-2.lua', `code ${code}`);
     return { ...valid, token: this.noteToken(valid.name, BigInt(token)), deadline: localDeadline(sentAt, valid) };
   }
 
@@ -153,14 +153,14 @@ export class RedisLeaseBackend implements LeaseBackend {
       const now = await this.current(lease.name).catch(() => null);
       throw new LeaseLostError(lease.name, now ? `now held by "${now.holder}" with token ${now.token}` : 'expired');
     }
-    if (code !== 1) throw new Error(`renew-1.lua returned unknown code ${code}`);
+    if (code !== 1) throw new UnexpectedReplyError('renew-1.lua', `code ${code}`);
     return { ...lease, deadline: localDeadline(sentAt, lease) };
   }
 
   async release(lease: Lease): Promise<void> {
     const code = await this.call('release', (c) => c.cwRelease(this.leaseKey(lease.name), leaseValue(lease), this.channel(lease.name)));
     if (code === RedisScriptCode.NotHolder) throw new NotHolderError(lease.name, lease.holder, lease.token);
-    if (code !== 1) throw new Error(`release-1.lua returned unknown code ${code}`);
+    if (code !== 1) throw new UnexpectedReplyError('release-1.lua', `code ${code}`);
   }
 
   async current(name: string): Promise<LeaseRecord | null> {

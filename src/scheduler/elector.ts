@@ -1,8 +1,11 @@
 import { EventEmitter } from 'node:events';
-import { systemClock, type Clock, type TimerHandle } from '../clock.js';
+import { systemClock, type Clock } from '../clock.js';
 import { LeaseLostError, NotHolderError } from '../errors.js';
 import type { Lease, LeaseBackend } from '../locks/lease.js';
 import { resolveElectorOptions, type ElectorOptions, type ResolvedElectorOptions } from './elector-options.js';
+import { LeaderTerm, Tenure, describeTenureEnd, mayStillHold, type TenureEnd } from './tenure.js';
+
+export type { TenureEnd } from './tenure.js';
 
 export type ElectorRole = 'follower' | 'candidate' | 'leader' | 'stopped';
 
@@ -10,8 +13,11 @@ export interface ElectorEvents {
   'role:changed': [role: ElectorRole];
   'lease:acquired': [lease: Lease];
   'lease:renewed': [lease: Lease, latencyMs: number];
-  /** Leadership ended; reason says why (lost, local deadline, resigned, fence refused, stopped). */
-  'lease:lost': [lease: Lease, reason: string];
+  /**
+   * Leadership ended; reason says why (lost, local deadline, resigned, fence refused, stopped) as
+   * text, end says it as data.
+   */
+  'lease:lost': [lease: Lease, reason: string, end: TenureEnd];
   'backend:error': [error: Error];
 }
 
@@ -21,34 +27,41 @@ export interface ElectorCallbacks {
   /** Called once per tenure; signal aborts when the tenure ends for any reason. */
   onStartedLeading?: (lease: Lease, signal: AbortSignal) => void | Promise<void>;
   /** Always called after onStartedLeading, once the tenure is over. */
-  onStoppedLeading?: (reason: string) => void | Promise<void>;
+  onStoppedLeading?: (reason: string, end: TenureEnd) => void | Promise<void>;
 }
 
+/** Outcome of one renew, raced against the end of the tenure. */
+type RenewOutcome = { renewed: Lease } | { failed: unknown } | { ended: TenureEnd };
+
 /**
- * Leader election on any LeaseBackend: follower → candidate → leader → follower.
- * While leading it renews every `renewEveryMs`, and steps down by itself at the lease's local
- * deadline whether or not the backend ever answers: a renew that hangs cannot keep it leading.
+ * Leader election on any LeaseBackend, in two states (as River's elector): the follower state
+ * campaigns until it wins a lease, the leader state renews it until the tenure ends, and the
+ * reason it ended (a TenureEnd) decides what happens next. While leading it renews every
+ * `renewEveryMs`, and steps down by itself at the lease's local deadline whether or not the
+ * backend ever answers: a renew that hangs cannot keep it leading.
  */
 export class Elector extends EventEmitter<ElectorEvents> {
   readonly options: ResolvedElectorOptions;
   private readonly clock: Clock;
+  private readonly random: () => number;
   private roleValue: ElectorRole = 'follower';
-  private held: Lease | undefined;
-  private leaderSince: number | undefined;
+  private tenure: Tenure | undefined;
   private loop: Promise<void> | undefined;
   private stopping = false;
   private campaign = new AbortController();
-  private endTenure: ((reason: string) => void) | undefined;
 
+  /** random: the source of retry jitter, in [0, 1); injectable so tests can fix it. */
   constructor(
     private readonly backend: LeaseBackend,
     options: ElectorOptions,
     private readonly callbacks: ElectorCallbacks = {},
     clock: Clock = systemClock,
+    random: () => number = Math.random,
   ) {
     super();
     this.options = resolveElectorOptions(options);
     this.clock = clock;
+    this.random = random;
   }
 
   get role(): ElectorRole {
@@ -61,14 +74,14 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   /** The lease while this replica leads and its local deadline has not passed; else undefined. */
   lease(): Lease | undefined {
-    const lease = this.held;
-    if (!lease || this.clock.monotonic() >= lease.deadline) return undefined;
-    return lease;
+    const tenure = this.tenure;
+    if (!tenure || tenure.over || tenure.term.remaining(this.clock.monotonic()) <= 0) return undefined;
+    return tenure.term.lease;
   }
 
   /** Wall-clock ms when the current tenure began, if leading. */
   get leadingSince(): number | undefined {
-    return this.held ? this.leaderSince : undefined;
+    return this.tenure?.term.startedAt;
   }
 
   start(): void {
@@ -80,21 +93,21 @@ export class Elector extends EventEmitter<ElectorEvents> {
 
   /** Give up leadership now (releasing the lease so a follower takes over at once) and keep campaigning. */
   async resign(): Promise<boolean> {
-    if (!this.endTenure) return false;
-    this.endTenure('resigned');
+    if (!this.tenure || this.tenure.over) return false;
+    this.tenure.end({ kind: 'resigned' });
     return true;
   }
 
   /** Step down because something (the fence) proved this tenure stale. */
   stepDown(reason: string): void {
-    this.endTenure?.(reason);
+    this.tenure?.end({ kind: 'fence', detail: reason });
   }
 
   /** Stop campaigning; if leading, resign and release the lease. Resolves when fully stopped. */
   async stop(): Promise<void> {
     this.stopping = true;
     this.campaign.abort();
-    this.endTenure?.('stopped');
+    this.tenure?.end({ kind: 'stopped' });
     await this.loop;
     this.loop = undefined;
     this.setRole('stopped');
@@ -112,117 +125,129 @@ export class Elector extends EventEmitter<ElectorEvents> {
   }
 
   private backoff(): number {
-    return this.options.retryPeriodMs + Math.floor(Math.random() * (this.options.retryJitterMs + 1));
+    return this.options.retryPeriodMs + Math.floor(this.random() * (this.options.retryJitterMs + 1));
   }
 
+  /** Wait ms, or less if stop() aborts the campaign; never rejects. */
   private async pause(ms: number): Promise<void> {
     await this.clock.sleep(ms, this.campaign.signal).catch(() => {});
   }
 
   private async run(): Promise<void> {
     while (!this.stopping) {
-      this.setRole('candidate');
-      let lease: Lease;
-      try {
-        await this.callbacks.beforeCampaign?.();
-        lease = await this.backend.acquire(this.request(), this.campaign.signal);
-      } catch (err) {
-        if (this.stopping) break;
-        this.emit('backend:error', err as Error);
-        this.setRole('follower');
-        await this.pause(this.backoff());
-        continue;
-      }
-      if (this.stopping) {
-        await this.backend.release(lease).catch(() => {});
-        break;
-      }
-      const reason = await this.lead(lease);
+      const lease = await this.runFollowerState();
+      if (!lease) continue;
+      const end = await this.runLeaderState(lease);
       if (this.stopping) break;
       this.setRole('follower');
       // After a resign, leave the field to the others for a moment; they were woken by the release.
-      await this.pause(reason === 'resigned' ? this.options.ttlMs : this.backoff());
+      await this.pause(end.kind === 'resigned' ? this.options.ttlMs : this.backoff());
     }
   }
 
-  private async lead(first: Lease): Promise<string> {
-    let lease = first;
-    this.held = lease;
-    this.leaderSince = this.clock.now();
-    const tenure = new AbortController();
-    let deadlineTimer: TimerHandle | undefined;
-    let renewTimer: TimerHandle | undefined;
-    let over = false;
-    let lostByBackend = false;
-
-    const reason = await new Promise<string>((resolve) => {
-      const end = (why: string) => {
-        if (over) return;
-        over = true;
-        resolve(why);
-      };
-      this.endTenure = end;
-      const armDeadline = () => {
-        deadlineTimer?.cancel();
-        deadlineTimer = this.clock.setTimer(
-          () => {
-            lostByBackend = true;
-            end('local deadline passed without a successful renew');
-          },
-          lease.deadline - this.clock.monotonic(),
-        );
-      };
-      const scheduleRenew = (ms: number) => {
-        renewTimer = this.clock.setTimer(async () => {
-          const sentAt = this.clock.monotonic();
-          try {
-            const renewed = await this.backend.renew(lease);
-            if (over) return;
-            lease = renewed;
-            this.held = renewed;
-            armDeadline();
-            this.emit('lease:renewed', renewed, this.clock.monotonic() - sentAt);
-            scheduleRenew(this.options.renewEveryMs);
-          } catch (err) {
-            if (over) return;
-            if (err instanceof LeaseLostError) {
-              lostByBackend = true;
-              return end(err.message);
-            }
-            this.emit('backend:error', err as Error);
-            scheduleRenew(Math.min(this.options.retryPeriodMs, this.options.renewEveryMs));
-          }
-        }, ms);
-      };
-      armDeadline();
-      scheduleRenew(this.options.renewEveryMs);
-      this.setRole('leader');
-      this.emit('lease:acquired', lease);
-      Promise.resolve()
-        .then(() => this.callbacks.onStartedLeading?.(lease, tenure.signal))
-        .catch((err: Error) => end(`onStartedLeading failed: ${err.message}`));
-    });
-
-    deadlineTimer?.cancel();
-    renewTimer?.cancel();
-    this.endTenure = undefined;
-    this.held = undefined;
-    tenure.abort(new LeaseLostError(lease.name, reason));
-    // Release whenever the backend may still think we hold it (resign, stop, fence refusal), so a
-    // follower need not wait out the TTL. Not after a lost lease or a missed deadline: not ours.
-    if (!lostByBackend) {
-      try {
-        await this.backend.release(lease);
-      } catch (err) {
-        if (!(err instanceof NotHolderError)) this.emit('backend:error', err as Error);
-      }
-    }
-    this.emit('lease:lost', lease, reason);
+  /**
+   * Follower state: campaign until the backend grants the lease. Undefined when the campaign
+   * failed (after backing off) or stop() came first (after releasing a lease won meanwhile).
+   */
+  private async runFollowerState(): Promise<Lease | undefined> {
+    this.setRole('candidate');
+    let lease: Lease;
     try {
-      await this.callbacks.onStoppedLeading?.(reason);
+      await this.callbacks.beforeCampaign?.();
+      lease = await this.backend.acquire(this.request(), this.campaign.signal);
+    } catch (err) {
+      if (this.stopping) return undefined;
+      this.emit('backend:error', err as Error);
+      this.setRole('follower');
+      await this.pause(this.backoff());
+      return undefined;
+    }
+    if (this.stopping) {
+      await this.backend.release(lease).catch(() => {});
+      return undefined;
+    }
+    return lease;
+  }
+
+  /** Leader state: one tenure, from the won lease to its end; returns why it ended. */
+  private async runLeaderState(first: Lease): Promise<TenureEnd> {
+    const tenure = new Tenure(new LeaderTerm(first, this.clock.now()), this.clock);
+    this.tenure = tenure;
+    const renewing = this.keepRenewing(tenure);
+    this.setRole('leader');
+    this.emit('lease:acquired', first);
+    const callbackSignal = new AbortController();
+    this.startLeading(tenure, callbackSignal.signal);
+    const end = await tenure.ended;
+    await renewing;
+    const lease = tenure.term.lease;
+    this.tenure = undefined;
+    const reason = describeTenureEnd(end);
+    callbackSignal.abort(new LeaseLostError(lease.name, reason));
+    if (mayStillHold(end)) await this.release(lease);
+    this.emit('lease:lost', lease, reason, end);
+    try {
+      await this.callbacks.onStoppedLeading?.(reason, end);
     } catch (err) {
       this.emit('backend:error', err as Error);
     }
-    return reason;
+    return end;
+  }
+
+  /** Run onStartedLeading without waiting for it; if it throws, the tenure ends. */
+  private startLeading(tenure: Tenure, signal: AbortSignal): void {
+    const lease = tenure.term.lease;
+    void Promise.resolve()
+      .then(() => this.callbacks.onStartedLeading?.(lease, signal))
+      .catch((error: Error) => tenure.end({ kind: 'callback-failed', error }));
+  }
+
+  /**
+   * Renew every renewEveryMs until the tenure ends. A failed renew is retried sooner; a refused
+   * one ends the tenure as lost. A renew that hangs is simply outlived: the tenure's deadline
+   * timer ends it, and this loop returns as soon as it has.
+   */
+  private async keepRenewing(tenure: Tenure): Promise<void> {
+    let wait = this.options.renewEveryMs;
+    for (;;) {
+      const slept = await this.clock.sleep(wait, tenure.signal).then(
+        () => true,
+        () => false,
+      );
+      if (!slept || tenure.over) return;
+      const sentAt = this.clock.monotonic();
+      const outcome = await this.renewOnce(tenure);
+      if ('ended' in outcome) return;
+      if ('renewed' in outcome) {
+        tenure.renewed(outcome.renewed);
+        this.emit('lease:renewed', outcome.renewed, this.clock.monotonic() - sentAt);
+        wait = this.options.renewEveryMs;
+      } else if (outcome.failed instanceof LeaseLostError) {
+        tenure.end({ kind: 'lost', error: outcome.failed });
+        return;
+      } else {
+        this.emit('backend:error', outcome.failed as Error);
+        wait = Math.min(this.options.retryPeriodMs, this.options.renewEveryMs);
+      }
+    }
+  }
+
+  /** One renew of the term's lease, or the tenure's end if that comes first. */
+  private async renewOnce(tenure: Tenure): Promise<RenewOutcome> {
+    const renew = this.backend.renew(tenure.term.lease).then(
+      (renewed): RenewOutcome => ({ renewed }),
+      (failed: unknown): RenewOutcome => ({ failed }),
+    );
+    const outcome = await Promise.race([renew, tenure.ended.then((ended): RenewOutcome => ({ ended }))]);
+    // A renew that answers just as the tenure ends changes nothing: the end stands.
+    return tenure.over && !('ended' in outcome) ? { ended: await tenure.ended } : outcome;
+  }
+
+  private async release(lease: Lease): Promise<void> {
+    try {
+      await this.backend.release(lease);
+    } catch (err) {
+      if (!(err instanceof NotHolderError)) this.emit('backend:error', err as Error);
+    }
   }
 }

@@ -1,9 +1,9 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ManualClock } from '../../src/manual-clock.js';
+import { ManualClock } from '../support/manual-clock.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import { Elector, type ElectorRole } from '../../src/scheduler/elector.js';
-import { InvalidConfigError, BackendUnavailableError } from '../../src/errors.js';
+import { Elector, type ElectorRole, type TenureEnd } from '../../src/scheduler/elector.js';
+import { InvalidConfigError, BackendUnavailableError, LeaseLostError } from '../../src/errors.js';
 import type { Lease, LeaseBackend } from '../../src/locks/lease.js';
 
 const timings = { ttlMs: 3000, renewEveryMs: 1000, retryPeriodMs: 500, retryJitterMs: 0, safetyMarginMs: 300 };
@@ -90,7 +90,11 @@ describe('Elector', () => {
     const backend = new HangingRenew({ store });
     const a = make('a', backend);
     const lost: string[] = [];
-    a.elector.on('lease:lost', (_l, reason) => lost.push(reason));
+    const ends: TenureEnd[] = [];
+    a.elector.on('lease:lost', (_l, reason, end) => {
+      lost.push(reason);
+      ends.push(end);
+    });
     a.elector.start();
     await clock.advance(1);
     const lease = a.elector.lease()!;
@@ -104,7 +108,8 @@ describe('Elector', () => {
     assert.equal(a.elector.lease(), undefined, 'lease() must be gone at the deadline');
     assert.notEqual(a.elector.role, 'leader');
     assert.equal(lost.length, 1);
-    assert.match(lost[0]!, /local deadline/);
+    assert.match(lost[0]!, /^local deadline/);
+    assert.equal(ends[0]!.kind, 'deadline');
     assert.ok(backend.renews >= 1, 'the renew was attempted');
     backend.hang = false;
     await a.elector.stop();
@@ -113,12 +118,18 @@ describe('Elector', () => {
   it('losing the lease to the backend (renew refused) ends the tenure and campaigns again', async () => {
     const { clock, store, make } = setup();
     const a = make('a');
+    const ends: [string, TenureEnd][] = [];
+    a.elector.on('lease:lost', (_l, reason, end) => ends.push([reason, end]));
     a.elector.start();
     await clock.advance(1);
     // Someone else takes the lease behind a's back (e.g. after a backend failover).
     store.leases.set('sched', { holder: 'intruder', token: 99n, expiresAt: clock.monotonic() + 5000 });
     await clock.advance(1000);
     assert.notEqual(a.elector.role, 'leader');
+    const [reason, end] = ends[0]!;
+    assert.ok(end.kind === 'lost' && end.error instanceof LeaseLostError, `ended as ${end.kind}`);
+    assert.equal(reason, end.error.message);
+    assert.equal(store.leases.get('sched')?.holder, 'intruder', 'a lost lease is not released: it is not ours');
     store.leases.delete('sched');
     store.events.emit('sched');
     await clock.advance(600);
@@ -158,5 +169,72 @@ describe('Elector', () => {
     assert.equal(await a.elector.resign(), false, 'resign when not leading says so');
     await a.elector.stop();
     await b.elector.stop();
+  });
+
+  it('says why each tenure ended, as data and as the reason string, and releases only what may still be ours', async () => {
+    const { clock, a, b } = await leaderAndFollower();
+    const ends: [string, TenureEnd][] = [];
+    for (const e of [a.elector, b.elector]) e.on('lease:lost', (_l, reason, end) => ends.push([reason, end]));
+    a.elector.stepDown('fence refused token 1: token 2 was already accepted');
+    await clock.advance(0);
+    assert.deepEqual(ends.shift(), ['fence refused token 1: token 2 was already accepted', { kind: 'fence', detail: 'fence refused token 1: token 2 was already accepted' }]);
+    assert.equal(b.elector.role, 'leader', 'a fenced-out leader releases, so the follower leads at once');
+    assert.equal(await b.elector.resign(), true);
+    await clock.advance(0);
+    assert.deepEqual(ends.shift(), ['resigned', { kind: 'resigned' }]);
+    await clock.advance(500); // a, fenced out, campaigns again after its retry period
+    assert.equal(a.elector.role, 'leader');
+    await a.elector.stop();
+    assert.deepEqual(ends.shift(), ['stopped', { kind: 'stopped' }]);
+    await b.elector.stop();
+    assert.deepEqual(ends, []);
+  });
+
+  it('an onStartedLeading that throws ends the tenure, released, with the error kept', async () => {
+    const { clock, store } = setup();
+    const stopped: [string, TenureEnd][] = [];
+    const elector = new Elector(
+      new MemoryLeaseBackend({ store }),
+      { leaseName: 'sched', replicaId: 'a', ...timings },
+      {
+        onStartedLeading: () => Promise.reject(new Error('boom')),
+        onStoppedLeading: (reason, end) => void stopped.push([reason, end]),
+      },
+      clock,
+    );
+    elector.start();
+    await clock.advance(1);
+    assert.equal(stopped.length, 1);
+    const [reason, end] = stopped[0]!;
+    assert.equal(reason, 'onStartedLeading failed: boom');
+    assert.ok(end.kind === 'callback-failed' && end.error.message === 'boom');
+    assert.equal(store.leases.get('sched'), undefined, 'released');
+    assert.notEqual(elector.role, 'leader');
+    await elector.stop();
+  });
+
+  it('retry jitter comes from the injected random source', async () => {
+    const clock = new ManualClock();
+    let acquires = 0;
+    class Down extends MemoryLeaseBackend {
+      override acquire(): Promise<Lease> {
+        acquires++;
+        return Promise.reject(new BackendUnavailableError('memory', 'down'));
+      }
+    }
+    const options = { leaseName: 'sched', replicaId: 'a', ...timings, retryJitterMs: 200 };
+    // 500 ms retry period + floor(0.5 × 201) = 600 ms between campaigns.
+    const elector = new Elector(new Down({ clock }), options, {}, clock, () => 0.5);
+    elector.on('backend:error', () => {});
+    elector.start();
+    await clock.advance(0);
+    assert.equal(acquires, 1);
+    await clock.advance(599);
+    assert.equal(acquires, 1);
+    await clock.advance(1);
+    assert.equal(acquires, 2);
+    await clock.advance(600);
+    assert.equal(acquires, 3);
+    await elector.stop();
   });
 });

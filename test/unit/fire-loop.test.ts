@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
-import { ManualClock } from '../../src/manual-clock.js';
+import { ManualClock } from '../support/manual-clock.js';
 import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import type { DeliverableRun, RunDelivery } from '../../src/scheduler/run-delivery.js';

@@ -1,7 +1,7 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
-import { ManualClock } from '../../src/manual-clock.js';
+import { ManualClock } from '../support/manual-clock.js';
 import { RunRetention } from '../../src/scheduler/run-retention.js';
 
 /** A ledger with `backlog` prunable runs; records each call. */

@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { ManualClock } from '../../src/manual-clock.js';
+import { ManualClock } from '../support/manual-clock.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
 import { withLock } from '../../src/locks/with-lock.js';
 import { InvalidArgumentError, LeaseLostError } from '../../src/errors.js';

@@ -1,5 +1,6 @@
 import { freePort } from './free-port.js';
 import { ServerProcess, removeDir, scratchDir } from './server-process.js';
+import { ServerNotReadyError } from '../../errors.js';
 
 export interface TestEtcd {
   /** Client URLs of every member. */
@@ -68,5 +69,5 @@ export function startEtcd(): Promise<TestEtcd> {
 async function health(url: string): Promise<void> {
   const res = await fetch(`${url}/health`, { signal: AbortSignal.timeout(1000) });
   const body = (await res.json()) as { health?: string };
-  if (body.health !== 'true') throw new Error(`etcd at ${url} not healthy: ${JSON.stringify(body)}`);
+  if (body.health !== 'true') throw new ServerNotReadyError(`etcd at ${url}`, `health is ${JSON.stringify(body)}`);
 }

@@ -1,4 +1,5 @@
 import { createServer } from 'node:net';
+import { DrillError } from '../../errors.js';
 
 /** Ask the kernel for a free loopback port. */
 export function freePort(): Promise<number> {
@@ -8,7 +9,7 @@ export function freePort(): Promise<number> {
     srv.on('error', reject);
     srv.listen(0, '127.0.0.1', () => {
       const address = srv.address();
-      srv.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      srv.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new DrillError('the kernel gave no loopback port'))));
     });
   });
 }

@@ -16,6 +16,7 @@ import pg from 'pg';
 import { freePort } from './free-port.js';
 import { ServerProcess, removeDir, scratchDir, type ServerSpec } from './server-process.js';
 import { migrateDatabase } from '../../db/migrate.js';
+import { DrillError } from '../../errors.js';
 
 const run = promisify(execFile);
 
@@ -38,7 +39,7 @@ function binary(name: 'initdb' | 'postgres'): string {
     const path = join(root, v, 'bin', name);
     if (existsSync(path)) return path;
   }
-  throw new Error(`cannot find the PostgreSQL "${name}" binary on PATH or under ${root}/*/bin`);
+  throw new DrillError(`cannot find the PostgreSQL "${name}" binary on PATH or under ${root}/*/bin`);
 }
 
 function postgresUser(): { uid: number; gid: number } | undefined {
@@ -86,7 +87,7 @@ export class PostgresServerProcess extends ServerProcess {
     await super.kill();
     const deadline = performance.now() + 10_000;
     while (processesOf(this.dataDir).length > 0) {
-      if (performance.now() > deadline) throw new Error(`processes of ${this.dataDir} still running 10 s after kill -9`);
+      if (performance.now() > deadline) throw new DrillError(`processes of ${this.dataDir} still running 10 s after kill -9`);
       this.signalAll('SIGCONT');
       await sleep(20);
     }

@@ -1,6 +1,7 @@
 import { createConnection } from 'node:net';
 import { freePort } from './free-port.js';
 import { ServerProcess, removeDir, scratchDir } from './server-process.js';
+import { ServerNotReadyError } from '../../errors.js';
 
 /** A throwaway redis-server. restart() keeps the port and the data directory. */
 export interface TestRedis {
@@ -66,13 +67,13 @@ function ping(port: number): Promise<void> {
       socket.destroy();
       reject(err);
     };
-    socket.setTimeout(500, () => fail(new Error('no PONG within 500 ms')));
+    socket.setTimeout(500, () => fail(new ServerNotReadyError('redis', 'no PONG within 500 ms')));
     socket.once('error', fail);
     socket.once('connect', () => socket.write('PING\r\n'));
     socket.once('data', (data) => {
       socket.destroy();
       if (data.toString().startsWith('+PONG')) resolve();
-      else reject(new Error(data.toString().trim()));
+      else reject(new ServerNotReadyError('redis', `PING answered ${data.toString().trim()}`));
     });
   });
 }

@@ -2,6 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, openSync, closeSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { DrillError, ServerNotReadyError } from '../../errors.js';
 
 export interface ServerSpec {
   /** Short label for logs and errors: "redis", "etcd-1", "postgres". */
@@ -56,12 +57,12 @@ export class ServerProcess {
     this.exited = new Promise((resolve) => child.once('exit', () => resolve()));
     const spawnError = new Promise<never>((_, reject) => child.once('error', reject));
     const died = this.exited.then(() => {
-      throw new Error(`${this.spec.label} exited during start-up:\n${this.logTail()}`);
+      throw new DrillError(`${this.spec.label} exited during start-up:\n${this.logTail()}`);
     });
     const timeoutMs = this.spec.readyTimeoutMs ?? 20_000;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${this.spec.label} not ready after ${timeoutMs} ms:\n${this.logTail()}`)), timeoutMs);
+      timer = setTimeout(() => reject(new ServerNotReadyError(this.spec.label, `no answer after ${timeoutMs} ms:\n${this.logTail()}`)), timeoutMs);
     });
     try {
       await Promise.race([this.pollReady(), died, spawnError, timeout]);

@@ -1,4 +1,4 @@
-import type { Clock, TimerHandle } from './clock.js';
+import type { Clock, TimerHandle } from '../../src/clock.js';
 
 interface PendingTimer {
   at: number;
