@@ -114,7 +114,7 @@ export function parseCronPattern(expression: string): CronPattern {
     everyHour: hours.values.filter(Boolean).length === 24,
   };
   if (!canEverMatch(pattern)) {
-    throw refuse(`no date matches day-of-month "${dom}" in month "${month}"${pattern.dayAnd && dow !== '*' ? ` and day-of-week "${dow}"` : ''}, so it would never fire`);
+    throw refuse(`no date matches day-of-month ${q(dom!)} in month ${q(month!)}${pattern.dayAnd && dow !== '*' ? ` and day-of-week ${q(dow!)}` : ''}, so it would never fire`);
   }
   return pattern;
 }
@@ -134,7 +134,7 @@ type Fail = (field: Field, reason: string) => InvalidScheduleError;
 function parseField(text: string, field: Field, fail: Fail): ParsedField {
   const out: ParsedField = { values: new Array<boolean>(field.max + 1).fill(false), last: false, lastMask: 0, nth: [0, 0, 0, 0, 0] };
   for (const item of text.split(',')) {
-    if (item === '') throw fail(field, `empty item in the list "${text}"`);
+    if (item === '') throw fail(field, `empty item in the list ${q(text)}`);
     parseItem(item, field, out, fail);
   }
   return out;
@@ -150,23 +150,23 @@ function parseItem(item: string, field: Field, out: ParsedField, fail: Fail): vo
   } else if ((m = /^([^-/#]+)-([^-/#]+)(?:\/([^/]*))?$/.exec(item))) {
     const lo = value(m[1]!, field, fail);
     const hi = value(m[2]!, field, fail);
-    if (lo > hi) throw fail(field, `the range "${item}" goes backwards; ranges do not wrap around (write two ranges${field === DOW ? ', and 7 for a Sunday at the end' : ''})`);
+    if (lo > hi) throw fail(field, `the range ${q(item)} goes backwards; ranges do not wrap around (write two ranges${field === DOW ? ', and 7 for a Sunday at the end' : ''})`);
     set(lo, hi, m[3] === undefined ? 1 : step(m[3], field, fail));
   } else if (/^[^-/#]*\//.test(item)) {
-    throw fail(field, `"${item}": a step needs "*" or a range before it ("*/15", "5-59/15")`);
+    throw fail(field, `${q(item)}: a step needs "*" or a range before it ("*/15", "5-59/15")`);
   } else if (field === DOM && /^l$/i.test(item)) {
     out.last = true;
   } else if (field === DOW && (m = /^([^-/#]+)l$/i.exec(item)) && !/^l$/i.test(item)) {
     out.lastMask |= 1 << value(m[1]!, field, fail) % 7;
   } else if (field === DOW && (m = /^([^-/#]+)#(.*)$/.exec(item))) {
     const w = value(m[1]!, field, fail) % 7;
-    if (!/^[1-5]$/.test(m[2]!)) throw fail(field, `"${item}": the n in "weekday#n" must be 1 to 5`);
+    if (!/^[1-5]$/.test(m[2]!)) throw fail(field, `${q(item)}: the n in "weekday#n" must be 1 to 5`);
     out.nth[Number(m[2]) - 1]! |= 1 << w;
   } else if (/^[^-/#]+$/.test(item)) {
     const v = value(item, field, fail);
     out.values[v] = true;
   } else {
-    throw fail(field, `"${item}" is not a number, name, range, "*" or step${unsupportedHint(item, field)}`);
+    throw fail(field, `${q(item)} is not a number, name, range, "*" or step${unsupportedHint(item, field)}`);
   }
 }
 
@@ -178,12 +178,12 @@ function value(text: string, field: Field, fail: Fail): number {
   }
   const named = field.names && /^[a-z]{3}$/i.test(text) ? field.names.indexOf(text.toLowerCase()) : -1;
   if (named > 0 || (named === 0 && field === DOW)) return named;
-  throw fail(field, `"${text}" is not a number ${field.min}-${field.max}${field.names ? ` or a name (${field.names.filter(Boolean).join(' ')})` : ''}${unsupportedHint(text, field)}`);
+  throw fail(field, `${q(text)} is not a number ${field.min}-${field.max}${field.names ? ` or a name (${field.names.filter(Boolean).join(' ')})` : ''}${unsupportedHint(text, field)}`);
 }
 
 function step(text: string, field: Field, fail: Fail): number {
   const size = field.max - field.min + 1;
-  if (!/^\d{1,2}$/.test(text) || Number(text) < 1 || Number(text) > size) throw fail(field, `step "${text}" must be a whole number from 1 to ${size}`);
+  if (!/^\d{1,2}$/.test(text) || Number(text) < 1 || Number(text) > size) throw fail(field, `step ${q(text)} must be a whole number from 1 to ${size}`);
   return Number(text);
 }
 
@@ -194,6 +194,11 @@ function unsupportedHint(text: string, field: Field): string {
   if (/l/i.test(text)) return '; "L" is supported only alone in day-of-month or as "<weekday>L" (5L: last Friday) in day-of-week';
   if (text.includes('#')) return '; "#" is supported only in day-of-week, as "<weekday>#<1-5>" (5#2: second Friday)';
   return '';
+}
+
+/** A part of the expression in a message: JSON-quoted (no raw control characters), at most 40 characters. */
+function q(text: string): string {
+  return JSON.stringify(text.length > 40 ? `${text.slice(0, 40)}…` : text);
 }
 
 const NO_NTH: readonly number[] = [];
