@@ -233,11 +233,14 @@ export function oracleFiresInZone(spec: OracleSpec, tl: Timeline, fromMs: number
   const everyHour = spec.hours.size === 24;
   const days = new Map<number, boolean>();
   const minuteMatches = (wallMs: number): boolean => {
-    const d = new Date(wallMs);
-    if (!spec.hours.has(d.getUTCHours()) || !spec.minutes.has(d.getUTCMinutes())) return false;
+    // Wall times here are after 1970, so hour and minute are plain arithmetic on the ms.
+    if (!spec.hours.has(Math.floor(wallMs / 3_600_000) % 24) || !spec.minutes.has(Math.floor(wallMs / 60_000) % 60)) return false;
     const key = Math.floor(wallMs / 86_400_000);
     let ok = days.get(key);
-    if (ok === undefined) days.set(key, (ok = oracleDay(spec, d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate())));
+    if (ok === undefined) {
+      const d = new Date(wallMs);
+      days.set(key, (ok = oracleDay(spec, d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate())));
+    }
     return ok;
   };
   let maxWall = -Infinity;
