@@ -12,8 +12,8 @@
  *   `*\/15 * * * *` fires 01:00-01:45 once, then 02:00).
  * - No fixed time is lost. When clocks go forward and an hour does not exist, a time inside the
  *   gap (02:30 daily) fires once that day at the first instant after the gap (03:00 local),
- *   merged with a fire the schedule has at 03:00 anyway. A schedule whose hour field is `*`
- *   (it fires in every hour) has nothing to make up: its times inside the gap do not exist and
+ *   merged with a fire the schedule has at 03:00 anyway. A schedule whose hour field allows every hour
+ *   (`*`, `0-23`) has nothing to make up: its times inside the gap do not exist and
  *   are not fired (`5 * * * *` fires 01:05, 03:05; Vixie cron treats such jobs the same way).
  * So in the repeated hour there is one fire per wall-clock time, and on the short day there is
  * one fire per fixed time.
