@@ -28,6 +28,26 @@ export class InvalidConfigError extends InvalidArgumentError {
   }
 }
 
+/**
+ * A cron expression outside the supported dialect (README, "Cron expressions"), or one that can
+ * never fire. `setting` names where it came from (`schedule`, or `job "x": schedule`).
+ */
+export class InvalidScheduleError extends InvalidConfigError {
+  constructor(
+    readonly expression: string,
+    readonly reason: string,
+    setting = 'schedule',
+  ) {
+    super(setting, `invalid cron expression ${quoteExpression(expression)}: ${reason}`);
+  }
+}
+
+/** The expression as typed, JSON-quoted (no raw control characters) and cut at 80 characters. */
+function quoteExpression(expression: string): string {
+  const shown = expression.length > 80 ? `${expression.slice(0, 80)}…` : expression;
+  return JSON.stringify(shown);
+}
+
 /** The lease is no longer ours: expired, taken by someone else, or our local deadline passed. */
 export class LeaseLostError extends CronwardenError {
   readonly retryable = false;

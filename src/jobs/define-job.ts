@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { InvalidConfigError } from '../errors.js';
+import { InvalidConfigError, InvalidScheduleError } from '../errors.js';
 import { CronSchedule } from '../scheduler/cron-schedule.js';
 import type { MisfirePolicy, OverlapPolicy, ScheduledJob } from '../scheduler/scheduled-job.js';
 import type { JobHandler } from './job-context.js';
@@ -14,7 +14,7 @@ export interface BackoffOptions {
 export interface JobOptions {
   /** Unique; letters, digits and . _ : - (it becomes part of Redis keys and ledger rows). */
   name: string;
-  /** Cron expression, 5 fields (minute resolution) or 6 (leading seconds), or @hourly and friends. */
+  /** Cron expression in the README's dialect: 5 fields, 6 with leading seconds, or @hourly and friends. */
   schedule: string;
   /** IANA time zone the schedule is read in. Default UTC. */
   timezone?: string;
@@ -85,6 +85,7 @@ export function defineJob(options: JobOptions): JobDefinition {
   try {
     schedule = CronSchedule.parse(o.schedule, o.timezone ?? 'UTC');
   } catch (err) {
+    if (err instanceof InvalidScheduleError) throw new InvalidScheduleError(err.expression, err.reason, `${label}: schedule`);
     if (err instanceof InvalidConfigError) throw new InvalidConfigError(`${label}: ${err.setting}`, err.message.slice(err.setting.length + 2));
     throw err;
   }

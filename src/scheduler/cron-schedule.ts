@@ -2,10 +2,9 @@
  * Cron schedules: next fire times in an IANA time zone, computed against any instant, so an
  * injected clock can drive them.
  *
- * Expressions: 5 fields (minute resolution), 6 fields (leading seconds), or a nickname (@yearly,
- * @annually, @monthly, @weekly, @daily, @hourly). Day-of-month and day-of-week combine as in
- * Vixie cron (either may match). `?` is refused (croner reads it as "the time of parsing", which
- * would differ between replicas), and so is a pattern that can never fire (`0 0 31 2 *`).
+ * Expressions: the dialect in cron-pattern.ts (Vixie cron with optional seconds, nicknames, `L`
+ * and `#`); anything else is refused with an InvalidScheduleError, as is a pattern that can never
+ * fire (`0 0 31 2 *`).
  *
  * Daylight saving time. Fire times are wall-clock times in the schedule's zone, and:
  * - No wall-clock time fires twice. When clocks go back and an hour repeats, every time in it
@@ -13,43 +12,26 @@
  *   `*\/15 * * * *` fires 01:00-01:45 once, then 02:00).
  * - No fixed time is lost. When clocks go forward and an hour does not exist, a time inside the
  *   gap (02:30 daily) fires once that day at the first instant after the gap (03:00 local),
- *   merged with a fire the schedule has at 03:00 anyway. A schedule whose hour field is `*`
- *   (it fires in every hour) has nothing to make up: its times inside the gap do not exist and
+ *   merged with a fire the schedule has at 03:00 anyway. A schedule whose hour field allows every hour
+ *   (`*`, `0-23`) has nothing to make up: its times inside the gap do not exist and
  *   are not fired (`5 * * * *` fires 01:05, 03:05; Vixie cron treats such jobs the same way).
  * So in the repeated hour there is one fire per wall-clock time, and on the short day there is
  * one fire per fixed time.
  *
- * What croner 9.1.0 does natively with its `timezone` option (and why we don't use it): spring
- * forward shifts a gap time by the gap's length (02:30 fires at 03:30, not 03:00); fall back is
- * inconsistent between zones (America/New_York 01:30 fires at the first occurrence, Europe/Berlin
- * 02:30 at the second, and `*\/30 2 * * *` in Berlin skips 02:30 CEST and 02:00 CET), and
- * `nextRun` from inside the repeated hour can return an instant *before* its start date. It is
- * also slow (~600 µs per next run, building Intl formatters per call).
+ * croner's own `timezone` option (9.1.0) shifts a gap time by the gap's length, is inconsistent
+ * between zones in the repeated hour and slow (~600 µs per next run), so the work is split: the
+ * pattern is matched in "wall-clock space" (the local time read as if it were UTC, cron-pattern.ts)
+ * and the mapping from a wall-clock time to an instant, with the rules above, is done here over one
+ * cached Intl formatter per zone.
  *
- * So the work is split: croner matches the pattern in "wall-clock space" (the pattern read as if
- * the zone were UTC, a few µs), and the mapping from a wall-clock time to an instant, with the
- * rules above, is done here over one cached Intl formatter per zone. node-cron's
- * `validateDetailed` supplies the per-field error messages; node-cron itself cannot compute
- * "the next fire after instant T" (it only schedules from the real now), so it cannot serve an
- * injected clock, which is why croner does the maths.
- *
- * Memory: a schedule holds its two strings and a parsed croner pattern shared by every schedule
- * with the same expression; the pattern's field arrays are interned too (most expressions share
- * their month, day and second fields), about 0.3 KB per schedule with 100,000 distinct expressions.
+ * Memory: a schedule holds its two strings and a parsed pattern shared by every schedule with the
+ * same expression; the pattern's field tables are shared too.
  */
-import { CronDate, CronPattern } from 'croner';
-import { validateDetailed } from 'node-cron';
-import { InvalidConfigError } from '../errors.js';
-
-interface Compiled {
-  readonly pattern: CronPattern;
-  /** The hour field matches all 24 hours: gap times are skipped, not made up. */
-  readonly everyHour: boolean;
-}
+import { InvalidConfigError, InvalidScheduleError } from '../errors.js';
+import { nextWallMatch, parseCronPattern, type CronPattern } from './cron-pattern.js';
 
 /** Parsed patterns, shared by every schedule with the same expression (matching is stateless). */
-const compiled = new Map<string, Compiled>();
-const MATCH_OPTIONS = { legacyMode: true };
+const compiled = new Map<string, CronPattern>();
 
 const HOUR_MS = 3_600_000;
 /** Offsets are compared this far either side of an instant to detect a nearby DST transition. */
@@ -59,19 +41,19 @@ export class CronSchedule {
   private constructor(
     readonly expression: string,
     readonly timezone: string,
-    private readonly compiled: Compiled,
+    private readonly compiled: CronPattern,
   ) {}
 
-  /** Parse and validate; throws InvalidConfigError naming 'schedule' or 'timezone'. */
+  /** Parse and validate; throws InvalidScheduleError (the expression) or InvalidConfigError naming 'timezone'. */
   static parse(expression: string, timezone = 'UTC'): CronSchedule {
     if (typeof expression !== 'string' || expression.trim() === '') {
-      throw new InvalidConfigError('schedule', 'must be a cron expression such as "*/5 * * * *"');
+      throw new InvalidScheduleError(String(expression), 'must be a cron expression such as "*/5 * * * *"');
     }
     if (typeof timezone !== 'string' || timezone === '') throw badTimezone(String(timezone));
     assertTimezone(timezone);
     let c = compiled.get(expression);
     if (!c) {
-      c = compile(expression);
+      c = parseCronPattern(expression);
       compiled.set(expression, c);
     }
     return new CronSchedule(expression, timezone, c);
@@ -139,14 +121,8 @@ export class CronSchedule {
 
   /** Next wall-clock time (as if it were UTC) matching the pattern, strictly after `wallMs`. */
   private nextWall(wallMs: number): number | null {
-    return nextMatch(this.compiled.pattern, wallMs);
+    return nextWallMatch(this.compiled, wallMs);
   }
-}
-
-function nextMatch(pattern: CronPattern, wallMs: number): number | null {
-  // CronDate with utcOffset 0 is what croner's Cron#nextRun does internally with { utcOffset: 0 }.
-  const next = new CronDate(new Date(wallMs), 0).increment(pattern, MATCH_OPTIONS, true);
-  return next ? next.getTime() : null;
 }
 
 function isUtc(timezone: string): boolean {
@@ -163,46 +139,6 @@ function assertTimezone(timezone: string): void {
   } catch {
     throw badTimezone(timezone);
   }
-}
-
-function invalid(expression: string, reason: string): InvalidConfigError {
-  return new InvalidConfigError('schedule', `invalid cron expression "${expression}": ${reason}`);
-}
-
-function compile(expression: string): Compiled {
-  if (expression.includes('?')) {
-    throw invalid(expression, '"?" is not supported (croner reads it as the time of parsing, which differs between replicas); use "*"');
-  }
-  let pattern: CronPattern;
-  try {
-    pattern = new CronPattern(expression);
-  } catch (err) {
-    const first = validateDetailed(expression).errors[0];
-    throw invalid(expression, first ? `${first.field}: ${first.message}` : (err as Error).message.replace(/^CronPattern: /, ''));
-  }
-  // croner accepts days no month has (31 February) and then never fires; node-cron names them.
-  const impossible = validateDetailed(expression).errors.find((e) => /impossible/.test(e.message));
-  if (impossible) throw invalid(expression, `${impossible.field}: ${impossible.message}`);
-  const fields = ['second', 'minute', 'hour', 'day', 'month', 'dayOfWeek'] as const;
-  for (const field of fields) pattern[field] = intern(pattern[field]);
-  if (nextMatch(pattern, Date.UTC(2000, 0, 1)) === null) throw invalid(expression, 'no date matches it, so it would never fire');
-  return { pattern, everyHour: pattern.hour.length === 24 && pattern.hour.every((h) => h !== 0) };
-}
-
-/**
- * One shared array per distinct field content. croner only reads these arrays after parsing
- * (index and length), so sharing them is safe, and it keeps 100,000 distinct schedules from
- * holding 100,000 copies of the same month and weekday tables (~1.6 KB each otherwise).
- */
-const fieldTables = new Map<string, number[]>();
-function intern(values: number[]): number[] {
-  const key = values.join(',');
-  let shared = fieldTables.get(key);
-  if (!shared) {
-    shared = values;
-    fieldTables.set(key, shared);
-  }
-  return shared;
 }
 
 const formatters = new Map<string, Intl.DateTimeFormat>();

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { CronSchedule } from '../../src/scheduler/cron-schedule.js';
-import { InvalidConfigError } from '../../src/errors.js';
+import { InvalidConfigError, InvalidScheduleError } from '../../src/errors.js';
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());
 /** The first n fire times strictly after fromIso. */
@@ -11,7 +11,7 @@ const after = (expr: string, tz: string, fromIso: string, n: number) =>
     .map((t) => iso(t));
 const next = (expr: string, tz: string, fromIso: string) => iso(CronSchedule.parse(expr, tz).nextAfter(Date.parse(fromIso)));
 const refusal = (setting: string, pattern: RegExp) => (e: unknown) =>
-  e instanceof InvalidConfigError && e.setting === setting && pattern.test(e.message);
+  e instanceof InvalidConfigError && e.setting === setting && pattern.test(e.message) && (setting !== 'schedule' || e instanceof InvalidScheduleError);
 
 describe('CronSchedule: expressions', () => {
   it('5-field, 6-field and nickname expressions', () => {
@@ -54,10 +54,10 @@ describe('CronSchedule: expressions', () => {
   });
 
   it('refuses a bad expression or an unknown time zone with a message naming the field', () => {
-    assert.throws(() => CronSchedule.parse('61 * * * *'), refusal('schedule', /"61 \* \* \* \*": minute: 61 is a invalid expression/));
+    assert.throws(() => CronSchedule.parse('61 * * * *'), refusal('schedule', /"61 \* \* \* \*": minute: 61 is out of range 0-59/));
     assert.throws(() => CronSchedule.parse('hello'), refusal('schedule', /expected 5 or 6 fields but got 1/));
     assert.throws(() => CronSchedule.parse('* * * * * * *'), refusal('schedule', /expected 5 or 6 fields but got 7/));
-    assert.throws(() => CronSchedule.parse('0 0 31 2 *'), refusal('schedule', /dayOfMonth: .*impossible/));
+    assert.throws(() => CronSchedule.parse('0 0 31 2 *'), refusal('schedule', /no date matches day-of-month "31" in month "2", so it would never fire/));
     assert.throws(() => CronSchedule.parse('? * * * *'), refusal('schedule', /"\?" is not supported/));
     assert.throws(() => CronSchedule.parse(''), refusal('schedule', /must be a cron expression/));
     assert.throws(() => CronSchedule.parse('* * * * *', 'Mars/Base'), refusal('timezone', /^timezone: unknown time zone "Mars\/Base"/));
@@ -144,5 +144,71 @@ describe('CronSchedule: fall back (the repeated hour)', () => {
       '2026-10-25T00:30:00.000Z', // 02:30 CEST; the CET pass does not fire
       '2026-10-26T01:00:00.000Z', // 02:00 CET next day
     ]);
+  });
+});
+
+// Issue 12, "The cron clock must be right, or refuse": each reproduction of a misread or lost fire.
+describe('CronSchedule: the dialect (issue 12)', () => {
+  it('<weekday>L is the last such weekday of the month, not every one', () => {
+    // croner 9.1.0 read 5L as 5: every Friday. 2026-01: Fridays 2, 9, 16, 23, 30.
+    assert.deepEqual(after('0 0 * * 5L', 'UTC', '2026-01-01T00:00:00Z', 3), ['2026-01-30T00:00:00.000Z', '2026-02-27T00:00:00.000Z', '2026-03-27T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 * * FRIL', 'UTC', '2026-01-01T00:00:00Z', 1), ['2026-01-30T00:00:00.000Z']);
+    // 1L: the last Monday (2026-01-26), not the 1st and the last day of the month.
+    assert.deepEqual(after('0 0 * * 1L', 'UTC', '2026-01-01T00:00:00Z', 2), ['2026-01-26T00:00:00.000Z', '2026-02-23T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 L * *', 'UTC', '2028-02-01T00:00:00Z', 2), ['2028-02-29T00:00:00.000Z', '2028-03-31T00:00:00.000Z']);
+    // A range of "last" weekdays is not in the dialect: refused rather than read as 1-5.
+    assert.throws(() => CronSchedule.parse('0 0 * * 1-5L'), refusal('schedule', /day-of-week: "5L" is not a number 0-7.*"L" is supported only/));
+    assert.throws(() => CronSchedule.parse('0 0 * * L'), refusal('schedule', /day-of-week: "L" is not/));
+    assert.throws(() => CronSchedule.parse('0 0 15W * *'), refusal('schedule', /"W" \(nearest weekday\) is not supported/));
+  });
+
+  it('weekday#n next to a day-of-month list loses no fire', () => {
+    // croner 9.1.0 gave 2024-03-08, skipping Friday 2024-03-01 (the 1st).
+    assert.equal(next('0 0 1,31 * 5#2', 'UTC', '2024-02-27T00:00:00Z'), '2024-03-01T00:00:00.000Z');
+    assert.equal(next('0 0 1,31 * 1#1', 'UTC', '2025-02-27T00:00:00Z'), '2025-03-01T00:00:00.000Z');
+    assert.equal(next('0 0 1,30 * 5#2', 'UTC', '2025-02-27T00:00:00Z'), '2025-03-01T00:00:00.000Z');
+    assert.deepEqual(after('0 0 * * 5#2', 'UTC', '2024-02-27T00:00:00Z', 2), ['2024-03-08T00:00:00.000Z', '2024-04-12T00:00:00.000Z']);
+    assert.throws(() => CronSchedule.parse('0 0 * * 5#6'), refusal('schedule', /"5#6": the n in "weekday#n" must be 1 to 5/));
+  });
+
+  it('day-of-month and day-of-week: OR when both are restricted, AND when either starts with "*" (Vixie)', () => {
+    // */2 starts with "*": Mondays on an odd day of the month (2026-01-05 is a Monday, 01-12 is even).
+    assert.deepEqual(after('0 0 */2 * 1', 'UTC', '2026-01-01T00:00:00Z', 3), ['2026-01-05T00:00:00.000Z', '2026-01-19T00:00:00.000Z', '2026-02-09T00:00:00.000Z']);
+    // */3 in day-of-week is Sunday, Wednesday, Saturday: the 1st when it is one of those.
+    assert.deepEqual(after('0 0 1 * */3', 'UTC', '2026-01-01T00:00:00Z', 3), ['2026-02-01T00:00:00.000Z', '2026-03-01T00:00:00.000Z', '2026-04-01T00:00:00.000Z']);
+    // Both restricted: the 1st or a Monday. 0 0 31 2 1 fires on February's Mondays.
+    assert.deepEqual(after('0 0 1 * 1', 'UTC', '2026-01-27T00:00:00Z', 2), ['2026-02-01T00:00:00.000Z', '2026-02-02T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 31 2 1', 'UTC', '2026-01-01T00:00:00Z', 2), ['2026-02-02T00:00:00.000Z', '2026-02-09T00:00:00.000Z']);
+    // 7 is Sunday too.
+    assert.equal(next('0 0 * * 7', 'UTC', '2026-01-01T00:00:00Z'), '2026-01-04T00:00:00.000Z');
+  });
+
+  it('@midnight and the other nicknames are read; /5, N/step and 7 fields are refused', () => {
+    assert.equal(next('@midnight', 'UTC', '2026-01-01T10:00:00Z'), '2026-01-02T00:00:00.000Z');
+    assert.equal(next('@annually', 'UTC', '2026-01-01T10:00:00Z'), '2027-01-01T00:00:00.000Z');
+    assert.equal(next('@YEARLY', 'UTC', '2026-01-01T10:00:00Z'), '2027-01-01T00:00:00.000Z');
+    assert.throws(() => CronSchedule.parse('@reboot'), refusal('schedule', /unknown nickname; use one of @yearly/));
+    assert.throws(() => CronSchedule.parse('/5 * * * *'), refusal('schedule', /minute: "\/5": a step needs "\*" or a range before it/));
+    assert.throws(() => CronSchedule.parse('5/15 * * * *'), refusal('schedule', /minute: "5\/15": a step needs/));
+    assert.throws(() => CronSchedule.parse('*/0 * * * *'), refusal('schedule', /minute: step "0" must be a whole number from 1 to 60/));
+    assert.throws(() => CronSchedule.parse('0 0 * * fri-mon'), refusal('schedule', /day-of-week: the range "fri-mon" goes backwards/));
+    assert.throws(() => CronSchedule.parse('0 0 * * monday'), refusal('schedule', /day-of-week: "monday" is not a number 0-7 or a name/));
+    // */20 is the 1st and 21st; the second Friday is the 8th-14th: never both.
+    assert.throws(() => CronSchedule.parse('0 0 */20 * 5#2'), refusal('schedule', /day-of-month "\*\/20" in month "\*" and day-of-week "5#2", so it would never fire/));
+    assert.equal(next('0 0 */30 2 */7', 'UTC', '2026-01-01T00:00:00Z'), '2026-02-01T00:00:00.000Z'); // 1 Feb 2026 is a Sunday
+  });
+});
+
+describe('defineJob: a schedule outside the dialect', () => {
+  it('is refused with an InvalidScheduleError naming the job', async () => {
+    const { defineJob } = await import('../../src/jobs/define-job.js');
+    assert.throws(
+      () => defineJob({ name: 'report', schedule: '0 0 * * 1-5L', handler: () => {} }),
+      (e: unknown) =>
+        e instanceof InvalidScheduleError &&
+        e.setting === 'job "report": schedule' &&
+        e.expression === '0 0 * * 1-5L' &&
+        /^job "report": schedule: invalid cron expression "0 0 \* \* 1-5L": day-of-week: /.test(e.message),
+    );
   });
 });
