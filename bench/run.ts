@@ -10,6 +10,7 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   scheduler: async () => (await import('./scheduler.js')).benchScheduler(),
   drill: async () => (await import('./drill.js')).benchDrill(),
   effects: async () => (await import('./effects.js')).benchEffects(),
+  'admin-flood': async () => (await import('./admin-flood.js')).benchAdminFlood(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);
