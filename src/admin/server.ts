@@ -37,6 +37,8 @@ export interface AdminServerOptions {
   allowedHosts?: string[];
   /** Database reads (every /api read and /metrics) served at once; beyond it 503 + Retry-After. Default 8. */
   maxConcurrentReads?: number;
+  /** How long a read refused by the cap waits before its 503 goes out (default 1 s, the Retry-After). */
+  busyDelayMs?: number;
   /** A socket with no traffic for this long is closed; also bounds a request's headers and body. Default 10 s. */
   idleTimeoutMs?: number;
   /** Open connections beyond this are closed at once, keeping file descriptors for the scheduler. Default 512. */
@@ -183,7 +185,12 @@ export class AdminServer {
   private capped<T>(handler: (req: FastifyRequest, reply: FastifyReply) => Promise<T>) {
     return async (req: FastifyRequest, reply: FastifyReply): Promise<T> => {
       const done = await this.cap.run(() => handler(req, reply));
-      if (!done) throw new HttpError(503, 'busy', `too many admin reads at once (${this.cap.max}); try again`);
+      if (!done) {
+        // The refusal is held for the Retry-After second (a timer, no work): a keep-alive flood gets
+        // one refused read per connection per second instead of spinning this event loop on 503s.
+        await this.o.replica.clock.sleep(this.o.busyDelayMs ?? 1000);
+        throw new HttpError(503, 'busy', `too many admin reads at once (${this.cap.max}); try again`);
+      }
       return done.value;
     };
   }
