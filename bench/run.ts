@@ -11,6 +11,7 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   drill: async () => (await import('./drill.js')).benchDrill(),
   effects: async () => (await import('./effects.js')).benchEffects(),
   'cron-differential': async () => (await import('./cron-differential.js')).benchCronDifferential(),
+  'admin-flood': async () => (await import('./admin-flood.js')).benchAdminFlood(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);

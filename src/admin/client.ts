@@ -1,4 +1,4 @@
-import { CronwardenError } from '../errors.js';
+import { CronwardenError, InvalidArgumentError } from '../errors.js';
 
 /** A failed admin call. 4xx other than 409 are the caller's mistake (not retryable: CLI exit 2). */
 export class AdminRequestError extends CronwardenError {
@@ -6,9 +6,32 @@ export class AdminRequestError extends CronwardenError {
   constructor(
     readonly status: number | null,
     message: string,
+    retryable?: boolean,
   ) {
     super(message);
-    this.retryable = status === null || status >= 500 || status === 409;
+    this.retryable = retryable ?? (status === null || status >= 500 || status === 409);
+  }
+}
+
+/** The http(s) URL in `url`, or an error saying what an admin URL must look like. */
+export function parseAdminUrl(url: string): URL {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new InvalidArgumentError('must be an http:// or https:// URL such as http://127.0.0.1:8080');
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new InvalidArgumentError('must be an http:// or https:// URL such as http://127.0.0.1:8080');
+  return u;
+}
+
+/** scheme://host:port/path without a trailing slash, for comparing admin URLs. */
+function normalized(url: string): string | null {
+  try {
+    const u = new URL(url);
+    return `${u.origin}${u.pathname.replace(/\/+$/, '')}`;
+  } catch {
+    return null;
   }
 }
 
@@ -26,6 +49,7 @@ export class AdminClient {
   readonly baseUrl: string;
 
   constructor(private readonly o: AdminClientOptions) {
+    parseAdminUrl(o.url);
     this.baseUrl = o.url.replace(/\/+$/, '');
   }
 
@@ -41,7 +65,7 @@ export class AdminClient {
     } catch (err) {
       if (!(err instanceof NotLeaderResponse)) throw err;
       if (!err.leaderAdminUrl) throw new AdminRequestError(409, `${this.baseUrl} is not the leader and the leader (${err.leader ?? 'none'}) has no known admin URL`);
-      const leaderUrl = err.leaderAdminUrl.replace(/\/+$/, '');
+      const leaderUrl = await this.trustedLeaderUrl(err.leaderAdminUrl, err.leader);
       try {
         return { body: await this.call<T>(leaderUrl, 'POST', path), via: leaderUrl };
       } catch (again) {
@@ -51,12 +75,35 @@ export class AdminClient {
     }
   }
 
+  /**
+   * The token goes only where the operator sent it, or to a replica the cluster knows: a 409's
+   * leader URL is followed when it is the advertised admin URL of that member in /api/members of
+   * the replica asked, over the same scheme. Anything else is named, not contacted.
+   */
+  private async trustedLeaderUrl(named: string, leader: string | null): Promise<string> {
+    const refuse = (why: string) =>
+      new AdminRequestError(
+        409,
+        `${this.baseUrl} is not the leader; it names ${named.slice(0, 200)} as the leader's admin URL, but ${why}, so the admin token was not sent there. If you trust that URL, run again with --url ${named.slice(0, 200)}`,
+        false,
+      );
+    const target = normalized(named);
+    if (target === null) throw refuse('that is not a URL');
+    if (new URL(target).protocol !== new URL(this.baseUrl).protocol) throw refuse(`it is not ${new URL(this.baseUrl).protocol.slice(0, -1)} like ${this.baseUrl}`);
+    const { members } = await this.call<{ members?: { replicaId: string; adminUrl: string | null }[] }>(this.baseUrl, 'GET', '/api/members');
+    const known = (members ?? []).some((m) => m.adminUrl !== null && normalized(m.adminUrl) === target && (leader === null || m.replicaId === leader));
+    if (!known) throw refuse(`no member${leader === null ? '' : ` "${leader}"`} advertises it`);
+    return target;
+  }
+
   private async call<T>(base: string, method: string, path: string): Promise<T> {
     let res: Response;
     try {
       res = await fetch(`${base}${path}`, {
         method,
         headers: method === 'POST' && this.o.token ? { authorization: `Bearer ${this.o.token}` } : {},
+        // A redirect is not followed: the token goes to no URL the operator did not name.
+        redirect: method === 'POST' ? 'error' : 'follow',
         signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000),
       });
     } catch (err) {

@@ -1,14 +1,18 @@
 import { readFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
+import { hostname } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import { z } from 'zod';
 import { NotLeaderError } from '../errors.js';
 import { runStates } from '../db/schema.js';
 import type { LeaseBackend } from '../locks/lease.js';
+import { Ledger } from '../ledger/ledger.js';
 import type { Replica } from '../replica/replica.js';
+import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-pool.js';
 import { bearerMatches } from './auth.js';
+import { ConcurrencyCap, OncePerKind, SharedCheck, apiPolicy, boundText, hostAllowed, hostPolicy, pagePolicy, sameOrigin, type HostPolicy } from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
 import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
 
@@ -16,20 +20,44 @@ export interface AdminServerOptions {
   replica: Replica;
   /** The replica's lease backend, to read who holds the lease. */
   backend: LeaseBackend;
+  /**
+   * The ledger's database: admin reads get their own small pool on it (see createAdminPool), so
+   * readers never wait for, or take, the connections the fire loop and the workers use.
+   */
+  databaseUrl: string;
+  /** Size and timeouts of that pool (default 3 connections, 5 s statement timeout). */
+  pool?: AdminPoolOptions;
   /** Bearer token for mutations; without one every mutation is refused (401). */
   token?: string;
   host?: string;
   port?: number;
+  /** The URL advertised to the other replicas and the CLI; its host is accepted in Host headers. */
+  advertisedUrl?: string;
+  /** More host names (not IPs: those are always accepted) this server answers to, e.g. a Service name. */
+  allowedHosts?: string[];
+  /** Database reads (every /api read and /metrics) served at once; beyond it 503 + Retry-After. Default 8. */
+  maxConcurrentReads?: number;
+  /** How long a read refused by the cap waits before its 503 goes out (default 1 s, the Retry-After). */
+  busyDelayMs?: number;
+  /** A socket with no traffic for this long is closed; also bounds a request's headers and body. Default 10 s. */
+  idleTimeoutMs?: number;
+  /** Open connections beyond this are closed at once, keeping file descriptors for the scheduler. Default 512. */
+  maxConnections?: number;
   /** How long /readyz waits for the backend and the database. Default 2 s. */
   readyTimeoutMs?: number;
 }
 
 const jobName = z.string().regex(/^[A-Za-z0-9_.:@/-]{1,200}$/, 'must be 1-200 letters, digits or _ . : @ / -');
+const MAX_RUN_ID = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
 const runsQuery = z.object({
   job: jobName.optional(),
   state: z.enum(runStates, `must be one of ${runStates.join(', ')}`).optional(),
   limit: z.coerce.number().int('must be a whole number').min(1, 'must be at least 1').max(500, 'must be at most 500').default(50),
-  before: z.string().regex(/^[1-9][0-9]{0,18}$/, 'must be a run id').optional(),
+  before: z
+    .string()
+    .regex(/^[1-9][0-9]{0,18}$/, 'must be a run id')
+    .refine((v) => BigInt(v) <= MAX_RUN_ID, `must be a run id (at most ${MAX_RUN_ID})`)
+    .optional(),
 });
 const limitQuery = z.object({ limit: z.coerce.number().int('must be a whole number').min(1, 'must be at least 1').max(500, 'must be at most 500').default(20) });
 
@@ -57,25 +85,85 @@ const pageCandidates = [new URL('./status.html', import.meta.url), new URL('../.
  * The admin HTTP server of one replica. Reads are open (bind to loopback unless you mean it);
  * mutations need `Authorization: Bearer <token>`. Trigger and resign are leader-only: a follower
  * answers 409 with the leader's id and admin URL (from cw_members), and the CLI follows it.
+ *
+ * It cannot starve the scheduler: reads use their own small pool (never the ledger's), at most
+ * `maxConcurrentReads` run at once (503 + Retry-After beyond), idle sockets are closed and the
+ * number of open ones is capped. /healthz reads no database; /readyz shares one check among callers.
  */
 export class AdminServer {
   readonly app: FastifyInstance;
   readonly metrics: ReplicaMetrics;
-  private readonly pool: pg.Pool;
+  /** The admin reads' own pool (not the ledger's). */
+  readonly pool: pg.Pool;
+  private readonly reads: Ledger;
+  private readonly cap: ConcurrencyCap;
+  private readonly hosts: HostPolicy;
+  private readonly errorLog: OncePerKind;
+  private readonly ready: SharedCheck<{ backend: string; database: string }>;
+  private page: Promise<{ html: string; csp: string }> | undefined;
 
   constructor(private readonly o: AdminServerOptions) {
-    this.pool = o.replica.ledger.pool;
-    this.metrics = new ReplicaMetrics(o.replica, this.pool);
-    this.app = Fastify({ logger: false, return503OnClosing: true });
-    this.app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, _req, reply) => {
-      if (err instanceof HttpError) return reply.code(err.status).send({ error: err.message, code: err.code, ...err.extra });
+    const r = o.replica;
+    this.pool = createAdminPool(o.databaseUrl, r.logger, o.pool);
+    this.reads = new Ledger(this.pool);
+    this.metrics = new ReplicaMetrics(r, this.pool);
+    this.cap = new ConcurrencyCap(o.maxConcurrentReads ?? 8);
+    this.hosts = hostPolicy({ bindHost: o.host ?? '127.0.0.1', advertisedUrl: o.advertisedUrl, allowedHosts: o.allowedHosts, machineName: hostname() });
+    const monotonic = () => r.clock.monotonic();
+    this.errorLog = new OncePerKind(monotonic);
+    const readyMs = o.readyTimeoutMs ?? 2000;
+    // The ledger pool is what the scheduler needs; one shared check takes at most one of its connections.
+    this.ready = new SharedCheck(
+      async () => {
+        const [backend, database] = await Promise.all([check(() => o.backend.current(r.leaseName), readyMs), check(() => r.ledger.pool.query('SELECT 1'), readyMs)]);
+        return { backend, database };
+      },
+      monotonic,
+      500,
+    );
+    const idleMs = o.idleTimeoutMs ?? 10_000;
+    this.app = Fastify({
+      logger: false,
+      return503OnClosing: true,
+      connectionTimeout: idleMs,
+      keepAliveTimeout: Math.min(5000, idleMs),
+      requestTimeout: idleMs,
+      bodyLimit: 16 * 1024,
+      http: { headersTimeout: idleMs, connectionsCheckingInterval: Math.min(1000, idleMs) },
+    });
+    this.app.server.maxConnections = o.maxConnections ?? 512;
+    this.app.addHook('onRequest', async (req, reply) => {
+      reply.header('x-content-type-options', 'nosniff').header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
+      reply.header('content-security-policy', apiPolicy);
+      if (!hostAllowed(this.hosts, req.headers.host)) {
+        throw new HttpError(403, 'forbidden_host', `host "${String(req.headers.host).slice(0, 100)}" is not served here; use the bind address, localhost, the advertised admin URL, or add the name to the allowed hosts`);
+      }
+      if (req.method !== 'GET' && req.method !== 'HEAD' && !sameOrigin(req.headers.origin, req.headers.host)) {
+        throw new HttpError(403, 'cross_origin', 'cross-origin requests may not change anything');
+      }
+    });
+    this.app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, req, reply) => {
+      if (err instanceof HttpError) {
+        if (err.status === 503) reply.header('retry-after', '1');
+        return reply.code(err.status).send({ error: err.message, code: err.code, ...err.extra });
+      }
       if (err.statusCode && err.statusCode >= 400 && err.statusCode < 500) {
         return reply.code(err.statusCode).send({ error: err.message, code: 'bad_request' });
       }
-      o.replica.logger.error({ err }, 'admin request failed');
-      return reply.code(500).send({ error: err.message, code: 'internal' });
+      // Never serve the database's or a library's text: log it (once per kind) and answer generically.
+      const busy = isDatabaseBusy(err);
+      const kind = `${busy ? 'busy' : 'internal'}:${err.code ?? err.name}`;
+      const suppressed = this.errorLog.shouldLog(kind);
+      if (suppressed !== undefined) {
+        r.logger[busy ? 'warn' : 'error']({ err, route: req.routeOptions.url, suppressedSinceLast: suppressed }, busy ? 'admin request: database busy or unreachable' : 'admin request failed');
+      }
+      if (busy) {
+        reply.header('retry-after', '1');
+        return reply.code(503).send({ error: 'the ledger database is busy or unreachable; try again', code: 'unavailable' });
+      }
+      return reply.code(500).send({ error: 'internal error (logged by the replica)', code: 'internal' });
     });
-    this.app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]}`, code: 'not_found' }));
+    this.app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`, code: 'not_found' }));
     this.routes();
   }
 
@@ -90,6 +178,31 @@ export class AdminServer {
 
   async close(): Promise<void> {
     await this.app.close();
+    await this.pool.end();
+  }
+
+  /** Wraps a database-reading handler in the read cap: 503 with Retry-After when it is full. */
+  private capped<T>(handler: (req: FastifyRequest, reply: FastifyReply) => Promise<T>) {
+    return async (req: FastifyRequest, reply: FastifyReply): Promise<T> => {
+      const done = await this.cap.run(() => handler(req, reply));
+      if (!done) {
+        // The refusal is held for the Retry-After second (a timer, no work): a keep-alive flood gets
+        // one refused read per connection per second instead of spinning this event loop on 503s.
+        await this.o.replica.clock.sleep(this.o.busyDelayMs ?? 1000);
+        throw new HttpError(503, 'busy', `too many admin reads at once (${this.cap.max}); try again`);
+      }
+      return done.value;
+    };
+  }
+
+  private statusPage(): Promise<{ html: string; csp: string }> {
+    this.page ??= (async () => {
+      const path = pageCandidates.find((p) => existsSync(p));
+      if (!path) throw new HttpError(500, 'internal', 'status.html not found');
+      const html = await readFile(path, 'utf8');
+      return { html, csp: pagePolicy(html) };
+    })();
+    return this.page;
   }
 
   private requireToken = async (req: FastifyRequest): Promise<void> => {
@@ -135,9 +248,8 @@ export class AdminServer {
     const r = this.o.replica;
 
     app.get('/', async (_req, reply) => {
-      const path = pageCandidates.find((p) => existsSync(p));
-      if (!path) throw new HttpError(500, 'internal', 'status.html not found');
-      return reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').send(await readFile(path, 'utf8'));
+      const page = await this.statusPage();
+      return reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').header('content-security-policy', page.csp).send(page.html);
     });
 
     app.get('/healthz', async (_req, reply) => {
@@ -149,25 +261,21 @@ export class AdminServer {
     });
 
     app.get('/readyz', async (_req, reply) => {
-      const ms = this.o.readyTimeoutMs ?? 2000;
-      const [backend, database] = await Promise.all([
-        check(() => this.o.backend.current(r.leaseName), ms),
-        check(() => this.pool.query('SELECT 1'), ms),
-      ]);
+      const { backend, database } = await this.ready.get();
       const ok = backend === 'ok' && database === 'ok';
       return reply.code(ok ? 200 : 503).send({ ok, backend, database });
     });
 
-    app.get('/metrics', async (_req, reply) => reply.type(this.metrics.contentType).send(await this.metrics.exposition()));
+    app.get('/metrics', this.capped(async (_req, reply) => reply.type(this.metrics.contentType).send(await this.metrics.exposition())));
 
-    app.get('/api/lease', async () => this.leaseStatus());
+    app.get('/api/lease', this.capped(async () => this.leaseStatus()));
 
-    app.get('/api/members', async () => ({ members: await listMembers(this.pool) }));
+    app.get('/api/members', this.capped(async () => ({ members: await listMembers(this.pool) })));
 
-    app.get('/api/jobs', async () => {
+    app.get('/api/jobs', this.capped(async () => {
       const jobs = r.registry.list();
       const names = jobs.map((j) => j.name);
-      const [paused, last] = await Promise.all([r.ledger.fires.pausedJobs(), lastRuns(this.pool, names)]);
+      const [paused, last] = await Promise.all([this.reads.fires.pausedJobs(), lastRuns(this.pool, names)]);
       const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
       return {
         jobs: jobs.map((j) => {
@@ -180,22 +288,24 @@ export class AdminServer {
             overlap: j.overlap,
             paused: paused.has(j.name),
             nextFireAt: next === null ? null : new Date(next).toISOString(),
-            lastRun: last.get(j.name) ?? null,
+            lastRun: boundRun(last.get(j.name) ?? null),
           };
         }),
       };
-    });
+    }));
 
-    app.get('/api/runs', async (req) => {
+    app.get('/api/runs', this.capped(async (req) => {
       const q = parse(runsQuery, req.query);
       if (q.job && !r.registry.get(q.job)) throw new HttpError(404, 'unknown_job', `unknown job "${q.job}"`);
-      return listRuns(this.pool, { job: q.job, state: q.state, limit: q.limit, before: q.before === undefined ? undefined : BigInt(q.before) });
-    });
+      const page = await listRuns(this.pool, { job: q.job, state: q.state, limit: q.limit, before: q.before === undefined ? undefined : BigInt(q.before) });
+      // Handler text is served bounded, whatever the ledger holds.
+      return { ...page, runs: page.runs.map((run) => ({ ...boundRun(run), attempts: run.attempts.map(boundRun) })) };
+    }));
 
-    app.get('/api/elections', async (req) => {
+    app.get('/api/elections', this.capped(async (req) => {
       const q = parse(limitQuery, req.query);
       return { elections: await listElections(this.pool, r.leaseName, q.limit) };
-    });
+    }));
 
     app.post('/api/jobs/:name/trigger', { onRequest: this.requireToken }, async (req) => {
       const job = this.job(req.params);
@@ -228,6 +338,11 @@ export class AdminServer {
       return { resigned: true, replicaId: r.replicaId, token: lease.token.toString() };
     });
   }
+}
+
+/** A row with its handler text (error) cut to MAX_SERVED_TEXT. */
+function boundRun<T extends { error: string | null } | null>(row: T): T {
+  return row === null ? row : { ...row, error: boundText(row.error) };
 }
 
 async function check(fn: () => Promise<unknown>, ms: number): Promise<string> {

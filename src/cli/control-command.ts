@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
-import { AdminClient } from '../admin/client.js';
+import { AdminClient, parseAdminUrl } from '../admin/client.js';
+import { InvalidConfigError } from '../errors.js';
 
 /** --url / --timeout-ms shared by every command that talks to a replica's admin HTTP. */
 export function adminOptions(cmd: Command): Command {
@@ -9,6 +10,11 @@ export function adminOptions(cmd: Command): Command {
 }
 
 export function clientFrom(opts: { url: string; timeoutMs: string }): AdminClient {
+  try {
+    parseAdminUrl(opts.url);
+  } catch (err) {
+    throw new InvalidConfigError('--url (env CRONWARDEN_ADMIN_URL)', (err as Error).message);
+  }
   return new AdminClient({ url: opts.url, token: process.env.CRONWARDEN_ADMIN_TOKEN || undefined, timeoutMs: Number(opts.timeoutMs) || 5000 });
 }
 

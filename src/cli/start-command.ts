@@ -55,7 +55,7 @@ export function registerStart(program: Command): void {
       });
       replica.logger.info({ config: describeConfig(config) }, 'starting replica');
       const admin = config.admin.enabled
-        ? new AdminServer({ replica, backend, token: config.admin.token, host: config.admin.host, port: config.admin.port })
+        ? new AdminServer({ replica, backend, databaseUrl: config.databaseUrl, token: config.admin.token, host: config.admin.host, port: config.admin.port, advertisedUrl: config.admin.url })
         : undefined;
       let heartbeat: MemberHeartbeat | undefined;
 

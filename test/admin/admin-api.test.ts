@@ -138,7 +138,7 @@ describe('read routes', () => {
       replicaId: 'stalled', namespace: `${cluster.namespace}-stalled`, backend, databaseUrl: db.url, redisUrl: SHARED_REDIS_URL,
       jobs: testJobs(), election: { ttlMs: 3000 }, worker: { enabled: false }, clock, logger: pino({ level: 'silent' }),
     });
-    const admin = new AdminServer({ replica, backend, port: 0 });
+    const admin = new AdminServer({ replica, backend, databaseUrl: db.url, port: 0 });
     try {
       await replica.start();
       const url = await admin.listen();
@@ -157,7 +157,7 @@ describe('read routes', () => {
   it('GET /readyz is 503 naming the check that failed when the lease backend does not answer', async () => {
     const broken = new MemoryLeaseBackend({ store: cluster.store });
     broken.current = () => new Promise(() => {}); // a backend that never answers
-    const admin = new AdminServer({ replica: follower.replica, backend: broken, port: 0, readyTimeoutMs: 200 });
+    const admin = new AdminServer({ replica: follower.replica, backend: broken, databaseUrl: db.url, port: 0, readyTimeoutMs: 200 });
     const url = await admin.listen();
     try {
       const res = await fetch(`${url}/readyz`);

@@ -273,6 +273,66 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
   });
 });
 
+describe('cronwarden CLI: where the admin token may go', () => {
+  /** A fake replica: answers POSTs 409 naming `leaderAdminUrl`, lists `members`, records every request. */
+  async function fakeReplica(answer: () => { leaderAdminUrl: string; members: { replicaId: string; adminUrl: string }[] }) {
+    const { createServer } = await import('node:http');
+    const seen: { method: string; url: string; authorization?: string }[] = [];
+    const srv = createServer((req, res) => {
+      seen.push({ method: req.method!, url: req.url!, authorization: req.headers.authorization });
+      res.setHeader('content-type', 'application/json');
+      if (req.method === 'GET' && req.url === '/api/members') return res.end(JSON.stringify({ members: answer().members }));
+      res.statusCode = 409;
+      res.end(JSON.stringify({ error: 'not the leader', code: 'not_leader', leader: 'cli-x', leaderAdminUrl: answer().leaderAdminUrl }));
+    });
+    await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
+    return { url, seen, close: () => new Promise((r) => srv.close(r)) };
+  }
+
+  it('a 409 naming a URL no member advertises is not followed: the token never reaches it, exit 2 with the URL named', async () => {
+    const foreign = await fakeReplica(() => ({ leaderAdminUrl: 'unused', members: [] }));
+    const asked = await fakeReplica(() => ({ leaderAdminUrl: foreign.url, members: [{ replicaId: 'cli-x', adminUrl: 'http://127.0.0.1:1' }] }));
+    try {
+      const res = await cli(['trigger', 'yearly', '--url', asked.url]);
+      assert.equal(res.code, 2, res.stderr);
+      assert.equal(linesOf(res.stderr).length, 1, res.stderr);
+      assert.match(res.stderr, new RegExp(`names ${foreign.url.replace(/[.]/g, '\\.')} as the leader's admin URL, but no member "cli-x" advertises it, so the admin token was not sent there`));
+      assert.deepEqual(foreign.seen.filter((r) => r.authorization !== undefined), []);
+      assert.deepEqual(foreign.seen, []);
+      // The replica the operator named did get the token (that is where it was sent), and was asked who the members are.
+      assert.equal(asked.seen[0]!.authorization, `Bearer ${ADMIN_TOKEN}`);
+      assert.ok(asked.seen.some((r) => r.method === 'GET' && r.url === '/api/members' && r.authorization === undefined));
+    } finally {
+      await asked.close();
+      await foreign.close();
+    }
+  });
+
+  it('a 409 naming a member over another scheme is not followed either', async () => {
+    const other = await fakeReplica(() => ({ leaderAdminUrl: 'unused', members: [] }));
+    const httpsUrl = other.url.replace('http:', 'https:');
+    const asked = await fakeReplica(() => ({ leaderAdminUrl: httpsUrl, members: [{ replicaId: 'cli-x', adminUrl: httpsUrl }] }));
+    try {
+      const res = await cli(['pause', 'tick', '--url', asked.url]);
+      assert.equal(res.code, 2, res.stderr);
+      assert.match(res.stderr, /but it is not http like http:\/\/127\.0\.0\.1:\d+, so the admin token was not sent there/);
+      assert.deepEqual(other.seen, []);
+    } finally {
+      await asked.close();
+      await other.close();
+    }
+  });
+
+  it('status --url garbage exits 2 with one line naming the flag', async () => {
+    for (const url of ['garbage', 'ftp://127.0.0.1:8080', '']) {
+      const res = await cli(['status', '--url', url]);
+      assert.equal(res.code, 2, `${url}: ${res.stderr}`);
+      assert.deepEqual(linesOf(res.stderr), ['cronwarden: --url (env CRONWARDEN_ADMIN_URL): must be an http:// or https:// URL such as http://127.0.0.1:8080']);
+    }
+  });
+});
+
 /** A loopback port nobody listens on. */
 async function closedPort(): Promise<number> {
   const { createServer } = await import('node:net');

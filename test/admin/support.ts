@@ -46,7 +46,7 @@ export class Cluster {
       shutdownGraceMs: 1000,
       logger: pino({ level: 'silent' }),
     });
-    const admin = new AdminServer({ replica, backend, token: ADMIN_TOKEN, port: 0 });
+    const admin = new AdminServer({ replica, backend, databaseUrl: this.databaseUrl, token: ADMIN_TOKEN, port: 0 });
     await replica.start();
     const url = await admin.listen();
     const heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, replicaId: id, role: () => replica.role, version: 'test', adminUrl: url, intervalMs: 500 });
