@@ -166,7 +166,10 @@ const runSide: Scenario[] = [
       assert.equal(await c.l.runs.finish(second, 'completed'), false, 'a finished run takes no second outcome');
       const v = await view(c, runId);
       assert.deepEqual([v.state, v.error, v.completedAttempt], ['failed', 'boom', null]);
-      assert.deepEqual(v.attemptRows[0], { attempt: 1, state: 'stale', error: null });
+      assert.deepEqual(v.attemptRows, [
+        { attempt: 1, state: 'stale', error: null },
+        { attempt: 2, state: 'failed', error: 'boom' },
+      ], 'a refused late outcome does not overwrite the record of an attempt that already ended');
     },
   },
   {
@@ -253,6 +256,8 @@ const runSide: Scenario[] = [
       const v = await view(c, runId);
       assert.deepEqual([v.state, v.completedAttempt], ['completed', 1]);
       assert.deepEqual(await c.l.effects(runId), ['first']);
+      assert.equal(await c.l.runs.finish(first, 'retrying', 'interrupted'), false, 'a late interrupt of the same attempt is refused');
+      assert.deepEqual(await attemptStates(c, runId), [[1, 'completed']], 'and leaves the completed attempt as it was');
       let called = false;
       const again = await c.l.runs.completeInTransaction(first, async () => {
         called = true;

@@ -159,7 +159,7 @@ export class MemoryRunLedger implements ExecutorLedger {
       if (outcome === 'completed') book.completedAttempt = claim.attempt;
       run.error = message ?? undefined;
     }
-    const row = book.attemptRows.find((a) => a.attempt === claim.attempt);
+    const row = book.attemptRows.find((a) => a.attempt === claim.attempt && a.state === 'running');
     if (row) Object.assign(row, { state: accepted ? outcome : 'stale', error: message, errorStack: stack });
     return accepted;
   }

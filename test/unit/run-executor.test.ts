@@ -305,6 +305,55 @@ describe('RunExecutor (in-memory ledger)', () => {
     assert.equal(t.fires.fences.has('account/1'), false);
   });
 
+  it("the abandoned handler's transaction commits before the interrupt is recorded: completed, by that attempt", async () => {
+    const committed = gate();
+    const t = setup({
+      // The interrupt's record reaches the ledger only after the handler's commit landed.
+      ledger: (runs) => ({
+        claim: (runId, worker) => runs.claim(runId, worker),
+        fenceRun: (resource, claim, db) => runs.fenceRun(resource, claim, db),
+        completeInTransaction: (claim, fn) => runs.completeInTransaction(claim, fn),
+        runState: (runId) => runs.runState(runId),
+        finish: async (claim, outcome, error) => {
+          if (outcome === 'retrying') await committed.promise;
+          return runs.finish(claim, outcome, error);
+        },
+      }),
+    });
+    const runId = await t.fire();
+    const shutdown = new AbortController();
+    const abandon = new AbortController();
+    const inside = gate();
+    const release = gate();
+    t.handle(async (ctx) => {
+      await ctx.transaction(async (tx) => {
+        inside.open();
+        await release.promise;
+        return write(ctx, 'in flight')(tx);
+      });
+      committed.open();
+      await new Promise(() => {}); // and then hangs
+    });
+    const running = t.executor.execute(runId, { finalAttempt: true, signal: shutdown.signal, abandon: abandon.signal });
+    await inside.promise;
+    shutdown.abort();
+    abandon.abort();
+    release.open();
+    const result = await running;
+    assert.equal(result.status, 'completed');
+    const run = t.run(runId);
+    assert.deepEqual([run.state, run.completedAttempt], ['completed', 1]);
+    assert.deepEqual(
+      t.runs.effects.map((e) => e.values[1]),
+      ['in flight'],
+    );
+    assert.deepEqual(
+      run.attemptRows.map((a) => [a.attempt, a.state]),
+      [[1, 'completed']],
+      'the refused interrupt record leaves the completed attempt as it was',
+    );
+  });
+
   it('a run of a job this replica does not define is handed back (retrying) with the reason', async () => {
     const t = setup();
     const runId = await t.fire('ghost');
