@@ -107,13 +107,18 @@ export class RunLedger {
       [claim.runId.toString(), claim.token.toString(), outcome, claim.attempt, stored?.message ?? null],
     );
     const accepted = res.rowCount === 1;
-    await db.query(`UPDATE cw_run_attempts SET state = $3, finished_at = now(), error = $4, error_stack = $5 WHERE run_id = $1 AND attempt = $2`, [
-      claim.runId.toString(),
-      claim.attempt,
-      accepted ? outcome : 'stale',
-      stored?.message ?? null,
-      stored?.stack ?? null,
-    ]);
+    // Only an attempt still open takes its record: a refused late call (the shutdown's interrupt
+    // after the attempt's own transaction completed the run) must not turn 'completed' into 'stale'.
+    await db.query(
+      `UPDATE cw_run_attempts SET state = $3, finished_at = now(), error = $4, error_stack = $5 WHERE run_id = $1 AND attempt = $2 AND state = 'running'`,
+      [
+        claim.runId.toString(),
+        claim.attempt,
+        accepted ? outcome : 'stale',
+        stored?.message ?? null,
+        stored?.stack ?? null,
+      ],
+    );
     return accepted;
   }
 

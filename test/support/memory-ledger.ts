@@ -1,7 +1,9 @@
 /**
  * An in-memory stand-in for the fire loop's ledger operations, for driven-clock unit tests. It
- * keeps the same rules as the SQL (fence: refuse lower tokens; unique (job, scheduled_at); active
- * = pending/running/retrying); the real Ledger is tested against PostgreSQL in test/integration.
+ * keeps the same rules as the SQL (fence: refuse lower tokens; unique (job, scheduled_at) for every
+ * trigger but 'manual'; a batch past the leader's deadline rolls back whole, fence included;
+ * active = pending/running/retrying). test/ledger/contract.ts holds it to the real Ledger's
+ * behaviour; MemoryRunLedger (memory-run-ledger.ts) is the workers' side over the same runs.
  */
 import { StaleTokenError } from '../../src/errors.js';
 import type { FireLoopLedger } from '../../src/scheduler/fire-loop.js';
@@ -32,15 +34,24 @@ export class MemoryLedger implements FireLoopLedger {
   private nextId = 1n;
 
   async advanceFence(resource: string, token: bigint): Promise<void> {
+    this.checkFence(resource, token);
+    this.fences.set(resource, token);
+  }
+
+  async fenceToken(resource: string): Promise<bigint | null> {
+    return this.fences.get(resource) ?? null;
+  }
+
+  private checkFence(resource: string, token: bigint): void {
     const highest = this.fences.get(resource);
     if (highest !== undefined && highest > token) throw new StaleTokenError(resource, token, highest);
-    this.fences.set(resource, token);
   }
 
   async commitFires(
     fires: FireRequest[],
     leader: { fenceResource: string; token: bigint; replicaId: string; stillLeading: () => boolean },
   ): Promise<FireBatchResult> {
+    if (fires.length === 0) return { committed: [], duplicates: 0, cancelled: [] };
     const log = { fires, token: leader.token, outcome: 'failed' as (typeof this.commitLog)[number]['outcome'] };
     this.commitLog.push(log);
     if (this.failCommits > 0) {
@@ -48,19 +59,23 @@ export class MemoryLedger implements FireLoopLedger {
       throw this.commitError;
     }
     try {
-      await this.advanceFence(leader.fenceResource, leader.token);
+      this.checkFence(leader.fenceResource, leader.token);
     } catch (err) {
       log.outcome = 'refused';
       throw err;
     }
+    // Past the deadline the SQL rolls the whole transaction back, the fence's advance with it.
     if (!leader.stillLeading()) {
       log.outcome = 'rolled back';
       return { committed: [], duplicates: 0, cancelled: [] };
     }
+    this.fences.set(leader.fenceResource, leader.token);
     const committed: CommittedFire[] = [];
-    const replaced = new Set<string>();
+    const replaced = new Map<string, Date>(); // job → its newest inserted 'replace' fire
     for (const f of fires) {
-      if (this.runs.some((r) => r.job === f.job && r.scheduledAt.getTime() === f.scheduledAt.getTime())) continue;
+      // The unique key is partial: manual triggers are outside it, each one its own run.
+      const taken = (r: MemoryRun) => r.trigger !== 'manual' && r.job === f.job && r.scheduledAt.getTime() === f.scheduledAt.getTime();
+      if (f.trigger !== 'manual' && this.runs.some(taken)) continue;
       const state = f.state ?? 'pending';
       const run: MemoryRun = {
         id: this.nextId++,
@@ -74,14 +89,17 @@ export class MemoryLedger implements FireLoopLedger {
       };
       this.runs.push(run);
       committed.push({ runId: run.id, job: f.job, scheduledAt: f.scheduledAt, trigger: f.trigger, state, hold: f.hold ?? false });
-      if (f.replace) replaced.add(f.job);
+      const newest = replaced.get(f.job);
+      if (f.replace && (!newest || newest < f.scheduledAt)) replaced.set(f.job, f.scheduledAt);
     }
     // Overlap 'replace', as in the SQL: an inserted replace fire cancels the job's other active runs.
     const keep = new Set(committed.map((c) => c.runId));
     const cancelled: bigint[] = [];
     for (const r of this.runs) {
-      if (replaced.has(r.job) && isActive(r) && !keep.has(r.id)) {
+      const by = replaced.get(r.job);
+      if (by && isActive(r) && !keep.has(r.id)) {
         r.state = 'cancelled';
+        r.error = `replaced by the fire of ${by.toISOString()}`;
         cancelled.push(r.id);
       }
     }
@@ -120,6 +138,11 @@ export class MemoryLedger implements FireLoopLedger {
     return new Set(this.paused);
   }
 
+  async setPaused(job: string, paused: boolean): Promise<void> {
+    if (paused) this.paused.add(job);
+    else this.paused.delete(job);
+  }
+
   async activeJobs(jobs: string[]): Promise<Map<string, { ids: bigint[]; held: number }>> {
     const out = new Map<string, { ids: bigint[]; held: number }>();
     for (const r of this.runs) {
@@ -143,6 +166,6 @@ export class MemoryLedger implements FireLoopLedger {
   }
 }
 
-function isActive(r: MemoryRun): boolean {
+export function isActive(r: MemoryRun): boolean {
   return r.state === 'pending' || r.state === 'running' || r.state === 'retrying';
 }
