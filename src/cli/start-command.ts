@@ -114,6 +114,13 @@ async function loadJobs(path: string): Promise<JobDefinition[]> {
   try {
     mod = (await import(pathToFileURL(resolve(path)).href)) as Record<string, unknown>;
   } catch (err) {
+    // Node 20 imports no TypeScript by itself; under a loader (node --import tsx) the import above works.
+    if ((err as NodeJS.ErrnoException).code === 'ERR_UNKNOWN_FILE_EXTENSION' && /\.[cm]?tsx?$/.test(path)) {
+      throw new InvalidConfigError(
+        'CRONWARDEN_JOBS (--jobs)',
+        `cannot load "${path}": Node cannot import TypeScript by itself; compile it and point --jobs at the .js file, or run the CLI under a TypeScript loader: node --import tsx node_modules/cronwarden/bin/cronwarden.js start`,
+      );
+    }
     throw new InvalidConfigError('CRONWARDEN_JOBS (--jobs)', `cannot load "${path}": ${(err as Error).message}`);
   }
   const values = Array.isArray(mod.default) ? (mod.default as unknown[]) : Object.values(mod).flatMap((v) => (Array.isArray(v) ? v : [v]));

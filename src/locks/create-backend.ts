@@ -19,7 +19,7 @@ export async function createLeaseBackend(config: BackendConfig, clock?: Clock): 
   switch (config.kind) {
     case 'etcd':
       if (config.endpoints.length === 0) throw new InvalidConfigError('backend.endpoints', 'etcd needs at least one endpoint');
-      return new (await import('./etcd.js')).EtcdLeaseBackend({ endpoints: config.endpoints, clock });
+      return new (await loadEtcdBackend()).EtcdLeaseBackend({ endpoints: config.endpoints, clock });
     case 'redis':
       if (!config.url) throw new InvalidConfigError('backend.url', 'redis needs a URL such as redis://127.0.0.1:6379');
       return new (await import('./redis.js')).RedisLeaseBackend({ url: config.url, clock });
@@ -33,4 +33,19 @@ export async function createLeaseBackend(config: BackendConfig, clock?: Clock): 
       throw new InvalidConfigError('backend.kind', `unknown backend "${kind}"; expected one of ${backendKinds.join(', ')}`);
     }
   }
+}
+
+/**
+ * etcd3 (with gRPC and protobufjs, about 10 MB) is an optional peer dependency: only those who
+ * choose the etcd backend install it, so its absence is a configuration error that says what to do.
+ */
+async function loadEtcdBackend(): Promise<typeof import('./etcd.js')> {
+  try {
+    await import('etcd3');
+  } catch (err) {
+    const e = err as NodeJS.ErrnoException;
+    if (e.code !== 'ERR_MODULE_NOT_FOUND' || !e.message.includes("'etcd3'")) throw err;
+    throw new InvalidConfigError('backend.kind', 'the etcd backend needs the etcd3 package, which is not installed: run `npm i etcd3` in your application');
+  }
+  return import('./etcd.js');
 }

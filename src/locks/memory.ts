@@ -18,7 +18,8 @@ interface Held {
 export class MemoryLeaseStore {
   readonly leases = new Map<string, Held>();
   readonly counters = new Map<string, bigint>();
-  readonly events = new EventEmitter().setMaxListeners(0);
+  // Typed explicitly: the inferred EventEmitter<[never]> in the .d.ts fails newer @types/node.
+  readonly events: EventEmitter = new EventEmitter().setMaxListeners(0);
   constructor(readonly clock: Clock = systemClock) {}
 }
 
