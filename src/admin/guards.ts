@@ -135,31 +135,6 @@ export class ConcurrencyCap {
 }
 
 /**
- * Logs the first error of each kind, then at most one line a minute per kind saying how many more
- * were left out, so a flood of failing requests cannot flood the log.
- */
-export class OncePerKind {
-  private readonly seen = new Map<string, { at: number; suppressed: number }>();
-  constructor(
-    private readonly now: () => number,
-    private readonly everyMs = 60_000,
-  ) {}
-
-  /** Returns how many of this kind were left out since the last line, or undefined to stay silent. */
-  shouldLog(kind: string): number | undefined {
-    const t = this.now();
-    const s = this.seen.get(kind);
-    if (s && t - s.at < this.everyMs) {
-      s.suppressed++;
-      return undefined;
-    }
-    if (!s && this.seen.size >= 100) return undefined; // kinds come from error codes; bound them too
-    this.seen.set(kind, { at: t, suppressed: 0 });
-    return s?.suppressed ?? 0;
-  }
-}
-
-/**
  * Shares one in-flight check among concurrent callers and reuses its result for `reuseMs`, so a
  * flood of /readyz costs at most one database round trip at a time.
  */

@@ -21,7 +21,8 @@ export class ReplicaMetrics {
     private readonly pool: Pick<pg.Pool, 'query'>,
   ) {
     const registers = [this.registry];
-    collectDefaultMetrics({ register: this.registry, prefix: 'cronwarden_process_' });
+    // No prefix: stock Node.js dashboards expect process_cpu_seconds_total, nodejs_heap_size_used_bytes, …
+    collectDefaultMetrics({ register: this.registry });
     this.registry.setDefaultLabels({ replica: replica.replicaId, namespace: replica.namespace });
     this.watermark = new Date(replica.startedAt);
 
@@ -35,7 +36,7 @@ export class ReplicaMetrics {
     });
     const acquired = new Counter({ name: 'cronwarden_leader_elections_total', help: 'Tenures won by this replica', registers });
     const lost = new Counter({ name: 'cronwarden_leader_losses_total', help: 'Tenures ended, by reason class', labelNames: ['reason'], registers });
-    const fires = new Counter({ name: 'cronwarden_fires_total', help: 'Fires committed to the ledger by this replica', labelNames: ['trigger'], registers });
+    const fires = new Counter({ name: 'cronwarden_fires_total', help: 'Fires committed to the ledger by this replica', labelNames: ['job', 'trigger'], registers });
     const duplicates = new Counter({
       name: 'cronwarden_fires_duplicate_total',
       help: 'Fires refused by the unique (job, scheduled_at) key: already committed',
@@ -81,11 +82,12 @@ export class ReplicaMetrics {
     });
     new Gauge({
       name: 'cronwarden_runs_active',
-      help: 'Runs pending, running or retrying in the ledger (cluster-wide)',
+      help: 'Runs pending, running or retrying in the ledger (cluster-wide, so only the leader exports it: a sum over replicas stays right)',
       labelNames: ['state'],
       registers,
       collect: async function (this: Gauge<'state'>) {
         this.reset();
+        if (replica.role !== 'leader') return;
         for (const [state, n] of await activeRunCounts(pool)) this.set({ state }, n);
       },
     });
@@ -100,7 +102,7 @@ export class ReplicaMetrics {
     replica.on('lease:lost', (_lease, reason) => lost.inc({ reason: reasonClass(reason) }));
     replica.on('fire:committed', (fire, latenessMs, trigger) => {
       if (fire.state === 'skipped') return; // counted by fire:skipped
-      fires.inc({ trigger });
+      fires.inc({ job: fire.job, trigger });
       lateness.observe({ trigger }, Math.max(0, latenessMs) / 1000);
     });
     replica.on('fire:duplicate', (count) => duplicates.inc(count));

@@ -12,7 +12,8 @@ import { Ledger } from '../ledger/ledger.js';
 import type { Replica } from '../replica/replica.js';
 import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-pool.js';
 import { bearerMatches } from './auth.js';
-import { ConcurrencyCap, OncePerKind, SharedCheck, apiPolicy, boundText, hostAllowed, hostPolicy, pagePolicy, sameOrigin, type HostPolicy } from './guards.js';
+import { OncePerKind } from '../once-per-kind.js';
+import { ConcurrencyCap, SharedCheck, apiPolicy, boundText, hostAllowed, hostPolicy, pagePolicy, sameOrigin, type HostPolicy } from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
 import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
 
@@ -296,7 +297,7 @@ export class AdminServer {
 
     app.get('/api/runs', this.capped(async (req) => {
       const q = parse(runsQuery, req.query);
-      if (q.job && !r.registry.get(q.job)) throw new HttpError(404, 'unknown_job', `unknown job "${q.job}"`);
+      // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
       const page = await listRuns(this.pool, { job: q.job, state: q.state, limit: q.limit, before: q.before === undefined ? undefined : BigInt(q.before) });
       // Handler text is served bounded, whatever the ledger holds.
       return { ...page, runs: page.runs.map((run) => ({ ...boundRun(run), attempts: run.attempts.map(boundRun) })) };

@@ -1,6 +1,8 @@
 import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
 import { BackendUnavailableError, ShuttingDownError } from '../errors.js';
 import { settlesWithin } from '../settles-within.js';
+import { limitedWarn } from '../once-per-kind.js';
+import { systemClock, type Clock } from '../clock.js';
 import { Redis } from 'ioredis';
 import type { Logger } from 'pino';
 import { controlChannel, queueName } from './bullmq-names.js';
@@ -27,6 +29,7 @@ export interface BullmqWorkerOptions {
    * So close(graceMs) returns within about graceMs + 2 × this. Default 1000.
    */
   shutdownMarginMs?: number;
+  clock?: Clock;
 }
 
 
@@ -40,12 +43,17 @@ export class BullmqWorker {
   /** Aborted a margin later: stop waiting for handlers that ignore their signal. */
   private readonly abandon = new AbortController();
 
-  constructor(private readonly o: BullmqWorkerOptions) {}
+  /** Connection errors repeat during a Redis restart or failover: the first of a kind, then one a minute. */
+  private readonly warn: ReturnType<typeof limitedWarn>;
+
+  constructor(private readonly o: BullmqWorkerOptions) {
+    this.warn = limitedWarn(o.logger, () => (o.clock ?? systemClock).monotonic());
+  }
 
   async start(): Promise<void> {
     const channel = controlChannel(this.o.namespace);
     this.subscriber = new Redis(this.o.redisUrl, { maxRetriesPerRequest: null });
-    this.subscriber.on('error', (err) => this.o.logger.warn({ err }, 'control channel connection error'));
+    this.subscriber.on('error', (err) => this.warn(`control:${err.message}`, { err }, 'control channel connection error'));
     this.subscriber.on('message', (_channel, raw) => {
       try {
         this.o.executor.onControl(JSON.parse(raw) as ControlMessage);
@@ -67,7 +75,7 @@ export class BullmqWorker {
         maxStalledCount: 10,
       },
     );
-    this.worker.on('error', (err) => this.o.logger.warn({ err }, 'worker error'));
+    this.worker.on('error', (err) => this.warn(`worker:${err.message}`, { err }, 'worker error'));
   }
 
   /**

@@ -65,7 +65,7 @@ export interface LastRun {
 export async function lastRuns(db: Db, jobs: string[]): Promise<Map<string, LastRun>> {
   const res = await db.query<{ id: string; job: string; scheduled_at: Date; trigger: string; state: string; finished_at: Date | null; error: string | null }>(
     `SELECT DISTINCT ON (job) id::text, job, scheduled_at, trigger, state, finished_at, error
-     FROM cw_runs WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, id DESC`,
+     FROM cw_runs WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, cw_runs.id DESC`,
     [jobs],
   );
   return new Map(
@@ -95,7 +95,7 @@ export async function listRuns(db: Db, f: RunFilter) {
             skipped_attempts, started_at, finished_at, error, created_at
      FROM cw_runs
      WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2) AND ($3::bigint IS NULL OR id < $3)
-     ORDER BY id DESC LIMIT $4`,
+     ORDER BY cw_runs.id DESC LIMIT $4`, // cw_runs.id: the bigint, not the output column id (text, which sorts 9 > 43)
     [f.job ?? null, f.state ?? null, f.before?.toString() ?? null, f.limit],
   );
   const ids = res.rows.map((r) => r.id);

@@ -20,6 +20,7 @@ import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { settlesWithin } from '../settles-within.js';
+import { limitedWarn } from '../once-per-kind.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -96,6 +97,8 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   private readonly retention: RunRetention | undefined;
   private readonly sweeper: DeliverySweeper;
   private stopped = false;
+  /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
+  private readonly warn: ReturnType<typeof limitedWarn>;
 
   constructor(private readonly o: ReplicaOptions) {
     super();
@@ -109,7 +112,8 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
     this.startedAt = (o.clock ?? systemClock).now();
     this.pool = new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
-    this.pool.on('error', (err) => this.logger.warn({ err }, 'idle PostgreSQL connection error'));
+    this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
+    this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool);
     this.ledgerClock = o.clock
       ? undefined
@@ -126,7 +130,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     if (!(retentionMs >= 0)) throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
     this.retention = retentionMs > 0 ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs }) : undefined;
     this.redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 2 });
-    this.redis.on('error', (err) => this.logger.warn({ err }, 'Redis connection error'));
+    this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
     this.sweeper = new DeliverySweeper({ ledger: this.ledger.fires, delivery: this.delivery, clock, logger: this.logger, ...o.redelivery });
     const fenceResource = `scheduler/${this.leaseName}`;
@@ -230,13 +234,26 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     e.on('lease:acquired', (lease) => this.emit('lease:acquired', lease));
     e.on('lease:renewed', (lease, ms) => this.emit('lease:renewed', lease, ms));
     e.on('lease:lost', (lease, reason) => {
-      this.logger.warn({ token: lease.token.toString(), reason }, 'leadership ended');
+      // Resigning and stopping are the normal hand-over, not something to warn about.
+      const normal = reason === 'resigned' || reason === 'stopped';
+      this.logger[normal ? 'info' : 'warn']({ token: lease.token.toString(), reason }, 'leadership ended');
       this.emit('lease:lost', lease, reason);
     });
+    // A renew that fails once and then succeeds is not worth a warning each time: the first error
+    // of a kind is logged, then one line a minute with the count; a recovery is said at info.
+    let errorsSinceSuccess = 0;
     e.on('backend:error', (err) => {
-      this.logger.warn({ err: err.message }, 'lease backend error');
+      errorsSinceSuccess++;
+      this.warn(`backend:${err.name}:${err.message}`, { err: err.message }, 'lease backend error');
       this.emit('backend:error', err);
     });
+    const recovered = () => {
+      if (errorsSinceSuccess === 0) return;
+      this.logger.info({ errors: errorsSinceSuccess }, 'lease backend answering again');
+      errorsSinceSuccess = 0;
+    };
+    e.on('lease:renewed', recovered);
+    e.on('lease:acquired', recovered);
     const f = this.fireLoop;
     f.on('fire:committed', (...a) => this.emit('fire:committed', ...a));
     f.on('fire:duplicate', (...a) => this.emit('fire:duplicate', ...a));

@@ -108,6 +108,30 @@ describe('read routes', () => {
     assert.deepEqual(none, { runs: [], nextBefore: null });
   });
 
+  it('GET /api/runs orders run ids as numbers, and paging with before= never repeats a row', async () => {
+    // Enough rows that their ids cross a digit (9 → 10 … 99 → 100 as text would sort wrongly).
+    await db.pool.query(
+      `INSERT INTO cw_runs (job, scheduled_at, leader_token, leader_id, state)
+       SELECT 'ordering', now() - n * interval '1 second', 1, 'test', 'completed' FROM generate_series(1, 95) AS n`,
+    );
+    const seen: bigint[] = [];
+    let before: string | null = null;
+    do {
+      const page = (await json(await fetch(`${leader.url}/api/runs?job=ordering&limit=7${before ? `&before=${before}` : ''}`))) as { runs: { id: string }[]; nextBefore: string | null };
+      seen.push(...page.runs.map((r) => BigInt(r.id)));
+      before = page.nextBefore;
+    } while (before !== null && seen.length < 200);
+    assert.equal(seen.length, 95, 'every row once');
+    for (let i = 1; i < seen.length; i++) assert.ok(seen[i]! < seen[i - 1]!, `newest first by number: ${seen.slice(0, 15).join(', ')}`);
+  });
+
+  it('GET /api/runs of a job no replica defines (renamed or removed) is its history, not a 404', async () => {
+    await db.pool.query(`INSERT INTO cw_runs (job, scheduled_at, leader_token, leader_id, state) VALUES ('removed-job', now(), 1, 'old', 'completed')`);
+    const body = await json(await fetch(`${leader.url}/api/runs?job=removed-job`));
+    assert.equal(body.runs.length, 1);
+    assert.equal(body.runs[0].job, 'removed-job');
+  });
+
   it('GET /api/elections lists won elections with token', async () => {
     const body = await json(await fetch(`${follower.url}/api/elections`));
     assert.ok(body.elections.length >= 1);
@@ -192,8 +216,7 @@ describe('bad requests', () => {
       assert.match(body.error, new RegExp(`^${field}: `));
     });
   }
-  it('unknown job is 404 on runs, trigger, pause and resume', async () => {
-    assert.equal((await fetch(`${leader.url}/api/runs?job=nope`)).status, 404);
+  it('unknown job is 404 on trigger, pause and resume', async () => {
     for (const action of ['trigger', 'pause', 'resume']) {
       const res = await post(leader, `/api/jobs/nope/${action}`, ADMIN_TOKEN);
       assert.equal(res.status, 404, action);
@@ -268,7 +291,7 @@ describe('metrics', () => {
       samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
     assert.equal(value('cronwarden_is_leader'), 1);
     assert.ok(value('cronwarden_lease_token')! >= 1);
-    assert.ok(value('cronwarden_fires_total', { trigger: 'schedule' })! >= 1);
+    assert.ok(value('cronwarden_fires_total', { job: 'tick', trigger: 'schedule' })! >= 1, 'fires carry the job');
     assert.ok(value('cronwarden_fires_total', { trigger: 'manual' })! >= 1);
     assert.ok(value('cronwarden_fire_lateness_seconds_count', { trigger: 'schedule' })! >= 1);
     assert.ok(value('cronwarden_run_attempts_total', { job: 'tick', outcome: 'completed' })! >= 1);
@@ -283,6 +306,11 @@ describe('metrics', () => {
     assert.equal(value('cronwarden_is_leader', { replica: leader.replica.replicaId, namespace: cluster.namespace }), 1);
     const f = parseExposition(await (await fetch(`${follower.url}/metrics`)).text());
     assert.equal(f.find((s) => s.name === 'cronwarden_is_leader')?.value, 0);
+    // The cluster-wide gauge comes from the leader alone, so a sum over replicas stays right.
+    assert.equal(f.some((s) => s.name === 'cronwarden_runs_active'), false, 'a follower exports no cronwarden_runs_active');
+    // The stock Node.js names, as dashboards expect them.
+    assert.equal(typeof value('process_cpu_seconds_total'), 'number');
+    assert.equal(samples.some((s) => s.name.startsWith('cronwarden_process_')), false);
   });
 });
 
