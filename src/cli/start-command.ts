@@ -7,6 +7,8 @@ import { hostname } from 'node:os';
 import { AdminServer } from '../admin/server.js';
 import { describeConfig, loadReplicaConfig, type SettingFlags } from '../config/replica-config.js';
 import { envName, optionSpecs, settingName, settingKeys, settings, type SettingDefinition } from '../config/settings.js';
+import { checkStartup } from '../config/startup-checks.js';
+import { settlesWithin } from '../settles-within.js';
 import { MemberHeartbeat } from '../replica/member-heartbeat.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
@@ -25,6 +27,12 @@ export function registerStart(program: Command): void {
       const jobs = await loadJobs(config.jobsModule);
       const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
       const backend = await createLeaseBackend(config.backend);
+      try {
+        await checkStartup(config, backend);
+      } catch (err) {
+        await settlesWithin(backend.close(), 1000);
+        throw err;
+      }
       const replica = new Replica({
         replicaId: config.replicaId,
         namespace: config.namespace,
