@@ -1,5 +1,5 @@
 import { Redis } from 'ioredis';
-import { AccessDeniedError, BackendUnavailableError, CronwardenError, InvalidConfigError, NotMigratedError } from '../errors.js';
+import { AccessDeniedError, BackendUnavailableError, CronwardenError, InvalidConfigError, NotMigratedError, TimedOutError } from '../errors.js';
 import { assertMigrated, connectLedger } from '../db/migrate.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import type { ReplicaConfig } from './replica-config.js';
@@ -31,7 +31,7 @@ async function checkLedger(url: string, ms: number): Promise<void> {
     throw startupError('PostgreSQL', err, name);
   }
   try {
-    await within(assertMigrated(client, where(url)), ms, 'PostgreSQL');
+    await within(assertMigrated(client, where(url)), ms, 'migrations check');
   } catch (err) {
     throw startupError('PostgreSQL', err, name);
   } finally {
@@ -46,9 +46,9 @@ async function checkRedis(url: string, ms: number): Promise<void> {
   let lastError: Error | undefined;
   redis.on('error', (err: Error) => (lastError = err));
   try {
-    await within(redis.connect().then(() => redis.ping()), ms, 'Redis');
+    await within(redis.connect().then(() => redis.ping()), ms, 'PING');
   } catch (err) {
-    throw startupError('Redis', lastError && !(err instanceof TimedOut) && !authFailure(err) ? lastError : err, name);
+    throw startupError('Redis', lastError && !(err instanceof TimedOutError) && !authFailure(err) ? lastError : err, name);
   } finally {
     redis.disconnect();
   }
@@ -57,7 +57,7 @@ async function checkRedis(url: string, ms: number): Promise<void> {
 async function checkLeaseBackend(backend: LeaseBackend, key: SettingKey, ms: number): Promise<void> {
   if (backend.kind === 'memory') return;
   try {
-    await within(backend.current('cronwarden/start-up-check'), ms, `the ${backend.kind} lease backend`);
+    await within(backend.current('cronwarden/start-up-check'), ms, 'lease read');
   } catch (err) {
     throw startupError(backend.kind, err, settingName(key));
   }
@@ -77,13 +77,11 @@ function leaseBackendSetting(c: ReplicaConfig): SettingKey {
   }
 }
 
-class TimedOut extends Error {}
-
-/** `promise`, or a TimedOut after `ms`. */
+/** `promise`, or a TimedOutError after `ms`. */
 async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimedOut(`${what} did not answer within ${ms} ms`)), ms);
+    timer = setTimeout(() => reject(new TimedOutError(what, ms)), ms);
   });
   try {
     return await Promise.race([promise, timeout]);

@@ -144,7 +144,7 @@ describe('start refuses servers it cannot use, in one line', () => {
     const refused = await cli(['start'], startEnv({ CRONWARDEN_REDIS_URL: `redis://127.0.0.1:${closed}` }));
     assertRefused(refused, 1, `Redis unavailable: connect ECONNREFUSED 127.0.0.1:${closed}; check CRONWARDEN_REDIS_URL (--redis-url)`);
     const mute = await cli(['start'], startEnv({ CRONWARDEN_REDIS_URL: `redis://127.0.0.1:${silent.port}` }));
-    assertRefused(mute, 1, 'Redis unavailable: Redis did not answer within 1000 ms; check CRONWARDEN_REDIS_URL (--redis-url)');
+    assertRefused(mute, 1, 'Redis unavailable: PING: no answer within 1000 ms; check CRONWARDEN_REDIS_URL (--redis-url)');
   });
 
   it('a Redis that refuses the login: exit 2, the password not echoed', async () => {
@@ -165,7 +165,7 @@ describe('start refuses servers it cannot use, in one line', () => {
     const reach: [string[], RegExp][] = [
       [['--backend', 'etcd', '--etcd-endpoints', `http://127.0.0.1:${closed}`], /^cronwarden: etcd unavailable: .*ECONNREFUSED.*; check CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\)$/],
       [['--backend', 'etcd', '--etcd-endpoints', `http://127.0.0.1:${silent.port}`], /^cronwarden: etcd unavailable: .*; check CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\)$/],
-      [['--backend', 'redis', '--backend-url', `redis://127.0.0.1:${silent.port}`], /^cronwarden: redis unavailable: the redis lease backend did not answer within 1000 ms; check CRONWARDEN_BACKEND_URL \(--backend-url\)$/],
+      [['--backend', 'redis', '--backend-url', `redis://127.0.0.1:${silent.port}`], /^cronwarden: redis unavailable: lease read: no answer within 1000 ms; check CRONWARDEN_BACKEND_URL \(--backend-url\)$/],
       [['--backend', 'postgres', '--backend-url', `postgres://postgres@127.0.0.1:${closed}/x`], new RegExp(`^cronwarden: postgres unavailable: connect ECONNREFUSED 127.0.0.1:${closed}; check CRONWARDEN_BACKEND_URL \\(--backend-url\\)$`)],
     ];
     for (const [args, message] of reach) assertRefused(await cli(['start', ...args], startEnv()), 1, message);
