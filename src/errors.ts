@@ -196,3 +196,18 @@ export class ServerNotReadyError extends CronwardenError {
 export class DrillError extends CronwardenError {
   readonly retryable = false;
 }
+
+/**
+ * A server refused our credentials or the database named does not exist: the configuration is
+ * wrong, and retrying (a restart loop) cannot help.
+ */
+export class AccessDeniedError extends CronwardenError {
+  readonly retryable = false;
+  constructor(
+    readonly service: string,
+    readonly reason: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`${service} refused access: ${reason}`, options);
+  }
+}

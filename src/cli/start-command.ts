@@ -5,7 +5,10 @@ import { pino } from 'pino';
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { AdminServer } from '../admin/server.js';
-import { describeConfig, loadReplicaConfig } from '../config/replica-config.js';
+import { describeConfig, loadReplicaConfig, type SettingFlags } from '../config/replica-config.js';
+import { envName, optionSpecs, settingName, settingKeys, settings, type SettingDefinition } from '../config/settings.js';
+import { checkStartup } from '../config/startup-checks.js';
+import { settlesWithin } from '../settles-within.js';
 import { MemberHeartbeat } from '../replica/member-heartbeat.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
@@ -13,33 +16,23 @@ import { createLeaseBackend } from '../locks/create-backend.js';
 import { Replica } from '../replica/replica.js';
 
 export function registerStart(program: Command): void {
-  program
+  const command = program
     .command('start')
-    .description('run a replica: campaign for leadership, fire jobs while leading, execute runs always')
-    .option('--config <file>', 'JSON config file (env CRONWARDEN_CONFIG)')
-    .option('--backend <kind>', 'lease backend: etcd | redis | postgres | memory (env CRONWARDEN_BACKEND)')
-    .option('--backend-url <url>', 'lease backend URL; default: the database (postgres) or Redis (redis) URL')
-    .option('--etcd-endpoints <urls>', 'comma-separated etcd client URLs (env CRONWARDEN_ETCD_ENDPOINTS)')
-    .option('--database-url <url>', 'PostgreSQL holding the ledger (env CRONWARDEN_DATABASE_URL)')
-    .option('--redis-url <url>', 'Redis for BullMQ delivery (env CRONWARDEN_REDIS_URL)')
-    .option('--jobs <module>', 'module exporting job definitions (env CRONWARDEN_JOBS)')
-    .option('--replica-id <id>', 'unique id of this replica; default host-pid-random')
-    .option('--namespace <name>', 'separates deployments sharing servers (default "default")')
-    .option('--lease-ttl-ms <ms>', 'leader lease TTL (default 10000)')
-    .option('--concurrency <n>', 'runs this replica executes at once (default 10)')
-    .option('--worker-lock-ms <ms>', "BullMQ lock on a running run: a dead or frozen worker's run is re-delivered after this (default 30000)")
-    .option('--shutdown-grace-ms <ms>', 'how long running handlers may finish on SIGTERM (default 10000)')
-    .option('--retention-days <days>', 'the leader deletes finished runs older than this; 0 keeps everything (default 14)')
-    .option('--log-level <level>', 'pino level (default info)')
-    .option('--admin-host <host>', 'admin HTTP interface (env CRONWARDEN_ADMIN_HOST, default 127.0.0.1)')
-    .option('--admin-port <port>', 'admin HTTP port, 0 = any free port (env CRONWARDEN_ADMIN_PORT, default 8080)')
-    .option('--admin-url <url>', 'URL other replicas and the CLI use to reach this admin endpoint (env CRONWARDEN_ADMIN_URL)')
-    .addHelpText('after', '\nThe admin bearer token is read from CRONWARDEN_ADMIN_TOKEN (or the config file) only, never from a flag.\nSet CRONWARDEN_ADMIN_ENABLED=false to run without the admin HTTP.')
-    .action(async (flags: Record<string, string | undefined>) => {
-      const config = loadReplicaConfig({ ...flags, ttlMs: flags.leaseTtlMs, configFile: flags.config, jobsModule: flags.jobs });
+    .description('run a replica: campaign for leadership, fire jobs while leading, execute runs always');
+  for (const o of optionSpecs(settingKeys)) command.option(o.flags, o.description);
+  command
+    .addHelpText('after', `\nSet only in the environment or the config file: ${envOnly}.`)
+    .action(async (flags: SettingFlags) => {
+      const config = loadReplicaConfig(flags);
       const jobs = await loadJobs(config.jobsModule);
       const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
       const backend = await createLeaseBackend(config.backend);
+      try {
+        await checkStartup(config, backend);
+      } catch (err) {
+        await settlesWithin(backend.close(), 1000);
+        throw err;
+      }
       const replica = new Replica({
         replicaId: config.replicaId,
         namespace: config.namespace,
@@ -99,6 +92,12 @@ export function registerStart(program: Command): void {
     });
 }
 
+/** Settings without a flag, named in --help. */
+const envOnly = settingKeys
+  .filter((k) => !(settings[k] as SettingDefinition).arg)
+  .map((k) => `${envName(k)}${(settings[k] as SettingDefinition).secret ? ' (a secret: flags show in ps)' : ''}`)
+  .join(', ');
+
 const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** A wildcard bind (0.0.0.0, ::) is advertised under this machine's host name. */
@@ -117,14 +116,14 @@ async function loadJobs(path: string): Promise<JobDefinition[]> {
     // Node 20 imports no TypeScript by itself; under a loader (node --import tsx) the import above works.
     if ((err as NodeJS.ErrnoException).code === 'ERR_UNKNOWN_FILE_EXTENSION' && /\.[cm]?tsx?$/.test(path)) {
       throw new InvalidConfigError(
-        'CRONWARDEN_JOBS (--jobs)',
+        settingName('jobs'),
         `cannot load "${path}": Node cannot import TypeScript by itself; compile it and point --jobs at the .js file, or run the CLI under a TypeScript loader: node --import tsx node_modules/cronwarden/bin/cronwarden.js start`,
       );
     }
-    throw new InvalidConfigError('CRONWARDEN_JOBS (--jobs)', `cannot load "${path}": ${(err as Error).message}`);
+    throw new InvalidConfigError(settingName('jobs'), `cannot load "${path}": ${(err as Error).message}`);
   }
   const values = Array.isArray(mod.default) ? (mod.default as unknown[]) : Object.values(mod).flatMap((v) => (Array.isArray(v) ? v : [v]));
   const jobs = values.filter((v): v is JobDefinition => typeof v === 'object' && v !== null && 'schedule' in v && 'handler' in v && 'name' in v);
-  if (jobs.length === 0) throw new InvalidConfigError('CRONWARDEN_JOBS (--jobs)', `"${path}" exports no job definitions (use defineJob)`);
+  if (jobs.length === 0) throw new InvalidConfigError(settingName('jobs'), `"${path}" exports no job definitions (use defineJob)`);
   return jobs;
 }

@@ -1,12 +1,27 @@
-import { readFileSync } from 'node:fs';
-import { z } from 'zod';
 import { InvalidConfigError } from '../errors.js';
 import type { BackendConfig } from '../locks/create-backend.js';
+import { readConfigFile } from './config-file.js';
+import {
+  endpointsMessage,
+  envName,
+  ETCD_SCHEMES,
+  isUrl,
+  POSTGRES_SCHEMES,
+  REDIS_SCHEMES,
+  settingName,
+  settings,
+  splitEndpoints,
+  urlMessage,
+  type SettingDefinition,
+  type SettingKey,
+  type SettingValues,
+} from './settings.js';
 
 /**
  * A replica's configuration: command-line flags over environment variables over an optional JSON
- * file. Every value is validated here; a wrong or missing one stops start-up with a message that
- * names the setting (as the operator would type it) and what it accepts.
+ * file, each setting as defined once in settings.ts. Every value is validated here; a wrong or
+ * missing one stops start-up with a message that names the setting (as the operator would type
+ * it, or its key in the file) and what it accepts, never the value.
  */
 export interface ReplicaConfig {
   backend: BackendConfig;
@@ -22,6 +37,8 @@ export interface ReplicaConfig {
   shutdownGraceMs: number;
   /** Finished runs older than this many days are deleted by the leader; 0 keeps everything. */
   retentionDays: number;
+  /** Start-up checks give up on a server after this. */
+  connectTimeoutMs: number;
   logLevel: string;
   admin: AdminConfig;
 }
@@ -39,124 +56,66 @@ export interface AdminConfig {
   enabled: boolean;
 }
 
-/** Where each setting comes from, for error messages. */
-const names = {
-  backend: 'CRONWARDEN_BACKEND (--backend)',
-  backendUrl: 'CRONWARDEN_BACKEND_URL (--backend-url)',
-  etcdEndpoints: 'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints)',
-  databaseUrl: 'CRONWARDEN_DATABASE_URL (--database-url)',
-  redisUrl: 'CRONWARDEN_REDIS_URL (--redis-url)',
-  jobsModule: 'CRONWARDEN_JOBS (--jobs)',
-  replicaId: 'CRONWARDEN_REPLICA_ID (--replica-id)',
-  namespace: 'CRONWARDEN_NAMESPACE (--namespace)',
-  ttlMs: 'CRONWARDEN_LEASE_TTL_MS (--lease-ttl-ms)',
-  concurrency: 'CRONWARDEN_CONCURRENCY (--concurrency)',
-  workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS (--worker-lock-ms)',
-  shutdownGraceMs: 'CRONWARDEN_SHUTDOWN_GRACE_MS (--shutdown-grace-ms)',
-  retentionDays: 'CRONWARDEN_RETENTION_DAYS (--retention-days)',
-  logLevel: 'CRONWARDEN_LOG_LEVEL (--log-level)',
-  configFile: 'CRONWARDEN_CONFIG (--config)',
-  adminHost: 'CRONWARDEN_ADMIN_HOST (--admin-host)',
-  adminPort: 'CRONWARDEN_ADMIN_PORT (--admin-port)',
-  adminToken: 'CRONWARDEN_ADMIN_TOKEN',
-  adminUrl: 'CRONWARDEN_ADMIN_URL (--admin-url)',
-  adminEnabled: 'CRONWARDEN_ADMIN_ENABLED',
-} as const;
-type Key = keyof typeof names;
+/** Flags as commander parses them: keyed like the settings (`--lease-ttl-ms` → leaseTtlMs). */
+export type SettingFlags = Partial<Record<SettingKey, string>>;
 
-const url = (schemes: string[]) =>
-  z.string().refine((v) => {
-    try {
-      return schemes.includes(new URL(v).protocol.replace(':', ''));
-    } catch {
-      return false;
+/**
+ * Read `keys` from flags, then the environment, then the config file (`--config` /
+ * CRONWARDEN_CONFIG). An empty environment variable counts as unset, so it does not hide the
+ * file's value. Defaults fill the rest; a required setting left unset is refused.
+ */
+export function loadSettings<K extends SettingKey>(keys: readonly K[], flags: SettingFlags, env: NodeJS.ProcessEnv = process.env): SettingValues<K> {
+  const fromEnv = (key: SettingKey) => (env[envName(key)] === '' ? undefined : env[envName(key)]);
+  const configPath = flags.config ?? fromEnv('config');
+  const file = configPath === undefined ? {} : readConfigFile(configPath);
+  const out: Record<string, unknown> = {};
+  for (const key of keys) {
+    const def: SettingDefinition = settings[key];
+    const fromFlag = def.arg ? flags[key] : undefined;
+    const raw = fromFlag ?? fromEnv(key) ?? file[key];
+    const name = fromFlag === undefined && fromEnv(key) === undefined && key in file ? `${key} in ${configPath}` : settingName(key);
+    if (raw === undefined) {
+      if (def.required) throw new InvalidConfigError(name, `is required${requiredHint(key)}`);
+      out[key] = def.default;
+      continue;
     }
-  }, `must be a URL starting with ${schemes.map((s) => `${s}://`).join(' or ')}`);
-const int = (min: number, max: number) => z.coerce.number().int('must be a whole number').min(min, `must be at least ${min}`).max(max, `must be at most ${max}`);
-
-const schema = z.object({
-  backend: z.enum(['etcd', 'redis', 'postgres', 'memory'], 'must be one of etcd, redis, postgres, memory'),
-  backendUrl: z.string().optional(),
-  etcdEndpoints: z.string().optional(),
-  databaseUrl: url(['postgres', 'postgresql']),
-  redisUrl: url(['redis', 'rediss']),
-  jobsModule: z.string().min(1, 'must name a module that exports job definitions'),
-  replicaId: z.string().min(1).max(200).optional(),
-  namespace: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'may contain only letters, digits, _ and - (at most 64)').default('default'),
-  ttlMs: int(1000, 600_000).default(10_000),
-  concurrency: int(1, 1000).default(10),
-  workerLockMs: int(1000, 600_000).default(30_000),
-  shutdownGraceMs: int(0, 600_000).default(10_000),
-  retentionDays: int(0, 3650).default(14),
-  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'], 'must be one of fatal, error, warn, info, debug, trace, silent').default('info'),
-  adminHost: z.string().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0').default('127.0.0.1'),
-  adminPort: int(0, 65535).default(8080),
-  adminToken: z.string().min(16, 'must be at least 16 characters (use e.g. `openssl rand -hex 32`)').optional(),
-  adminUrl: url(['http', 'https']).optional(),
-  adminEnabled: z.enum(['true', 'false'], 'must be true or false').default('true'),
-});
-
-const envVars: Record<Exclude<Key, 'configFile'>, string> = {
-  backend: 'CRONWARDEN_BACKEND',
-  backendUrl: 'CRONWARDEN_BACKEND_URL',
-  etcdEndpoints: 'CRONWARDEN_ETCD_ENDPOINTS',
-  databaseUrl: 'CRONWARDEN_DATABASE_URL',
-  redisUrl: 'CRONWARDEN_REDIS_URL',
-  jobsModule: 'CRONWARDEN_JOBS',
-  replicaId: 'CRONWARDEN_REPLICA_ID',
-  namespace: 'CRONWARDEN_NAMESPACE',
-  ttlMs: 'CRONWARDEN_LEASE_TTL_MS',
-  concurrency: 'CRONWARDEN_CONCURRENCY',
-  workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS',
-  shutdownGraceMs: 'CRONWARDEN_SHUTDOWN_GRACE_MS',
-  retentionDays: 'CRONWARDEN_RETENTION_DAYS',
-  logLevel: 'CRONWARDEN_LOG_LEVEL',
-  adminHost: 'CRONWARDEN_ADMIN_HOST',
-  adminPort: 'CRONWARDEN_ADMIN_PORT',
-  adminToken: 'CRONWARDEN_ADMIN_TOKEN',
-  adminUrl: 'CRONWARDEN_ADMIN_URL',
-  adminEnabled: 'CRONWARDEN_ADMIN_ENABLED',
-};
-
-export function loadReplicaConfig(flags: Partial<Record<Key, string>>, env: NodeJS.ProcessEnv = process.env): ReplicaConfig {
-  const file = flags.configFile ?? env.CRONWARDEN_CONFIG;
-  let fromFile: Record<string, unknown> = {};
-  if (file) {
-    try {
-      fromFile = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-    } catch (err) {
-      throw new InvalidConfigError(names.configFile, `cannot read JSON config "${file}": ${(err as Error).message}`);
-    }
+    const parsed = def.schema.safeParse(raw);
+    // Never echo the value: it may be a secret (the admin token, a URL with a password).
+    if (!parsed.success) throw new InvalidConfigError(name, parsed.error.issues[0]?.message ?? 'is not valid');
+    out[key] = parsed.data;
   }
-  const merged: Record<string, unknown> = {};
-  for (const key of Object.keys(envVars) as (keyof typeof envVars)[]) {
-    const raw = flags[key] ?? env[envVars[key]] ?? fromFile[key];
-    const value = typeof raw === 'number' || typeof raw === 'boolean' ? String(raw) : raw;
-    if (value !== undefined && value !== '') merged[key] = value;
-  }
-  const parsed = schema.safeParse(merged);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0]!;
-    const key = String(issue.path[0]) as Key;
-    // Never echo a value: it may be a secret (the admin token, a URL with a password).
-    const message = merged[key] === undefined ? `is required (${issue.message})` : issue.message;
-    throw new InvalidConfigError(names[key] ?? key, message);
-  }
-  const c = parsed.data;
+  return out as SettingValues<K>;
+}
+
+/** What a required setting accepts, for "is required (…)". */
+function requiredHint(key: SettingKey): string {
+  const probe = settings[key].schema.safeParse('');
+  const message = probe.error?.issues[0]?.message;
+  return message ? ` (${message})` : '';
+}
+
+const replicaKeys = [
+  'backend', 'backendUrl', 'etcdEndpoints', 'databaseUrl', 'redisUrl', 'jobs', 'replicaId', 'namespace', 'leaseTtlMs', 'concurrency',
+  'workerLockMs', 'shutdownGraceMs', 'retentionDays', 'connectTimeoutMs', 'logLevel', 'adminHost', 'adminPort', 'adminUrl', 'adminToken', 'adminEnabled',
+] as const satisfies readonly SettingKey[];
+
+export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = process.env): ReplicaConfig {
+  const c = loadSettings(replicaKeys, flags, env);
   return {
-    backend: backendConfig(c.backend, c.backendUrl, c.etcdEndpoints, c.databaseUrl, c.redisUrl),
+    backend: backendConfig(c),
     databaseUrl: c.databaseUrl,
     redisUrl: c.redisUrl,
-    jobsModule: c.jobsModule,
+    jobsModule: c.jobs,
     replicaId: c.replicaId,
     namespace: c.namespace,
-    ttlMs: c.ttlMs,
+    ttlMs: c.leaseTtlMs,
     concurrency: c.concurrency,
     workerLockMs: c.workerLockMs,
     shutdownGraceMs: c.shutdownGraceMs,
     retentionDays: c.retentionDays,
+    connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,
-    admin: { host: c.adminHost, port: c.adminPort, token: c.adminToken, url: c.adminUrl, enabled: c.adminEnabled === 'true' },
+    admin: { host: c.adminHost, port: c.adminPort, token: c.adminToken, url: c.adminUrl, enabled: c.adminEnabled },
   };
 }
 
@@ -172,19 +131,31 @@ export function describeConfig(c: ReplicaConfig): Record<string, unknown> {
   };
 }
 
-/** The lease backend: its own URL, or by default the database (postgres) or the Redis (redis). */
-function backendConfig(kind: string, backendUrl: string | undefined, etcd: string | undefined, databaseUrl: string, redisUrl: string): BackendConfig {
-  switch (kind) {
+/**
+ * The lease backend: its own URL, or by default the database (postgres) or the Redis (redis).
+ * The URL's scheme must fit the backend: an http:// URL for redis would never connect.
+ */
+function backendConfig(c: SettingValues<'backend' | 'backendUrl' | 'etcdEndpoints' | 'databaseUrl' | 'redisUrl'>): BackendConfig {
+  const backendUrl = (schemes: readonly string[]) => {
+    if (c.backendUrl !== undefined && !isUrl(c.backendUrl, schemes)) throw new InvalidConfigError(settingName('backendUrl'), `${urlMessage(schemes)} for the ${c.backend} backend`);
+    return c.backendUrl;
+  };
+  switch (c.backend) {
     case 'etcd': {
-      const endpoints = (etcd ?? backendUrl ?? '').split(',').map((s) => s.trim()).filter(Boolean);
-      if (endpoints.length === 0) throw new InvalidConfigError(names.etcdEndpoints, 'is required for the etcd backend (comma-separated http:// URLs)');
-      return { kind: 'etcd', endpoints };
+      if (c.etcdEndpoints === undefined && c.backendUrl !== undefined) {
+        const endpoints = splitEndpoints(c.backendUrl);
+        if (endpoints.length === 0 || !endpoints.every((e) => isUrl(e, ETCD_SCHEMES))) throw new InvalidConfigError(settingName('backendUrl'), `${endpointsMessage} for the etcd backend`);
+        return { kind: 'etcd', endpoints };
+      }
+      if (c.etcdEndpoints === undefined) throw new InvalidConfigError(settingName('etcdEndpoints'), 'is required for the etcd backend (comma-separated http:// URLs)');
+      return { kind: 'etcd', endpoints: splitEndpoints(c.etcdEndpoints) };
     }
     case 'redis':
-      return { kind: 'redis', url: backendUrl ?? redisUrl };
+      return { kind: 'redis', url: backendUrl(REDIS_SCHEMES) ?? c.redisUrl };
     case 'postgres':
-      return { kind: 'postgres', url: backendUrl ?? databaseUrl };
-    default:
+      return { kind: 'postgres', url: backendUrl(POSTGRES_SCHEMES) ?? c.databaseUrl };
+    case 'memory':
+      if (c.backendUrl !== undefined) throw new InvalidConfigError(settingName('backendUrl'), 'is not used by the memory backend (it has no server)');
       return { kind: 'memory' };
   }
 }

@@ -1,0 +1,260 @@
+import { z } from 'zod';
+
+/**
+ * Every setting of `cronwarden start` and `cronwarden migrate`, defined once. The key is the config
+ * file key; the flag is its kebab-case (`leaseTtlMs` → `--lease-ttl-ms`), the environment variable
+ * `CRONWARDEN_` + its SNAKE_CASE (`CRONWARDEN_LEASE_TTL_MS`). Commander options, environment and
+ * file parsing, defaults, the names in error messages and the README table are all derived from
+ * this table (see replica-config.ts and settingsTable()).
+ */
+export interface SettingDefinition {
+  /** Validates a value from a flag, the environment (always text) or the config file (JSON). */
+  schema: z.ZodType;
+  /** The flag's argument name (`--lease-ttl-ms <ms>`); none for secrets, which flags would show in `ps`. */
+  arg?: string;
+  required?: true;
+  default?: string | number | boolean;
+  /** One line for --help and the README. */
+  description: string;
+  /** More for the README only. */
+  details?: string;
+  /** Never taken from a flag; masked wherever the configuration is shown. */
+  secret?: true;
+  /** Not a config file key (the file's own path). */
+  notInFile?: true;
+  /** A file key this setting had before; named in the message that refuses it. */
+  formerFileKey?: string;
+}
+
+const MESSAGE = {
+  text: 'must be a string (in the config file: in double quotes)',
+  int: 'must be a whole number',
+  bool: 'must be true or false',
+};
+
+const text = () => z.string({ error: MESSAGE.text });
+
+/** A URL whose scheme is one of `schemes`. */
+export function isUrl(value: string, schemes: readonly string[]): boolean {
+  try {
+    const u = new URL(value);
+    return schemes.includes(u.protocol.slice(0, -1)) && u.hostname !== '';
+  } catch {
+    return false;
+  }
+}
+
+const schemeList = (schemes: readonly string[]) => schemes.map((s) => `${s}://`).join(' or ');
+export const urlMessage = (schemes: readonly string[]) => `must be a URL starting with ${schemeList(schemes)}`;
+const url = (schemes: readonly string[]) => text().refine((v) => isUrl(v, schemes), urlMessage(schemes));
+
+export const POSTGRES_SCHEMES = ['postgres', 'postgresql'] as const;
+export const REDIS_SCHEMES = ['redis', 'rediss'] as const;
+export const ETCD_SCHEMES = ['http', 'https'] as const;
+
+/** Comma-separated etcd client URLs; empty entries are dropped. */
+export function splitEndpoints(value: string): string[] {
+  return value.split(',').map((s) => s.trim()).filter(Boolean);
+}
+export const endpointsMessage = `must be comma-separated URLs starting with ${schemeList(ETCD_SCHEMES)}`;
+
+/**
+ * A whole number from text ("8080") or a JSON number. Anything else (null, [], " ", true, "8e3")
+ * is refused rather than coerced: Number(null), Number([]) and Number(" ") are all 0, which for
+ * the admin port means "any free port".
+ */
+const int = (min: number, max: number) =>
+  z.preprocess(
+    (v) => (typeof v === 'string' && /^\s*-?\d+\s*$/.test(v) ? Number(v) : v),
+    z.number({ error: MESSAGE.int }).int(MESSAGE.int).min(min, `must be at least ${min}`).max(max, `must be at most ${max}`),
+  );
+
+const bool = () => z.preprocess((v) => (v === 'true' ? true : v === 'false' ? false : v), z.boolean({ error: MESSAGE.bool }));
+
+const oneOf = <const T extends readonly [string, ...string[]]>(values: T) => z.enum(values, { error: `must be one of ${values.join(', ')}` });
+
+export const backendKindValues = ['etcd', 'redis', 'postgres', 'memory'] as const;
+export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** What the admin HTTP compares tokens against (see admin/auth.ts): a header value, trimmed. */
+const TOKEN_MIN = 16;
+
+export const settings = {
+  config: {
+    schema: text().min(1, 'must name a JSON file'),
+    arg: 'file',
+    notInFile: true,
+    description: 'JSON file of settings, keyed like the flags in camelCase (leaseTtlMs, adminToken, …)',
+    details: 'Unknown keys are refused; tokens and URLs must be JSON strings',
+  },
+  backend: {
+    schema: oneOf(backendKindValues),
+    arg: 'kind',
+    required: true,
+    description: 'lease backend: `etcd`, `redis`, `postgres` or `memory` (one process only)',
+  },
+  backendUrl: {
+    schema: text(),
+    arg: 'url',
+    description: 'lease backend URL (redis:// or postgres://); default: the Redis URL (redis) or the database URL (postgres)',
+  },
+  etcdEndpoints: {
+    schema: text().refine((v) => splitEndpoints(v).length > 0 && splitEndpoints(v).every((e) => isUrl(e, ETCD_SCHEMES)), endpointsMessage),
+    arg: 'urls',
+    description: 'required for etcd: comma-separated client URLs (http:// or https://)',
+  },
+  databaseUrl: {
+    schema: url(POSTGRES_SCHEMES),
+    arg: 'url',
+    required: true,
+    description: 'PostgreSQL holding the ledger (migrated by `cronwarden migrate`)',
+  },
+  redisUrl: {
+    schema: url(REDIS_SCHEMES),
+    arg: 'url',
+    required: true,
+    description: 'Redis for BullMQ delivery',
+  },
+  jobs: {
+    schema: text().min(1, 'must name a module that exports job definitions'),
+    arg: 'module',
+    required: true,
+    description: 'module exporting `defineJob(...)` results',
+    formerFileKey: 'jobsModule',
+  },
+  replicaId: {
+    schema: text().regex(/^[\x21-\x7e]{1,200}$/, 'must be 1-200 printable ASCII characters without spaces'),
+    arg: 'id',
+    description: 'unique id of this replica; default `host-pid-random`',
+  },
+  namespace: {
+    schema: text().regex(/^[A-Za-z0-9_-]{1,64}$/, 'may contain only letters, digits, _ and - (at most 64)'),
+    arg: 'name',
+    default: 'default',
+    description: 'separates deployments sharing servers',
+  },
+  leaseTtlMs: {
+    schema: int(1000, 600_000),
+    arg: 'ms',
+    default: 10_000,
+    description: 'leader lease TTL; renew every TTL/3, step down at TTL − TTL/10',
+    formerFileKey: 'ttlMs',
+  },
+  concurrency: {
+    schema: int(1, 1000),
+    arg: 'n',
+    default: 10,
+    description: 'runs this replica executes at once',
+  },
+  workerLockMs: {
+    schema: int(1000, 600_000),
+    arg: 'ms',
+    default: 30_000,
+    description: "BullMQ's lock on a running run: a dead or frozen worker's run is re-delivered after it",
+    details: 'A frozen one that wakes is fenced out',
+  },
+  shutdownGraceMs: {
+    schema: int(0, 600_000),
+    arg: 'ms',
+    default: 10_000,
+    description: 'how long running handlers may finish on SIGTERM',
+  },
+  retentionDays: {
+    schema: int(0, 3650),
+    arg: 'days',
+    default: 14,
+    description: 'the leader deletes finished runs (and their attempts) older than this; `0` keeps everything',
+    details:
+      'In batches of 5,000 every 10 minutes. A job due every second adds 86,400 runs a day. ' +
+      'Safe for the schedule: catch-up after an election starts from `cw_job_state`, never from old runs',
+  },
+  connectTimeoutMs: {
+    schema: int(100, 600_000),
+    arg: 'ms',
+    default: 10_000,
+    description: 'start-up and `migrate` give up on PostgreSQL, Redis and the lease backend after this, with one line and exit 1',
+  },
+  logLevel: {
+    schema: oneOf(logLevels),
+    arg: 'level',
+    default: 'info',
+    description: 'pino JSON, with replica id, token and run id',
+  },
+  adminHost: {
+    schema: text().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0'),
+    arg: 'host',
+    default: '127.0.0.1',
+    description: 'interface the admin HTTP binds to',
+  },
+  adminPort: {
+    schema: int(0, 65535),
+    arg: 'port',
+    default: 8080,
+    description: 'admin HTTP port; `0` = any free port',
+  },
+  adminUrl: {
+    schema: url(['http', 'https']),
+    arg: 'url',
+    description: 'the URL other replicas and the CLI use to reach this one; default: the bound address',
+  },
+  adminToken: {
+    schema: text()
+      .min(TOKEN_MIN, `must be at least ${TOKEN_MIN} characters (use e.g. \`openssl rand -hex 32\`)`)
+      .max(1024, 'must be at most 1024 characters')
+      .regex(/^[\x21-\x7e]+$/, 'may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)'),
+    secret: true,
+    description: `bearer token for trigger/pause/resume/resign; none: they are refused. At least ${TOKEN_MIN} printable ASCII characters, no spaces`,
+  },
+  adminEnabled: {
+    schema: bool(),
+    default: true,
+    description: '`false` runs without the admin HTTP',
+  },
+} as const satisfies Record<string, SettingDefinition>;
+
+export type SettingKey = keyof typeof settings;
+type Def<K extends SettingKey> = (typeof settings)[K];
+/** A setting's value after parsing; optional unless it is required or has a default. */
+export type SettingValue<K extends SettingKey> =
+  | z.output<Def<K>['schema']>
+  | (Def<K> extends { required: true } | { default: unknown } ? never : undefined);
+export type SettingValues<K extends SettingKey = SettingKey> = { [P in K]: SettingValue<P> };
+
+export const settingKeys = Object.keys(settings) as SettingKey[];
+
+const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c}`).toUpperCase();
+const kebab = (key: string) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+
+export const envName = (key: SettingKey) => `CRONWARDEN_${snake(key)}`;
+export const flagName = (key: SettingKey): string | undefined => {
+  const def: SettingDefinition = settings[key];
+  return def.arg ? `--${kebab(key)}` : undefined;
+};
+/** How an error message names a setting: as the operator would set it. */
+export const settingName = (key: SettingKey) => {
+  const flag = flagName(key);
+  return flag ? `${envName(key)} (${flag})` : envName(key);
+};
+export const fileKeys: readonly string[] = settingKeys.filter((k) => !(settings[k] as SettingDefinition).notInFile);
+
+/** Commander option arguments for `keys`: flags, help text with env name and default. */
+export function optionSpecs(keys: readonly SettingKey[]): { flags: string; description: string }[] {
+  return keys.flatMap((key) => {
+    const def: SettingDefinition = settings[key];
+    if (!def.arg) return [];
+    const extra = [`env ${envName(key)}`, ...(def.default === undefined ? [] : [`default ${String(def.default)}`])];
+    return [{ flags: `${flagName(key)} <${def.arg}>`, description: `${def.description.replace(/`/g, '')} (${extra.join(', ')})` }];
+  });
+}
+
+/** The README's configuration table, one row per setting. */
+export function settingsTable(): string {
+  const rows = settingKeys.map((key) => {
+    const def: SettingDefinition = settings[key];
+    const file = def.notInFile ? '—' : `\`${key}\``;
+    const flag = flagName(key) ? `\`${flagName(key)}\`` : def.secret ? '— (secret: never a flag)' : '—';
+    const dflt = def.required ? 'required' : def.default === undefined ? '—' : `\`${String(def.default)}\``;
+    return `| ${file} | ${flag} | \`${envName(key)}\` | ${dflt} | ${def.description}${def.details ? `. ${def.details}` : ''} |`;
+  });
+  return ['| file key | flag | env | default | what |', '| --- | --- | --- | --- | --- |', ...rows].join('\n');
+}
