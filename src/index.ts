@@ -3,7 +3,7 @@ export { defineJob, type JobOptions, type JobDefinition, type MisfirePolicy, typ
 export type { JobContext, JobHandler, TransactionClient } from './jobs/job-context.js';
 export { JobRegistry, UnknownJobError } from './jobs/job-registry.js';
 export { NodeCronCoordinator } from './jobs/node-cron-coordinator.js';
-export { Replica, type ReplicaOptions } from './replica/replica.js';
+export { Replica, type ReplicaOptions, type ReplicaAdminOptions, type ReplicaEvents } from './replica/replica.js';
 export { CronSchedule } from './scheduler/cron-schedule.js';
 export { createLeaseBackend, type BackendConfig } from './locks/create-backend.js';
 export { MemoryLeaseBackend, MemoryLeaseStore } from './locks/memory.js';

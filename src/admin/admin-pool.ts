@@ -15,9 +15,11 @@ export interface AdminPoolOptions {
  * loop, the elector's fence and the workers use: however many readers arrive, they wait for one of
  * these few connections (each statement bounded by statement_timeout), never for the scheduler's.
  */
-export function createAdminPool(databaseUrl: string, logger: Logger, o: AdminPoolOptions = {}): pg.Pool {
+export function createAdminPool(database: string | pg.PoolConfig, logger: Logger, o: AdminPoolOptions = {}): pg.Pool {
+  // The ledger's connection settings (a URL, or those of a pool the application handed the replica).
+  const base: pg.PoolConfig = typeof database === 'string' ? { connectionString: database } : { ...database };
   const pool = new pg.Pool({
-    connectionString: databaseUrl,
+    ...base,
     max: o.max ?? 3,
     connectionTimeoutMillis: o.connectionTimeoutMs ?? 2000,
     idleTimeoutMillis: 10_000,

@@ -1,7 +1,10 @@
 import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { Replica } from '../replica/replica.js';
+import type { ReplicaView } from './replica-view.js';
 import { activeRunCounts, attemptsFinishedSince } from '../ledger/admin-reads.js';
+
+/** What the metrics read of a replica: its events, identity and clock offset. */
+export type MetricsSource = Pick<ReplicaView, 'on' | 'replicaId' | 'namespace' | 'startedAt' | 'logger' | 'role' | 'hostOffsetMs'>;
 
 /**
  * Prometheus metrics for one replica, fed by the Replica's typed events; run outcomes and
@@ -17,7 +20,7 @@ export class ReplicaMetrics {
   private readonly counted = new Map<string, number>();
 
   constructor(
-    private readonly replica: Replica,
+    private readonly replica: MetricsSource,
     private readonly pool: Pick<pg.Pool, 'query'>,
   ) {
     const registers = [this.registry];
@@ -62,7 +65,7 @@ export class ReplicaMetrics {
       help: "This host's wall clock minus the ledger's clock (the scheduler keeps the ledger's time)",
       registers,
       collect() {
-        const offset = replica.ledgerClock?.hostOffsetMs();
+        const offset = replica.hostOffsetMs();
         if (offset !== undefined) this.set(offset / 1000);
       },
     });

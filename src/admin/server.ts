@@ -9,7 +9,7 @@ import { NotLeaderError } from '../errors.js';
 import { runStates } from '../db/schema.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
-import type { Replica } from '../replica/replica.js';
+import type { ReplicaView } from './replica-view.js';
 import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-pool.js';
 import { bearerMatches } from './auth.js';
 import { OncePerKind } from '../once-per-kind.js';
@@ -18,14 +18,14 @@ import { ReplicaMetrics } from './metrics.js';
 import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
 
 export interface AdminServerOptions {
-  replica: Replica;
+  replica: ReplicaView;
   /** The replica's lease backend, to read who holds the lease. */
   backend: LeaseBackend;
   /**
    * The ledger's database: admin reads get their own small pool on it (see createAdminPool), so
    * readers never wait for, or take, the connections the fire loop and the workers use.
    */
-  databaseUrl: string;
+  databaseUrl: string | pg.PoolConfig;
   /** Size and timeouts of that pool (default 3 connections, 5 s statement timeout). */
   pool?: AdminPoolOptions;
   /** Bearer token for mutations; without one every mutation is refused (401). */
@@ -116,7 +116,7 @@ export class AdminServer {
     // The ledger pool is what the scheduler needs; one shared check takes at most one of its connections.
     this.ready = new SharedCheck(
       async () => {
-        const [backend, database] = await Promise.all([check(() => o.backend.current(r.leaseName), readyMs), check(() => r.ledger.pool.query('SELECT 1'), readyMs)]);
+        const [backend, database] = await Promise.all([check(() => o.backend.current(r.leaseName), readyMs), check(() => r.pingLedger(), readyMs)]);
         return { backend, database };
       },
       monotonic,
@@ -214,7 +214,7 @@ export class AdminServer {
 
   private job(params: unknown) {
     const { name } = parse(z.object({ name: jobName }), params);
-    const job = this.o.replica.registry.get(name);
+    const job = this.o.replica.job(name);
     if (!job) throw new HttpError(404, 'unknown_job', `unknown job "${name}"`);
     return job;
   }
@@ -230,17 +230,17 @@ export class AdminServer {
     const r = this.o.replica;
     const cur = await this.o.backend.current(r.leaseName);
     return {
-      backend: r.elector.backendKind,
+      backend: r.backendKind,
       leaseName: r.leaseName,
       holder: cur?.holder ?? null,
       token: cur?.token.toString() ?? null,
-      ttlMs: r.elector.options.ttlMs,
+      ttlMs: r.ttlMs,
       expiresInMs: cur ? Math.max(0, Math.round(cur.expiresInMs)) : null,
       leaderSince: cur ? await electedAt(this.pool, r.leaseName, cur.holder, cur.token) : null,
       leaderAdminUrl: cur ? await memberAdminUrl(this.pool, cur.holder) : null,
       replicaId: r.replicaId,
       role: r.role,
-      leadingSince: r.elector.leadingSince === undefined ? null : new Date(r.elector.leadingSince).toISOString(),
+      leadingSince: r.leadingSince === undefined ? null : new Date(r.leadingSince).toISOString(),
     };
   }
 
@@ -255,7 +255,7 @@ export class AdminServer {
 
     app.get('/healthz', async (_req, reply) => {
       // client-go's healthz adaptor: unhealthy when we believe we lead but our lease deadline passed.
-      if (r.role === 'leader' && !r.elector.lease()) {
+      if (r.role === 'leader' && !r.lease()) {
         return reply.code(503).send({ ok: false, error: 'leading past the lease deadline without a renew', role: r.role });
       }
       return { ok: true, role: r.role, replicaId: r.replicaId };
@@ -274,7 +274,7 @@ export class AdminServer {
     app.get('/api/members', this.capped(async () => ({ members: await listMembers(this.pool) })));
 
     app.get('/api/jobs', this.capped(async () => {
-      const jobs = r.registry.list();
+      const jobs = r.jobs();
       const names = jobs.map((j) => j.name);
       const [paused, last] = await Promise.all([this.reads.fires.pausedJobs(), lastRuns(this.pool, names)]);
       const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
@@ -312,7 +312,7 @@ export class AdminServer {
       const job = this.job(req.params);
       if (r.role !== 'leader') return this.notLeader();
       try {
-        const fire = await r.fireLoop.trigger(job.name);
+        const fire = await r.trigger(job.name);
         r.logger.info({ job: job.name, runId: fire.runId.toString() }, 'admin: job triggered');
         return { triggered: true, job: job.name, runId: fire.runId.toString(), scheduledAt: fire.scheduledAt.toISOString(), leader: r.replicaId };
       } catch (err) {
@@ -324,16 +324,16 @@ export class AdminServer {
     for (const action of ['pause', 'resume'] as const) {
       app.post(`/api/jobs/:name/${action}`, { onRequest: this.requireToken }, async (req) => {
         const job = this.job(req.params);
-        await r.ledger.fires.setPaused(job.name, action === 'pause');
+        await r.setPaused(job.name, action === 'pause');
         r.logger.info({ job: job.name }, `admin: job ${action}d`);
         return { job: job.name, paused: action === 'pause' };
       });
     }
 
     app.post('/api/resign', { onRequest: this.requireToken }, async () => {
-      const lease = r.elector.lease();
+      const lease = r.lease();
       if (r.role !== 'leader' || !lease) return this.notLeader();
-      const resigned = await r.elector.resign();
+      const resigned = await r.resign();
       if (!resigned) return this.notLeader();
       r.logger.info({ token: lease.token.toString() }, 'admin: resigned leadership');
       return { resigned: true, replicaId: r.replicaId, token: lease.token.toString() };

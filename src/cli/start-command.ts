@@ -2,14 +2,10 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
 import { pino } from 'pino';
-import { readFileSync } from 'node:fs';
-import { hostname } from 'node:os';
-import { AdminServer } from '../admin/server.js';
 import { describeConfig, loadReplicaConfig, type SettingFlags } from '../config/replica-config.js';
 import { envName, optionSpecs, settingName, settingKeys, settings, type SettingDefinition } from '../config/settings.js';
 import { checkStartup } from '../config/startup-checks.js';
 import { settlesWithin } from '../settles-within.js';
-import { MemberHeartbeat } from '../replica/member-heartbeat.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
@@ -44,13 +40,10 @@ export function registerStart(program: Command): void {
         worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
         shutdownGraceMs: config.shutdownGraceMs,
         retentionMs: config.retentionDays * 24 * 3600 * 1000,
+        admin: config.admin.enabled ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url } : false,
         logger,
       });
       replica.logger.info({ config: describeConfig(config) }, 'starting replica');
-      const admin = config.admin.enabled
-        ? new AdminServer({ replica, backend, databaseUrl: config.databaseUrl, token: config.admin.token, host: config.admin.host, port: config.admin.port, advertisedUrl: config.admin.url })
-        : undefined;
-      let heartbeat: MemberHeartbeat | undefined;
 
       let stopping = false;
       const onSignal = (signal: NodeJS.Signals) => {
@@ -60,11 +53,7 @@ export function registerStart(program: Command): void {
         }
         stopping = true;
         replica.logger.info({ signal }, 'stopping: resigning leadership and draining running handlers');
-        (async () => {
-          await heartbeat?.stop();
-          await admin?.close();
-          await replica.stop();
-        })().then(
+        replica.stop().then(
           () => process.exit(0),
           (err: Error) => {
             replica.logger.error({ err }, 'graceful stop failed');
@@ -76,19 +65,13 @@ export function registerStart(program: Command): void {
       process.on('SIGINT', onSignal);
 
       await replica.start();
-      let adminUrl = config.admin.url;
-      if (admin) {
-        const bound = await admin.listen();
-        adminUrl ??= advertised(bound, config.admin.host);
+      if (replica.adminUrl) {
         if (!config.admin.token) replica.logger.info('admin: no CRONWARDEN_ADMIN_TOKEN, so trigger/pause/resume/resign are refused');
         if (!['127.0.0.1', 'localhost', '::1'].includes(config.admin.host) && !config.admin.token) {
           replica.logger.warn({ host: config.admin.host }, 'admin HTTP listens beyond loopback; reads are open to that network');
         }
-        replica.logger.info({ adminUrl, statusPage: `${adminUrl}/` }, 'admin HTTP listening');
+        replica.logger.info({ adminUrl: replica.adminUrl, statusPage: `${replica.adminUrl}/` }, 'admin HTTP listening');
       }
-      heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, replicaId: replica.replicaId, role: () => replica.role, version, adminUrl, logger: replica.logger });
-      replica.on('role:changed', () => void heartbeat?.beat());
-      await heartbeat.start();
     });
 }
 
@@ -98,14 +81,6 @@ const envOnly = settingKeys
   .map((k) => `${envName(k)}${(settings[k] as SettingDefinition).secret ? ' (a secret: flags show in ps)' : ''}`)
   .join(', ');
 
-const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-
-/** A wildcard bind (0.0.0.0, ::) is advertised under this machine's host name. */
-function advertised(bound: string, host: string): string {
-  if (host !== '0.0.0.0' && host !== '::') return bound;
-  const port = new URL(bound.replace(/\[.*\]/, 'localhost')).port;
-  return `http://${hostname()}:${port}`;
-}
 
 /** Import the user's jobs module; it must export JobDefinitions (named exports or a default array). */
 async function loadJobs(path: string): Promise<JobDefinition[]> {

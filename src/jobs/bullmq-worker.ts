@@ -1,16 +1,18 @@
 import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
-import { BackendUnavailableError, ShuttingDownError } from '../errors.js';
+import { BackendUnavailableError, InvalidArgumentError, ShuttingDownError } from '../errors.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { systemClock, type Clock } from '../clock.js';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { controlChannel, queueName } from './bullmq-names.js';
 import type { RunJobData } from './bullmq-delivery.js';
 import type { ControlMessage, ExecutionResult, RunExecutor } from './run-executor.js';
 
 export interface BullmqWorkerOptions {
-  redisUrl: string;
+  /** Redis for BullMQ: a URL, or a client whose duplicates the worker uses (the client stays yours). */
+  redisUrl?: string;
+  redis?: Redis;
   namespace: string;
   executor: RunExecutor;
   logger: Logger;
@@ -52,7 +54,7 @@ export class BullmqWorker {
 
   async start(): Promise<void> {
     const channel = controlChannel(this.o.namespace);
-    this.subscriber = new Redis(this.o.redisUrl, { maxRetriesPerRequest: null });
+    this.subscriber = this.connect({ maxRetriesPerRequest: null });
     this.subscriber.on('error', (err) => this.warn(`control:${err.message}`, { err }, 'control channel connection error'));
     this.subscriber.on('message', (_channel, raw) => {
       try {
@@ -67,7 +69,7 @@ export class BullmqWorker {
       queueName(this.o.namespace),
       (job: Job<RunJobData, ExecutionResult>, token?: string) => this.process(job, token),
       {
-        connection: new Redis(this.o.redisUrl, { maxRetriesPerRequest: null }),
+        connection: this.connect({ maxRetriesPerRequest: null }),
         concurrency: this.o.concurrency ?? 10,
         lockDuration,
         stalledInterval: this.o.stalledIntervalMs ?? Math.max(500, Math.floor(lockDuration / 2)),
@@ -123,10 +125,19 @@ export class BullmqWorker {
     throw new DelayedError();
   }
 
+  private connect(options: RedisOptions): Redis {
+    if (this.o.redis) return this.o.redis.duplicate(options);
+    if (!this.o.redisUrl) throw new InvalidArgumentError('BullmqWorker needs redisUrl or redis');
+    return new Redis(this.o.redisUrl, options);
+  }
+
   /** Publisher for claim announcements (shares nothing with the blocking worker connection). */
   publisherFor(): (message: ControlMessage) => Promise<void> {
     return async (message) => {
-      this.publisher ??= new Redis(this.o.redisUrl, { maxRetriesPerRequest: 1 });
+      if (!this.publisher) {
+        this.publisher = this.connect({ maxRetriesPerRequest: 1 });
+        this.publisher.on('error', (err) => this.warn(`publisher:${err.message}`, { err }, 'control channel connection error'));
+      }
       await this.publisher.publish(controlChannel(this.o.namespace), JSON.stringify(message));
     };
   }

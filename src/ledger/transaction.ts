@@ -9,6 +9,14 @@ export type Queryable = Pick<pg.Pool, 'query'> | pg.PoolClient;
  */
 export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient, rollback: () => Promise<void>) => Promise<T>): Promise<T> {
   const client = await pool.connect();
+  // A checked-out client has no listener of the pool's: without one, the server going away
+  // mid-transaction (a restart, a failover) is an 'error' event that crashes the process. The
+  // failure reaches us through the pending query anyway; the broken client is then discarded.
+  let broken: Error | undefined;
+  const onError = (err: Error) => {
+    broken = err;
+  };
+  client.on('error', onError);
   let open = true;
   const rollback = async () => {
     if (!open) return;
@@ -27,6 +35,7 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
     if (open) await client.query('ROLLBACK').catch(() => {});
     throw err;
   } finally {
-    client.release();
+    client.off('error', onError);
+    client.release(broken);
   }
 }

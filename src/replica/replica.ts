@@ -1,81 +1,50 @@
 import { EventEmitter } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
+import { AdminServer } from '../admin/server.js';
+import type { ReplicaEvents, ReplicaView } from '../admin/replica-view.js';
 import { systemClock, type Clock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
+import type { CommittedFire } from '../ledger/fire-ledger.js';
 import { JobRegistry } from '../jobs/job-registry.js';
 import { BullmqDelivery } from '../jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import { RunExecutor } from '../jobs/run-executor.js';
-import type { Lease, LeaseBackend } from '../locks/lease.js';
+import type { Lease } from '../locks/lease.js';
 import { Elector, type ElectorRole } from '../scheduler/elector.js';
-import type { ElectorOptions } from '../scheduler/elector-options.js';
-import { FireLoop, type FireLoopEvents } from '../scheduler/fire-loop.js';
+import { FireLoop } from '../scheduler/fire-loop.js';
 import { Ledger } from '../ledger/ledger.js';
 import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
+import { forwardEvents } from './forward-events.js';
+import { MemberHeartbeat } from './member-heartbeat.js';
+import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
+
+export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
+export type { ReplicaEvents } from '../admin/replica-view.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
 /** How long stop() waits for the ledger's pool to drain. */
 const POOL_END_TIMEOUT_MS = 2000;
 
-export interface ReplicaOptions {
-  /** Unique per process. Default: host-pid-random. */
-  replicaId?: string;
-  /** Separates deployments sharing one Redis/Postgres/etcd. Default "default". */
-  namespace?: string;
-  backend: LeaseBackend;
-  /** PostgreSQL holding the ledger (migrated: see `cronwarden migrate`). */
-  databaseUrl: string;
-  /** Redis for BullMQ delivery. */
-  redisUrl: string;
-  jobs: JobDefinition[] | JobRegistry;
-  election?: Omit<ElectorOptions, 'leaseName' | 'replicaId'>;
-  worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
-  /**
-   * How long running handlers may finish on shutdown before their signal aborts. Default 10 s.
-   * A run stopped this way is recorded as interrupted and handed to another replica (no retry is
-   * used up); a handler that ignores its signal is abandoned about a second later, so stop()
-   * returns within roughly the grace period plus a few seconds.
-   */
-  shutdownGraceMs?: number;
-  /**
-   * The leader deletes finished runs (and their attempts) older than this. Default 14 days; 0
-   * keeps everything.
-   */
-  retentionMs?: number;
-  /**
-   * The leader's re-delivery sweep: a handed-over run still active after `checkAfterMs` (default
-   * 30 s) is looked up in the queue; lost ones are handed over again, ones the queue failed
-   * without an outcome in the ledger are settled failed. Checked every `intervalMs` (default 5 s).
-   */
-  redelivery?: { checkAfterMs?: number; intervalMs?: number; batchSize?: number };
-  /**
-   * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
-   * a jump of this host's wall clock cannot make it fire early, late or twice.
-   */
-  clock?: Clock;
-  logger?: Logger;
-}
+/** This package's version, advertised in cw_members. */
+const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
-export type ReplicaEvents = FireLoopEvents & {
-  'role:changed': [role: ElectorRole];
-  'lease:acquired': [lease: Lease];
-  'lease:renewed': [lease: Lease, latencyMs: number];
-  'lease:lost': [lease: Lease, reason: string];
-  'backend:error': [error: Error];
-};
-
-/** One cronwarden replica: campaigns for leadership, fires while leading, executes runs always. */
-export class Replica extends EventEmitter<ReplicaEvents> {
+/**
+ * One cronwarden replica, the composition root: campaigns for leadership, fires while leading,
+ * executes runs always, serves the admin HTTP and keeps its member row. `cronwarden start` is
+ * this class plus configuration and signal handling.
+ */
+export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView {
   readonly replicaId: string;
   readonly namespace: string;
   readonly leaseName: string;
@@ -87,6 +56,13 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   readonly startedAt: number;
   private readonly pool: pg.Pool;
   private readonly redis: Redis;
+  /** Clients the caller gave us stay open on stop(); ours are closed. */
+  private readonly ownsPool: boolean;
+  private readonly ownsRedis: boolean;
+  private admin: AdminServer | undefined;
+  private heartbeat: MemberHeartbeat | undefined;
+  /** Where this replica's admin HTTP answers, once started (undefined without one). */
+  adminUrl: string | undefined;
   private readonly delivery: BullmqDelivery;
   private readonly executor: RunExecutor;
   private worker: BullmqWorker | undefined;
@@ -103,17 +79,18 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   constructor(private readonly o: ReplicaOptions) {
     super();
     if (!o.backend) throw new InvalidArgumentError('a lease backend is required');
-    if (!o.databaseUrl) throw new InvalidArgumentError('databaseUrl is required (the ledger lives in PostgreSQL)');
-    if (!o.redisUrl) throw new InvalidArgumentError('redisUrl is required (runs are delivered through BullMQ)');
+    if (!o.databaseUrl && !o.pool) throw new InvalidArgumentError('databaseUrl or pool is required (the ledger lives in PostgreSQL)');
+    if (!o.redisUrl && !o.redis) throw new InvalidArgumentError('redisUrl or redis is required (runs are delivered through BullMQ)');
     this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
     this.namespace = o.namespace ?? 'default';
     this.leaseName = `cronwarden/${this.namespace}/scheduler`;
     this.registry = o.jobs instanceof JobRegistry ? o.jobs : new JobRegistry(o.jobs);
     this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
     this.startedAt = (o.clock ?? systemClock).now();
-    this.pool = new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
-    this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
+    this.ownsPool = !o.pool;
+    this.pool = o.pool ?? new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
+    if (this.ownsPool) this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool);
     this.ledgerClock = o.clock
       ? undefined
@@ -129,8 +106,9 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
     if (!(retentionMs >= 0)) throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
     this.retention = retentionMs > 0 ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs }) : undefined;
-    this.redis = new Redis(o.redisUrl, { maxRetriesPerRequest: 2 });
-    this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
+    this.ownsRedis = !o.redis;
+    this.redis = o.redis ?? new Redis(o.redisUrl!, { maxRetriesPerRequest: 2 });
+    if (this.ownsRedis) this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
     this.sweeper = new DeliverySweeper({ ledger: this.ledger.fires, delivery: this.delivery, clock, logger: this.logger, ...o.redelivery });
     const fenceResource = `scheduler/${this.leaseName}`;
@@ -156,11 +134,46 @@ export class Replica extends EventEmitter<ReplicaEvents> {
       fenceResource,
     });
     this.executor = new RunExecutor({ ledger: this.ledger.runs, registry: this.registry, replicaId: this.replicaId, logger: this.logger });
-    this.forward();
+    forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
   }
 
   get role(): ElectorRole {
     return this.elector.role;
+  }
+
+  // The admin view (ReplicaView): what the admin server and the metrics may see and do.
+  get backendKind(): string {
+    return this.o.backend.kind;
+  }
+  get ttlMs(): number {
+    return this.elector.options.ttlMs;
+  }
+  get leadingSince(): number | undefined {
+    return this.elector.leadingSince;
+  }
+  lease(): Lease | undefined {
+    return this.elector.lease();
+  }
+  jobs(): readonly JobDefinition[] {
+    return this.registry.list();
+  }
+  job(name: string): JobDefinition | undefined {
+    return this.registry.get(name);
+  }
+  hostOffsetMs(): number | undefined {
+    return this.ledgerClock?.hostOffsetMs();
+  }
+  async pingLedger(): Promise<void> {
+    await this.pool.query('SELECT 1');
+  }
+  trigger(job: string): Promise<CommittedFire> {
+    return this.fireLoop.trigger(job);
+  }
+  setPaused(job: string, paused: boolean): Promise<void> {
+    return this.ledger.fires.setPaused(job, paused);
+  }
+  resign(): Promise<boolean> {
+    return this.elector.resign();
   }
 
   async start(): Promise<void> {
@@ -168,6 +181,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     if (this.o.worker?.enabled !== false) {
       this.worker = new BullmqWorker({
         redisUrl: this.o.redisUrl,
+        redis: this.o.redis,
         namespace: this.namespace,
         executor: this.executor,
         logger: this.logger,
@@ -179,7 +193,38 @@ export class Replica extends EventEmitter<ReplicaEvents> {
       await this.worker.start();
     }
     this.elector.start();
+    await this.startAdmin();
     this.logger.info({ jobs: this.registry.size, backend: this.o.backend.kind }, 'replica started');
+  }
+
+  /** The admin HTTP, if configured, and this replica's member row with the URL it advertises. */
+  private async startAdmin(): Promise<void> {
+    const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
+    if (a) {
+      this.admin = new AdminServer({
+        replica: this,
+        backend: this.o.backend,
+        // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
+        databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
+        token: a.token,
+        host: a.host,
+        port: a.port,
+        advertisedUrl: a.url,
+        allowedHosts: a.allowedHosts,
+      });
+      const bound = await this.admin.listen();
+      this.adminUrl = a.url ?? advertised(bound, a.host ?? '127.0.0.1');
+    }
+    this.heartbeat = new MemberHeartbeat({
+      pool: this.pool,
+      replicaId: this.replicaId,
+      role: () => this.role,
+      version: this.o.version ?? PACKAGE_VERSION,
+      adminUrl: this.adminUrl,
+      logger: this.logger,
+    });
+    this.on('role:changed', () => void this.heartbeat?.beat());
+    await this.heartbeat.start();
   }
 
   /**
@@ -190,16 +235,20 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
+    await this.heartbeat?.stop();
+    await this.admin?.close();
     this.fireLoop.stop();
     await this.elector.stop();
     await this.worker?.close(this.o.shutdownGraceMs ?? 10_000);
     await this.delivery.close();
-    await this.redis.quit().catch(() => {});
+    if (this.ownsRedis) await this.redis.quit().catch(() => {});
     await this.o.backend.close();
     this.ledgerClock?.stop();
     // An abandoned handler may still hold a pooled client (e.g. inside ctx.transaction): do not
     // wait for it; exiting the process ends its session and PostgreSQL rolls its transaction back.
-    if (!(await settlesWithin(this.pool.end(), POOL_END_TIMEOUT_MS))) this.logger.warn('a PostgreSQL client is still checked out by an abandoned handler; not waiting for it');
+    if (this.ownsPool && !(await settlesWithin(this.pool.end(), POOL_END_TIMEOUT_MS))) {
+      this.logger.warn('a PostgreSQL client is still checked out by an abandoned handler; not waiting for it');
+    }
     this.logger.info('replica stopped');
   }
 
@@ -227,39 +276,11 @@ export class Replica extends EventEmitter<ReplicaEvents> {
       this.logger.error({ err, highest: highest.toString() }, 'backend cannot honour the ledger token floor');
     }
   }
+}
 
-  private forward(): void {
-    const e = this.elector;
-    e.on('role:changed', (role) => this.emit('role:changed', role));
-    e.on('lease:acquired', (lease) => this.emit('lease:acquired', lease));
-    e.on('lease:renewed', (lease, ms) => this.emit('lease:renewed', lease, ms));
-    e.on('lease:lost', (lease, reason) => {
-      // Resigning and stopping are the normal hand-over, not something to warn about.
-      const normal = reason === 'resigned' || reason === 'stopped';
-      this.logger[normal ? 'info' : 'warn']({ token: lease.token.toString(), reason }, 'leadership ended');
-      this.emit('lease:lost', lease, reason);
-    });
-    // A renew that fails once and then succeeds is not worth a warning each time: the first error
-    // of a kind is logged, then one line a minute with the count; a recovery is said at info.
-    let errorsSinceSuccess = 0;
-    e.on('backend:error', (err) => {
-      errorsSinceSuccess++;
-      this.warn(`backend:${err.name}:${err.message}`, { err: err.message }, 'lease backend error');
-      this.emit('backend:error', err);
-    });
-    const recovered = () => {
-      if (errorsSinceSuccess === 0) return;
-      this.logger.info({ errors: errorsSinceSuccess }, 'lease backend answering again');
-      errorsSinceSuccess = 0;
-    };
-    e.on('lease:renewed', recovered);
-    e.on('lease:acquired', recovered);
-    const f = this.fireLoop;
-    f.on('fire:committed', (...a) => this.emit('fire:committed', ...a));
-    f.on('fire:duplicate', (...a) => this.emit('fire:duplicate', ...a));
-    f.on('fire:refused', (...a) => this.emit('fire:refused', ...a));
-    f.on('fire:missed', (...a) => this.emit('fire:missed', ...a));
-    f.on('fire:skipped', (...a) => this.emit('fire:skipped', ...a));
-    f.on('enqueue:failed', (...a) => this.emit('enqueue:failed', ...a));
-  }
+/** A wildcard bind (0.0.0.0, ::) is advertised under this machine's host name. */
+function advertised(bound: string, host: string): string {
+  if (host !== '0.0.0.0' && host !== '::') return bound;
+  const port = new URL(bound.replace(/\[.*\]/, 'localhost')).port;
+  return `http://${hostname()}:${port}`;
 }

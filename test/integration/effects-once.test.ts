@@ -11,7 +11,7 @@ import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import { listRuns } from '../../src/ledger/admin-reads.js';
 import { ReplicaMetrics } from '../../src/admin/metrics.js';
-import type { Replica } from '../../src/replica/replica.js';
+import type { ReplicaEvents } from '../../src/admin/replica-view.js';
 import { EventedChild } from '../support/evented-child.js';
 import { effectDelivery, effectsSuite } from '../support/effect-runs.js';
 import type { EffectMode } from '../fixtures/effect-job.js';
@@ -73,14 +73,15 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
    * events, id, namespace, start time and logger, and reads the attempts from the ledger.
    */
   async function attemptMetrics(replicaId: string, namespace: string): Promise<Map<string, number>> {
-    const stub = Object.assign(new EventEmitter(), {
+    const stub = Object.assign(new EventEmitter<ReplicaEvents>(), {
       replicaId,
       namespace,
       startedAt: Date.now() - 10 * 60_000,
-      ledgerClock: undefined,
+      role: 'follower' as const,
+      hostOffsetMs: () => undefined,
       logger: pino({ level: 'silent' }),
     });
-    const text = await new ReplicaMetrics(stub as unknown as Replica, env.db.pool).exposition();
+    const text = await new ReplicaMetrics(stub, env.db.pool).exposition();
     const byOutcome = new Map<string, number>();
     for (const line of text.split('\n')) {
       const m = /^cronwarden_run_attempts_total\{([^}]*)\} (\S+)$/.exec(line);

@@ -1,0 +1,46 @@
+/**
+ * What the admin server and the metrics see of a replica: a narrow, mostly read-only view, so the
+ * admin layer needs neither the Replica class above it nor its parts (elector, fire loop, pools).
+ * Replica implements it.
+ */
+import type { EventEmitter } from 'node:events';
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
+import type { JobDefinition } from '../jobs/define-job.js';
+import type { CommittedFire } from '../ledger/fire-ledger.js';
+import type { Lease } from '../locks/lease.js';
+import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
+import type { FireLoopEvents } from '../scheduler/fire-loop.js';
+
+/** Everything a replica announces: its elector's and its fire loop's events. */
+export type ReplicaEvents = FireLoopEvents & ElectorEvents;
+
+export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
+  readonly replicaId: string;
+  readonly namespace: string;
+  readonly leaseName: string;
+  /** When this replica started, on its scheduler clock (epoch ms). */
+  readonly startedAt: number;
+  readonly logger: Logger;
+  /** The scheduler's clock (the ledger's, by default). */
+  readonly clock: Clock;
+  readonly role: ElectorRole;
+  readonly backendKind: string;
+  readonly ttlMs: number;
+  /** Since when this replica leads (epoch ms on the scheduler clock), if it does. */
+  readonly leadingSince: number | undefined;
+  /** The lease while leading and within its local deadline. */
+  lease(): Lease | undefined;
+  /** The jobs this replica defines. */
+  jobs(): readonly JobDefinition[];
+  job(name: string): JobDefinition | undefined;
+  /** This host's wall clock minus the ledger's, once known. */
+  hostOffsetMs(): number | undefined;
+  /** Answers when the ledger's own pool can run a query (for /readyz). */
+  pingLedger(): Promise<void>;
+  /** Fire a job now (leader only). */
+  trigger(job: string): Promise<CommittedFire>;
+  setPaused(job: string, paused: boolean): Promise<void>;
+  /** Give up leadership; false when not leading. */
+  resign(): Promise<boolean>;
+}

@@ -1,0 +1,75 @@
+import type pg from 'pg';
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
+import type { JobDefinition } from '../jobs/define-job.js';
+import type { JobRegistry } from '../jobs/job-registry.js';
+import type { LeaseBackend } from '../locks/lease.js';
+import type { ElectorOptions } from '../scheduler/elector-options.js';
+
+export interface ReplicaOptions {
+  /** Unique per process. Default: host-pid-random. */
+  replicaId?: string;
+  /** Separates deployments sharing one Redis/Postgres/etcd. Default "default". */
+  namespace?: string;
+  backend: LeaseBackend;
+  /**
+   * PostgreSQL holding the ledger (migrated: see `cronwarden migrate`): a URL, for a pool the
+   * replica makes and ends, or a pg.Pool of yours, which it uses and leaves open on stop().
+   */
+  databaseUrl?: string;
+  pool?: pg.Pool;
+  /**
+   * Redis for BullMQ delivery: a URL, or an ioredis client of yours (left open on stop(); the
+   * worker's blocking connections are duplicates of it).
+   */
+  redisUrl?: string;
+  redis?: Redis;
+  jobs: JobDefinition[] | JobRegistry;
+  election?: Omit<ElectorOptions, 'leaseName' | 'replicaId'>;
+  worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
+  /**
+   * The admin HTTP (status page, JSON API, /metrics, /healthz) that `cronwarden start` serves, and
+   * this replica's row in cw_members with the URL it advertises. Omit or `false` for neither.
+   */
+  admin?: ReplicaAdminOptions | false;
+  /** Advertised in cw_members (the admin API's members view). Default: this package's version. */
+  version?: string;
+  /**
+   * How long running handlers may finish on shutdown before their signal aborts. Default 10 s.
+   * A run stopped this way is recorded as interrupted and handed to another replica (no retry is
+   * used up); a handler that ignores its signal is abandoned about a second later, so stop()
+   * returns within roughly the grace period plus a few seconds.
+   */
+  shutdownGraceMs?: number;
+  /**
+   * The leader deletes finished runs (and their attempts) older than this. Default 14 days; 0
+   * keeps everything.
+   */
+  retentionMs?: number;
+  /**
+   * The leader's re-delivery sweep: a handed-over run still active after `checkAfterMs` (default
+   * 30 s) is looked up in the queue; lost ones are handed over again, ones the queue failed
+   * without an outcome in the ledger are settled failed. Checked every `intervalMs` (default 5 s).
+   */
+  redelivery?: { checkAfterMs?: number; intervalMs?: number; batchSize?: number };
+  /**
+   * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
+   * a jump of this host's wall clock cannot make it fire early, late or twice.
+   */
+  clock?: Clock;
+  logger?: Logger;
+}
+
+export interface ReplicaAdminOptions {
+  /** Interface to bind; loopback unless you mean it. Default 127.0.0.1. */
+  host?: string;
+  /** 0 picks a free port. Default 8080. */
+  port?: number;
+  /** Bearer token for mutations; without one, trigger/pause/resume/resign are refused. */
+  token?: string;
+  /** The URL other replicas and the CLI use to reach this one. Default: the bound address. */
+  url?: string;
+  /** More host names the server answers to (a Service name, say). */
+  allowedHosts?: string[];
+}
