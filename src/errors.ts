@@ -101,3 +101,8 @@ export class NotMigratedError extends CronwardenError {
     super(`the ledger is not migrated (${detail}): run \`cronwarden migrate\``);
   }
 }
+
+/** The failover drill could not set up or drive its throwaway servers, or a fault did not take effect. */
+export class DrillSetupError extends CronwardenError {
+  readonly retryable = false;
+}
