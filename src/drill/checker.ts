@@ -308,11 +308,11 @@ function committedWrites(committed: AttemptLogRecord[], runsById: Map<bigint, Ru
   let staleWritesLanded = 0;
   let writesLostByLedger = 0;
   const byRun = new Map<bigint, bigint[]>();
-  const bySlot = new Map<string, bigint[]>();
+  const bySlot = new Map<string, bigint[]>(); // keyed by job@ISO time, for the message
   for (const row of committed) {
     byRun.set(row.runId, [...(byRun.get(row.runId) ?? []), row.token]);
     if (row.job !== undefined && row.scheduledAt !== undefined) {
-      const key = slotKey(row.job, row.scheduledAt);
+      const key = `${row.job}@${iso(row.scheduledAt)}`;
       bySlot.set(key, [...(bySlot.get(key) ?? []), row.runId]);
     }
     const run = runsById.get(row.runId);

@@ -50,9 +50,9 @@ export interface DrillOptions {
   redisUrl: string;
   /** ledger-failover: an asynchronous standby, the assumption broken on purpose. */
   ledgerAsync?: boolean;
-  /** ledger-failover: the standby is stopped this long before the primary is killed (default 1000 ms). */
+  /** ledger-failover: the standby is cut off this long before the primary is killed (default 1000 ms). */
   ledgerLagMs?: number;
-  /** redis-sentinel-failover: the replica is stopped this long before the primary is killed (default 0). */
+  /** redis-sentinel-failover: the replica is cut off this long before the primary is killed (default 0). */
   sentinelLagMs?: number;
   log?: (line: string) => void;
 }

@@ -29,7 +29,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export class ReplicaFleet {
   readonly procs = new Map<string, Proc>();
-  /** Replicas that exited without being struck or stopped by the drill: a finding, not noise. */
+  /** Replicas that exited without being struck or stopped by the drill: a finding, not noise (each is replaced, so the drill goes on with a full fleet). */
   readonly unexpectedExits: string[] = [];
   private generation = 0;
   private readonly struck = new Set<string>();
@@ -51,7 +51,9 @@ export class ReplicaFleet {
     this.procs.set(id, proc);
     void exited.then(() => {
       this.procs.delete(id);
-      if (!this.stopping && !this.struck.has(id)) this.unexpectedExits.push(`${id} (exit ${child.exitCode ?? child.signalCode})`);
+      if (this.stopping || this.struck.has(id)) return;
+      this.unexpectedExits.push(`${id} (exit ${child.exitCode ?? child.signalCode})`);
+      this.spawn(slot);
     });
     return proc;
   }

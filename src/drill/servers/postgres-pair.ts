@@ -111,15 +111,17 @@ export async function startPostgresPair(options: { synchronous: boolean }): Prom
       return `postgres://postgres@127.0.0.1:${primary.port}/cronwarden`;
     },
     async failover(o = {}) {
-      // Lag on purpose: stop the standby's WAL receiver (SIGSTOP of the whole standby) for a while,
-      // so an asynchronous primary commits what the standby never gets. A synchronous primary
-      // cannot commit meanwhile: its commits wait for the standby.
+      // Lag on purpose: the standby stops streaming (an empty primary_conninfo, reloaded), so for
+      // lagMs an asynchronous primary commits what the standby never gets; a synchronous one
+      // cannot commit meanwhile: its commits wait for the standby. (Stopping the standby's
+      // process would not do: the kernel buffers the stream for it; ending the WAL sender neither:
+      // the standby reconnects at once.)
       if (o.lagMs) {
-        standby.server.pause();
+        await sql(standby.port, "ALTER SYSTEM SET primary_conninfo = ''");
+        await sql(standby.port, 'SELECT pg_reload_conf()');
         await sleep(o.lagMs);
       }
       await primary.server.kill();
-      if (o.lagMs) standby.server.resume();
       removeDir(primary.dir);
       const promoted = standby;
       await sql(promoted.port, 'SELECT pg_promote(true, 30)');
@@ -131,7 +133,7 @@ export async function startPostgresPair(options: { synchronous: boolean }): Prom
       standby = await startStandby(primary.port);
       await setSynchronous(primary.port, options.synchronous);
       await waitForStreaming(primary.port, mode);
-      return `kill -9 of the ledger's primary, standby promoted (${mode}${o.lagMs ? `, standby stopped ${o.lagMs} ms before the kill` : ''}); new standby streaming after ${Date.now() - started} ms`;
+      return `kill -9 of the ledger's primary, standby promoted (${mode}${o.lagMs ? `, standby cut off ${o.lagMs} ms before the kill` : ''}); new standby streaming after ${Date.now() - started} ms`;
     },
     async cleanup() {
       for (const n of [primary, standby]) {

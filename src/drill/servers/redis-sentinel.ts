@@ -7,7 +7,7 @@
  * Redis replicates asynchronously: the promoted replica may lack the newest lease writes (and the
  * token counter's newest value), the scenario of the Redlock critique. Nothing in Redis prevents
  * that; the ledger's fence (fires refused under a leader token lower than one already committed)
- * is what the guarantee rests on. `lagMs` widens that window on purpose: the replica is stopped
+ * is what the guarantee rests on. `lagMs` widens that window on purpose: the replica is cut off
  * for that long before the kill, so it is promoted missing everything written meanwhile.
  */
 import { writeFileSync } from 'node:fs';
@@ -102,13 +102,15 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
       return primary;
     },
     async failover(o = {}) {
+      // Lag on purpose: an output buffer limit of one byte for replicas makes the primary drop the
+      // replica at its next write, and again at every resync, so the replica keeps the state of
+      // this moment. (Stopping the replica would not do: the kernel buffers the stream for it.)
       if (o.lagMs) {
-        replica.server.pause();
+        await command(primary.port, 'CONFIG', 'SET', 'client-output-buffer-limit', 'replica 1 1 0');
         await sleep(o.lagMs);
       }
       const struck = Date.now();
       await primary.server.kill();
-      if (o.lagMs) replica.server.resume();
       const promoted = replica;
       await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () => (await Promise.all(sentinelPorts.map(masterPort))).every((p) => p === promoted.port));
       const promotedAfter = Date.now() - struck;
@@ -118,7 +120,7 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
       primary = promoted;
       replica = old;
       await waitForGroup(sentinelPorts, replica.port);
-      return `kill -9 of the lease's Redis primary${o.lagMs ? ` (its replica stopped ${o.lagMs} ms before)` : ''}; Sentinel promoted the replica after ${promotedAfter} ms`;
+      return `kill -9 of the lease's Redis primary${o.lagMs ? ` (its replica cut off ${o.lagMs} ms before)` : ''}; Sentinel promoted the replica after ${promotedAfter} ms`;
     },
     async cleanup() {
       for (const s of all()) await s.kill();
