@@ -366,6 +366,12 @@ export interface WindowCounts {
   committed: number;
   duplicated: number;
   missed: number;
+  /** Runs completed without their effect because a later slot wrote first. */
+  superseded: number;
+  /** Runs still pending, running or retrying at the end (I6). */
+  unsettled: number;
+  /** Completed runs whose effect is in the effect table exactly once (null: no effect table). */
+  writtenOnce: number | null;
 }
 
 /** The fire counts of scheduled times in [from, to): what one fault's stretch of a drill did. */
@@ -382,7 +388,15 @@ export function countWindow(history: History, expectation: Pick<Expectation, 'ex
       if (!slots.has(`${job}@${t}`)) missed++;
     }
   }
-  return { expected, committed: runs.length, duplicated: runs.length - slots.size, missed };
+  const superseded = runs.filter((r) => r.state === 'superseded').length;
+  const unsettled = runs.filter((r) => !(settledStates as readonly string[]).includes(r.state)).length;
+  let writtenOnce: number | null = null;
+  if (history.effects) {
+    const effects = new Map<bigint, number>();
+    for (const e of history.effects) effects.set(e.runId, (effects.get(e.runId) ?? 0) + 1);
+    writtenOnce = runs.filter((r) => r.state === 'completed' && effects.get(r.id) === 1).length;
+  }
+  return { expected, committed: runs.length, duplicated: runs.length - slots.size, missed, superseded, unsettled, writtenOnce };
 }
 
 /**

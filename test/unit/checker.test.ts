@@ -209,11 +209,14 @@ describe('exactly-once checker', () => {
     assert.ok(report.violations.some((v) => /a@2026-01-01T00:00:01.000Z: the attempt log has committed writes of 2 different runs \(3, 77\)/.test(v.message)));
   });
 
-  it('counts one stretch of the window: expected, committed, duplicated and missed', () => {
+  it('counts one stretch of the window: expected, committed, duplicated, missed, superseded and unsettled', () => {
     const { history, expected } = clean();
     history.runs.push({ ...history.runs[4]!, id: 98n }); // a@2s twice
     history.runs = history.runs.filter((r) => !(r.job === 'b' && r.scheduledAt === T + 3000));
-    assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), { expected: 4, committed: 4, duplicated: 1, missed: 1 });
-    assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), { expected: 2, committed: 2, duplicated: 0, missed: 0 });
+    const at5 = (job: string) => history.runs.find((r) => r.job === job && r.scheduledAt === T + 5000)!;
+    at5('a').state = 'pending';
+    at5('b').state = 'superseded';
+    assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), { expected: 4, committed: 4, duplicated: 1, missed: 1, superseded: 0, unsettled: 0, writtenOnce: 3 });
+    assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), { expected: 2, committed: 2, duplicated: 0, missed: 0, superseded: 1, unsettled: 1, writtenOnce: 0 });
   });
 });
