@@ -121,7 +121,7 @@ describe('failover drill (short)', () => {
       jobs: 4,
       faults: kinds,
       faultCount: kinds.length,
-      intervalSeconds: 3,
+      intervalSeconds: 2,
       ttlMs: 2000,
       seed: 42,
       databaseUrl: adminUrl,
