@@ -5,6 +5,7 @@ need=()
 command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)   # the drill's redis-sentinel-failover fault
 command -v psql >/dev/null 2>&1 || need+=(postgresql-client)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)   # the status-page browser test
 ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || need+=(libfaketime)   # the drill's clock-skew fault

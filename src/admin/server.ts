@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import { z } from 'zod';
-import { NotLeaderError } from '../errors.js';
+import { NotLeaderError, TimedOutError } from '../errors.js';
 import { runStates } from '../db/schema.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
@@ -352,7 +352,7 @@ async function check(fn: () => Promise<unknown>, ms: number): Promise<string> {
     await Promise.race([
       fn(),
       new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+        timer = setTimeout(() => reject(new TimedOutError('readiness check', ms)), ms);
       }),
     ]);
     return 'ok';

@@ -2,7 +2,7 @@ import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { z } from 'zod';
 import { runDrill, type DrillReport } from '../drill/drill.js';
-import { applicableFaults, faultKinds, type FaultKind } from '../drill/faults.js';
+import { applicableFaults, faultConflict, faultKinds, topologyFaults, type FaultKind } from '../drill/faults.js';
 import { findLibfaketime } from '../drill/skewed-clock.js';
 import { InvalidConfigError } from '../errors.js';
 
@@ -17,6 +17,9 @@ const optionsSchema = z.object({
   delayMs: z.coerce.number().int().min(0).max(5000),
   jitterMs: z.coerce.number().int().min(0).max(5000),
   loss: z.coerce.number().min(0, 'must be a share between 0 and 0.5').max(0.5, 'must be a share between 0 and 0.5'),
+  ledgerLagMs: z.coerce.number().int().min(0).max(30_000),
+  sentinelLagMs: z.coerce.number().int().min(0).max(30_000),
+  ledgerAsync: z.boolean().default(false),
 });
 
 export function registerDrill(program: Command): void {
@@ -26,26 +29,31 @@ export function registerDrill(program: Command): void {
     .option('--backend <kind>', 'etcd | redis | postgres (the drill starts a throwaway server for it)', 'postgres')
     .option('--replicas <n>', 'replica processes', '3')
     .option('--jobs <n>', 'jobs due every second', '10')
-    .option('--faults <kinds>', `comma-separated: ${faultKinds.join(', ')} (default: all that apply; clock-skew needs libfaketime)`)
+    .option('--faults <kinds>', `comma-separated: ${faultKinds.join(', ')} (default: all that apply but ${[...topologyFaults].join(' and ')}; clock-skew needs libfaketime)`)
     .option('--fault-count <n>', 'faults to strike in all (each chosen kind equally often, at least once)', '5')
     .option('--interval <seconds>', 'quiet time between faults', '6')
     .option('--ttl-ms <ms>', 'lease TTL of the replicas', '2000')
     .option('--delay-ms <ms>', 'link-slow: one-way delay on the leader\'s link', '75')
     .option('--jitter-ms <ms>', 'link-slow: ± spread of that delay', '50')
     .option('--loss <share>', 'link-lossy: share of segments lost, each costing a 200 ms retransmission timeout', '0.05')
+    .option('--ledger-async', 'ledger-failover: make the standby asynchronous (breaks the guarantee on purpose)')
+    .option('--ledger-lag-ms <ms>', 'ledger-failover: the standby is cut off this long before the primary is killed', '1000')
+    .option('--sentinel-lag-ms <ms>', 'redis-sentinel-failover: the replica is cut off this long before the primary is killed', '0')
     .option('--seed <n>', 'seed of the fault schedule (printed, to replay a run)', String(Math.floor(Math.random() * 1e9)))
     .option('--database-url <url>', 'PostgreSQL server for the ledger (a database is created and dropped)', process.env.CRONWARDEN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres')
     .option('--redis-url <url>', 'Redis for BullMQ delivery', process.env.CRONWARDEN_REDIS_URL ?? 'redis://127.0.0.1:6379')
     .option('--report <file>', 'write the JSON report here')
-    .action(async (raw: Record<string, string | undefined>) => {
+    .action(async (raw: Record<string, string | boolean | undefined>) => {
       const parsed = optionsSchema.safeParse(raw);
       if (!parsed.success) {
         const issue = parsed.error.issues[0]!;
         throw new InvalidConfigError(`--${String(issue.path[0]).replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, issue.message);
       }
       const o = parsed.data;
-      const faults = (raw.faults?.split(',').map((s) => s.trim()) ?? applicableFaults(o.backend, findLibfaketime() !== undefined)) as FaultKind[];
+      const faults = ((raw.faults as string | undefined)?.split(',').map((s) => s.trim()) ?? applicableFaults(o.backend, findLibfaketime() !== undefined)) as FaultKind[];
       for (const f of faults) if (!faultKinds.includes(f)) throw new InvalidConfigError('--faults', `unknown fault "${f}"; expected ${faultKinds.join(', ')}`);
+      const conflict = faultConflict(o.backend, faults);
+      if (conflict) throw new InvalidConfigError('--faults', conflict);
       console.log(`drill: backend ${o.backend}, ${o.replicas} replicas, ${o.jobs} jobs/s, faults ${faults.join(',')} x${o.faultCount}, seed ${o.seed}`);
       const report = await runDrill({
         backend: o.backend,
@@ -58,12 +66,15 @@ export function registerDrill(program: Command): void {
         seed: o.seed,
         slowLink: { delayMs: o.delayMs, jitterMs: o.jitterMs },
         lossRate: o.loss,
-        databaseUrl: raw.databaseUrl!,
-        redisUrl: raw.redisUrl!,
+        databaseUrl: raw.databaseUrl as string,
+        redisUrl: raw.redisUrl as string,
+        ledgerAsync: o.ledgerAsync,
+        ledgerLagMs: o.ledgerLagMs,
+        sentinelLagMs: o.sentinelLagMs,
         log: (line) => console.log(line),
       });
       printReport(report);
-      if (raw.report) writeFileSync(raw.report, JSON.stringify(report, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2));
+      if (typeof raw.report === 'string') writeFileSync(raw.report, JSON.stringify(report, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2));
       if (!report.ok) process.exitCode = 1;
     });
 }
@@ -74,6 +85,15 @@ function printReport(r: DrillReport): void {
   console.log(`fires expected ${c.expected}, committed ${c.committed}, duplicated ${c.duplicated}, missed ${c.missed}, early ${c.early}, unfinished ${c.incomplete}`);
   console.log(`effects doubled ${c.effectsDuplicated}, missing ${c.effectsMissing}, written by a stale attempt ${c.staleEffects}; stale attempts refused ${r.staleAttemptsRefused}`);
   console.log(`leader tokens out of commit order: ${c.tokenRegressions}`);
+  const st = c.settlement;
+  console.log(
+    `runs settled: completed ${st.completed}, superseded ${st.superseded}, skipped ${st.skipped}, failed ${st.failed}, cancelled ${st.cancelled}; ` +
+      `unsettled ${st.unsettled}${st.unsettled ? ` ${JSON.stringify(st.unsettledByState)}` : ''}`,
+  );
+  if (c.attemptLog) {
+    console.log(`attempt log: ${c.attemptLog.committed} writes committed, ${c.staleWritesRefused} stale refused, ${c.staleWritesLanded} stale landed, ${c.writesCommittedTwice} doubled, ${c.writesLostByLedger} lost by the ledger; ${c.attemptLog.failed} attempts failed`);
+  }
+  if (r.unexpectedExits.length) console.log(`replicas that exited by themselves: ${r.unexpectedExits.join(', ')}`);
   for (const f of r.faults) {
     console.log(
       `  ${f.kind.padEnd(20)} ${f.at}  ${f.leaderBefore ?? '?'} -> ${f.leaderAfter ?? '?'}  new leader after ${f.handoverMs ?? '-'} ms, ` +

@@ -5,8 +5,8 @@
  * from PostgreSQL.
  */
 import type pg from 'pg';
-import { attemptLogInWindow, effectsInWindow, runsInWindow } from '../ledger/history-reads.js';
-import type { AttemptOutcome } from './attempt-log.js';
+import { effectsInWindow, runsInWindow } from '../ledger/history-reads.js';
+import { readAttemptLog, type AttemptOutcome } from './attempt-log.js';
 
 export interface RunRecord {
   id: bigint;
@@ -34,6 +34,9 @@ export interface AttemptLogRecord {
   /** The attempt's execution token. */
   token: bigint;
   outcome: AttemptOutcome;
+  /** The run's job and scheduled time as the attempt saw them (the drill's log keeps them, so a run the ledger lost is still recognised). */
+  job?: string;
+  scheduledAt?: number;
 }
 
 export interface History {
@@ -60,7 +63,7 @@ export interface Expectation {
 }
 
 export interface Violation {
-  invariant: 'I1' | 'I2' | 'I3' | 'I4' | 'completion' | 'early';
+  invariant: 'I1' | 'I2' | 'I3' | 'I4' | 'I6' | 'completion' | 'early';
   message: string;
 }
 
@@ -87,181 +90,275 @@ export interface CheckReport {
   staleWritesLanded: number;
   /** Extra 'committed' log rows of a run beyond its first: its write committed more than once (I4). */
   writesCommittedTwice: number;
+  /** 'committed' log rows (kept outside the ledger) whose run the ledger no longer has: a completion the ledger lost (I4). */
+  writesLostByLedger: number;
+  /** I6: the window's runs by final state; unsettled ones (pending, running, retrying) are violations. */
+  settlement: Settlement;
   violations: Violation[];
   ok: boolean;
 }
 
+export interface Settlement {
+  completed: number;
+  superseded: number;
+  skipped: number;
+  failed: number;
+  cancelled: number;
+  unsettled: number;
+  unsettledByState: Record<string, number>;
+}
+
 const MAX_LISTED = 20;
 
-export function checkHistory(history: History, expectation: Expectation): CheckReport {
-  const violations: Violation[] = [];
-  const note = (v: Violation) => {
-    if (violations.filter((x) => x.invariant === v.invariant).length < MAX_LISTED) violations.push(v);
-  };
-  const fired = new Set(expectation.firedStates ?? ['pending', 'running', 'retrying', 'completed', 'failed', 'skipped', 'cancelled']);
+/** The states in which a run is settled for good (I6); 'superseded' is a completion without an effect. */
+export const settledStates = ['completed', 'superseded', 'skipped', 'failed', 'cancelled'] as const;
+/** States that count as "the slot's work is done" for the completion check. */
+const doneStates = new Set(['completed', 'superseded']);
 
-  // I1: at most one run per (job, scheduled time).
+/** Collects violations, listing at most MAX_LISTED per invariant (the counts stay exact). */
+export class Notes {
+  readonly violations: Violation[] = [];
+  add(v: Violation): void {
+    if (this.violations.filter((x) => x.invariant === v.invariant).length < MAX_LISTED) this.violations.push(v);
+  }
+}
+
+const slotKey = (job: string, at: number) => `${job}@${at}`;
+const iso = (t: number) => new Date(t).toISOString();
+
+function runsBySlot(runs: RunRecord[]): Map<string, RunRecord[]> {
   const bySlot = new Map<string, RunRecord[]>();
-  for (const run of history.runs) {
-    const key = `${run.job}@${run.scheduledAt}`;
+  for (const run of runs) {
+    const key = slotKey(run.job, run.scheduledAt);
     bySlot.set(key, [...(bySlot.get(key) ?? []), run]);
   }
-  let duplicated = 0;
-  for (const [key, runs] of bySlot) {
-    if (runs.length > 1) {
-      duplicated += runs.length - 1;
-      note({ invariant: 'I1', message: `${key} fired ${runs.length} times (runs ${runs.map((r) => r.id).join(', ')})` });
-    }
-  }
+  return bySlot;
+}
 
-  // I2: every expected time fired.
-  let expected = 0;
-  let missed = 0;
-  let incomplete = 0;
-  for (const [job, times] of expectation.expected) {
-    for (const at of times) {
-      expected++;
-      const runs = (bySlot.get(`${job}@${at}`) ?? []).filter((r) => fired.has(r.state));
-      if (runs.length === 0) {
-        missed++;
-        note({ invariant: 'I2', message: `${job}@${new Date(at).toISOString()} never fired` });
-      } else if (expectation.requireCompleted && !runs.some((r) => r.state === 'completed')) {
-        incomplete++;
-        note({ invariant: 'completion', message: `${job}@${new Date(at).toISOString()} fired but did not complete (${runs[0]!.state})` });
-      }
-    }
-  }
-
-  // On time: nothing fires before it is due, whatever a replica's wall clock says.
-  let early = 0;
-  const tolerance = expectation.earlyToleranceMs ?? 500;
-  for (const run of history.runs) {
-    if (run.committedAt !== undefined && run.committedAt < run.scheduledAt - tolerance) {
-      early++;
-      note({ invariant: 'early', message: `${run.job}@${new Date(run.scheduledAt).toISOString()} committed ${run.scheduledAt - run.committedAt} ms before it was due (run ${run.id})` });
-    }
-  }
-
-  // I3: leader tokens never decrease in commit order.
-  let tokenRegressions = 0;
-  let highest = -1n;
-  for (const run of history.runs) {
-    if (run.leaderToken < highest) {
-      tokenRegressions++;
-      note({ invariant: 'I3', message: `run ${run.id} committed with leader token ${run.leaderToken} after token ${highest}` });
-    }
-    if (run.leaderToken > highest) highest = run.leaderToken;
-  }
-
-  // I4: each run's effect exactly once, written by the attempt that completed the run.
-  let effectsDuplicated = 0;
-  let effectsMissing = 0;
-  let staleEffects = 0;
-  if (history.effects) {
-    const effectsByRun = new Map<bigint, EffectRecord[]>();
-    for (const e of history.effects) effectsByRun.set(e.runId, [...(effectsByRun.get(e.runId) ?? []), e]);
-    const expectedRuns = new Set<bigint>();
-    for (const [job, times] of expectation.expected) {
-      for (const at of times) for (const r of bySlot.get(`${job}@${at}`) ?? []) if (r.state === 'completed') expectedRuns.add(r.id);
-    }
-    const runsById = new Map(history.runs.map((r) => [r.id, r]));
-    for (const [runId, effects] of effectsByRun) {
-      if (effects.length > 1) {
-        effectsDuplicated += effects.length - 1;
-        note({ invariant: 'I4', message: `run ${runId} has ${effects.length} effects (tokens ${effects.map((e) => e.token).join(', ')})` });
-      }
-      const run = runsById.get(runId);
-      for (const e of effects) {
-        if (run?.completedToken != null && e.token !== run.completedToken) {
-          staleEffects++;
-          note({ invariant: 'I4', message: `run ${runId}: effect written with token ${e.token}, but token ${run.completedToken} completed the run` });
-        }
-      }
-    }
-    for (const runId of expectedRuns) {
-      if (!effectsByRun.has(runId)) {
-        effectsMissing++;
-        note({ invariant: 'I4', message: `run ${runId} completed without its effect` });
-      }
-    }
-  }
-
-  // I4 from the independent attempt log: a committed write must be the completing attempt's, once
-  // per run; refused and stale-skipped attempts are the stale writes the fence turned away.
-  let attemptLog: CheckReport['attemptLog'] = null;
-  let staleWritesLanded = 0;
-  let writesCommittedTwice = 0;
-  if (history.attemptLog) {
-    const runsById = new Map(history.runs.map((r) => [r.id, r]));
-    const counts = { attempts: 0, committed: 0, refused: 0, skipped: 0, staleSkipped: 0, failed: 0 };
-    const committedByRun = new Map<bigint, bigint[]>();
-    for (const row of history.attemptLog) {
-      counts.attempts++;
-      const run = runsById.get(row.runId);
-      switch (row.outcome) {
-        case 'committed': {
-          counts.committed++;
-          committedByRun.set(row.runId, [...(committedByRun.get(row.runId) ?? []), row.token]);
-          if (run && run.completedToken !== row.token) {
-            staleWritesLanded++;
-            note({
-              invariant: 'I4',
-              message: `run ${row.runId}: the attempt log has a write committed with token ${row.token}, but ${run.completedToken === null ? 'no attempt completed the run' : `token ${run.completedToken} completed the run`}`,
-            });
-          }
-          break;
-        }
-        case 'refused':
-          counts.refused++;
-          break;
-        case 'skipped':
-          counts.skipped++;
-          if (run?.completedToken != null && row.token < run.completedToken) counts.staleSkipped++;
-          break;
-        default:
-          counts.failed++;
-      }
-    }
-    for (const [runId, tokens] of committedByRun) {
-      if (tokens.length > 1) {
-        writesCommittedTwice += tokens.length - 1;
-        note({ invariant: 'I4', message: `run ${runId}: the attempt log has ${tokens.length} committed writes (tokens ${tokens.join(', ')})` });
-      }
-    }
-    attemptLog = counts;
-  }
-  const staleWritesRefused = attemptLog ? attemptLog.refused + attemptLog.staleSkipped : 0;
-
-  const committed = history.runs.length;
+export function checkHistory(history: History, expectation: Expectation): CheckReport {
+  const notes = new Notes();
+  const bySlot = runsBySlot(history.runs);
+  const duplicated = checkDuplicates(bySlot, notes);
+  const { expected, missed, incomplete } = checkMissed(bySlot, expectation, notes);
+  const early = checkEarly(history.runs, expectation.earlyToleranceMs ?? 500, notes);
+  const tokenRegressions = checkTokenOrder(history.runs, notes);
+  const effects = checkEffects(history, bySlot, expectation, notes);
+  const log = checkAttemptLog(history, notes);
+  const settlement = checkSettled(history.runs, notes);
   const ok =
     duplicated === 0 &&
     missed === 0 &&
     early === 0 &&
     incomplete === 0 &&
     tokenRegressions === 0 &&
-    effectsDuplicated === 0 &&
-    effectsMissing === 0 &&
-    staleEffects === 0 &&
-    staleWritesLanded === 0 &&
-    writesCommittedTwice === 0;
+    effects.effectsDuplicated === 0 &&
+    effects.effectsMissing === 0 &&
+    effects.staleEffects === 0 &&
+    log.staleWritesLanded === 0 &&
+    log.writesCommittedTwice === 0 &&
+    log.writesLostByLedger === 0 &&
+    settlement.unsettled === 0;
   return {
     expected,
-    committed,
+    committed: history.runs.length,
     duplicated,
     missed,
     early,
     incomplete,
     tokenRegressions,
-    effectsDuplicated,
-    effectsMissing,
-    staleEffects,
-    attemptLog,
-    staleWritesRefused,
-    staleWritesLanded,
-    writesCommittedTwice,
-    violations,
+    ...effects,
+    ...log,
+    settlement,
+    violations: notes.violations,
     ok,
   };
+}
+
+/** I1: at most one run per (job, scheduled time). Returns the runs beyond the first of each slot. */
+export function checkDuplicates(bySlot: Map<string, RunRecord[]>, notes: Notes): number {
+  let duplicated = 0;
+  for (const [key, runs] of bySlot) {
+    if (runs.length > 1) {
+      duplicated += runs.length - 1;
+      notes.add({ invariant: 'I1', message: `${key} fired ${runs.length} times (runs ${runs.map((r) => r.id).join(', ')})` });
+    }
+  }
+  return duplicated;
+}
+
+/** I2: every expected time fired; with requireCompleted, each of them also completed (or was superseded). */
+export function checkMissed(bySlot: Map<string, RunRecord[]>, expectation: Expectation, notes: Notes): { expected: number; missed: number; incomplete: number } {
+  const fired = new Set(expectation.firedStates ?? ['pending', 'running', 'retrying', ...settledStates]);
+  let expected = 0;
+  let missed = 0;
+  let incomplete = 0;
+  for (const [job, times] of expectation.expected) {
+    for (const at of times) {
+      expected++;
+      const runs = (bySlot.get(slotKey(job, at)) ?? []).filter((r) => fired.has(r.state));
+      if (runs.length === 0) {
+        missed++;
+        notes.add({ invariant: 'I2', message: `${job}@${iso(at)} never fired` });
+      } else if (expectation.requireCompleted && !runs.some((r) => doneStates.has(r.state))) {
+        incomplete++;
+        notes.add({ invariant: 'completion', message: `${job}@${iso(at)} fired but did not complete (${runs[0]!.state})` });
+      }
+    }
+  }
+  return { expected, missed, incomplete };
+}
+
+/** On time: nothing fires before it is due, whatever a replica's wall clock says. */
+export function checkEarly(runs: RunRecord[], toleranceMs: number, notes: Notes): number {
+  let early = 0;
+  for (const run of runs) {
+    if (run.committedAt !== undefined && run.committedAt < run.scheduledAt - toleranceMs) {
+      early++;
+      notes.add({ invariant: 'early', message: `${run.job}@${iso(run.scheduledAt)} committed ${run.scheduledAt - run.committedAt} ms before it was due (run ${run.id})` });
+    }
+  }
+  return early;
+}
+
+/** I3: leader tokens never decrease in commit order. */
+export function checkTokenOrder(runs: RunRecord[], notes: Notes): number {
+  let regressions = 0;
+  let highest = -1n;
+  for (const run of runs) {
+    if (run.leaderToken < highest) {
+      regressions++;
+      notes.add({ invariant: 'I3', message: `run ${run.id} committed with leader token ${run.leaderToken} after token ${highest}` });
+    }
+    if (run.leaderToken > highest) highest = run.leaderToken;
+  }
+  return regressions;
+}
+
+/** I4 from the effect table: each completed run's effect exactly once, written by the attempt that completed it. */
+export function checkEffects(
+  history: History,
+  bySlot: Map<string, RunRecord[]>,
+  expectation: Expectation,
+  notes: Notes,
+): { effectsDuplicated: number; effectsMissing: number; staleEffects: number } {
+  const counts = { effectsDuplicated: 0, effectsMissing: 0, staleEffects: 0 };
+  if (!history.effects) return counts;
+  const effectsByRun = new Map<bigint, EffectRecord[]>();
+  for (const e of history.effects) effectsByRun.set(e.runId, [...(effectsByRun.get(e.runId) ?? []), e]);
+  const runsById = new Map(history.runs.map((r) => [r.id, r]));
+  for (const [runId, effects] of effectsByRun) {
+    if (effects.length > 1) {
+      counts.effectsDuplicated += effects.length - 1;
+      notes.add({ invariant: 'I4', message: `run ${runId} has ${effects.length} effects (tokens ${effects.map((e) => e.token).join(', ')})` });
+    }
+    const run = runsById.get(runId);
+    for (const e of effects) {
+      if (run?.completedToken != null && e.token !== run.completedToken) {
+        counts.staleEffects++;
+        notes.add({ invariant: 'I4', message: `run ${runId}: effect written with token ${e.token}, but token ${run.completedToken} completed the run` });
+      }
+    }
+  }
+  for (const [job, times] of expectation.expected) {
+    for (const at of times) {
+      for (const r of bySlot.get(slotKey(job, at)) ?? []) {
+        if (r.state !== 'completed' || effectsByRun.has(r.id)) continue;
+        counts.effectsMissing++;
+        notes.add({ invariant: 'I4', message: `run ${r.id} completed without its effect` });
+      }
+    }
+  }
+  return counts;
+}
+
+type AttemptCounts = NonNullable<CheckReport['attemptLog']>;
+type LogFindings = Pick<CheckReport, 'attemptLog' | 'staleWritesRefused' | 'staleWritesLanded' | 'writesCommittedTwice' | 'writesLostByLedger'>;
+
+/**
+ * I4 from the independent attempt log: a committed write must be the completing attempt's, once
+ * per run and once per slot; refused and stale-skipped attempts are the stale writes the fence
+ * turned away. Where the log lives outside the ledger (ledger faults), it also sees writes whose
+ * run the ledger no longer knows: a completion the ledger lost (an asynchronous standby promoted).
+ */
+export function checkAttemptLog(history: History, notes: Notes): LogFindings {
+  if (!history.attemptLog) return { attemptLog: null, staleWritesRefused: 0, staleWritesLanded: 0, writesCommittedTwice: 0, writesLostByLedger: 0 };
+  const runsById = new Map(history.runs.map((r) => [r.id, r]));
+  const counts: AttemptCounts = { attempts: 0, committed: 0, refused: 0, skipped: 0, staleSkipped: 0, failed: 0 };
+  const committed: AttemptLogRecord[] = [];
+  for (const row of history.attemptLog) {
+    counts.attempts++;
+    const run = runsById.get(row.runId);
+    if (row.outcome === 'committed') {
+      counts.committed++;
+      committed.push(row);
+    } else if (row.outcome === 'refused') counts.refused++;
+    else if (row.outcome === 'skipped') {
+      counts.skipped++;
+      if (run?.completedToken != null && row.token < run.completedToken) counts.staleSkipped++;
+    } else counts.failed++;
+  }
+  return {
+    attemptLog: counts,
+    staleWritesRefused: counts.refused + counts.staleSkipped,
+    ...committedWrites(committed, runsById, notes),
+  };
+}
+
+function committedWrites(committed: AttemptLogRecord[], runsById: Map<bigint, RunRecord>, notes: Notes): Pick<LogFindings, 'staleWritesLanded' | 'writesCommittedTwice' | 'writesLostByLedger'> {
+  let staleWritesLanded = 0;
+  let writesLostByLedger = 0;
+  const byRun = new Map<bigint, bigint[]>();
+  const bySlot = new Map<string, bigint[]>(); // keyed by job@ISO time, for the message
+  for (const row of committed) {
+    byRun.set(row.runId, [...(byRun.get(row.runId) ?? []), row.token]);
+    if (row.job !== undefined && row.scheduledAt !== undefined) {
+      const key = `${row.job}@${iso(row.scheduledAt)}`;
+      bySlot.set(key, [...(bySlot.get(key) ?? []), row.runId]);
+    }
+    const run = runsById.get(row.runId);
+    if (row.job !== undefined && (run === undefined || run.job !== row.job || run.scheduledAt !== row.scheduledAt)) {
+      writesLostByLedger++;
+      const now = run === undefined ? 'it has no such run' : `its run ${row.runId} is now ${run.job}@${iso(run.scheduledAt)}`;
+      notes.add({ invariant: 'I4', message: `run ${row.runId} (${row.job}@${iso(row.scheduledAt!)}): a write committed with token ${row.token}, but the ledger forgot it: ${now}` });
+    } else if (run && run.completedToken !== row.token) {
+      staleWritesLanded++;
+      const by = run.completedToken === null ? 'no attempt completed the run' : `token ${run.completedToken} completed the run`;
+      notes.add({ invariant: 'I4', message: `run ${row.runId}: the attempt log has a write committed with token ${row.token}, but ${by}` });
+    }
+  }
+  let writesCommittedTwice = 0;
+  for (const [runId, tokens] of byRun) {
+    if (tokens.length < 2) continue;
+    writesCommittedTwice += tokens.length - 1;
+    notes.add({ invariant: 'I4', message: `run ${runId}: the attempt log has ${tokens.length} committed writes (tokens ${tokens.join(', ')})` });
+  }
+  for (const [key, runIds] of bySlot) {
+    const distinct = new Set(runIds);
+    if (distinct.size < 2) continue;
+    writesCommittedTwice += distinct.size - 1;
+    notes.add({ invariant: 'I4', message: `${key}: the attempt log has committed writes of ${distinct.size} different runs (${[...distinct].join(', ')}): its effect happened twice` });
+  }
+  return { staleWritesLanded, writesCommittedTwice, writesLostByLedger };
+}
+
+/**
+ * I6: every committed run is settled at the end: completed, superseded (completed without its
+ * effect because a later slot wrote first), skipped or cancelled by policy, or failed by its own
+ * handler. A run still pending, running or retrying was lost on the way (e.g. by the queue) and
+ * nothing brought it back.
+ */
+export function checkSettled(runs: RunRecord[], notes: Notes): Settlement {
+  const settlement: Settlement = { completed: 0, superseded: 0, skipped: 0, failed: 0, cancelled: 0, unsettled: 0, unsettledByState: {} };
+  for (const run of runs) {
+    if ((settledStates as readonly string[]).includes(run.state)) {
+      settlement[run.state as (typeof settledStates)[number]]++;
+      continue;
+    }
+    settlement.unsettled++;
+    settlement.unsettledByState[run.state] = (settlement.unsettledByState[run.state] ?? 0) + 1;
+    notes.add({ invariant: 'I6', message: `run ${run.id} (${run.job}@${iso(run.scheduledAt)}) is still ${run.state} at the end` });
+  }
+  return settlement;
 }
 
 export interface WindowCounts {
@@ -269,6 +366,12 @@ export interface WindowCounts {
   committed: number;
   duplicated: number;
   missed: number;
+  /** Runs completed without their effect because a later slot wrote first. */
+  superseded: number;
+  /** Runs still pending, running or retrying at the end (I6). */
+  unsettled: number;
+  /** Completed runs whose effect is in the effect table exactly once (null: no effect table). */
+  writtenOnce: number | null;
 }
 
 /** The fire counts of scheduled times in [from, to): what one fault's stretch of a drill did. */
@@ -285,23 +388,28 @@ export function countWindow(history: History, expectation: Pick<Expectation, 'ex
       if (!slots.has(`${job}@${t}`)) missed++;
     }
   }
-  return { expected, committed: runs.length, duplicated: runs.length - slots.size, missed };
+  const superseded = runs.filter((r) => r.state === 'superseded').length;
+  const unsettled = runs.filter((r) => !(settledStates as readonly string[]).includes(r.state)).length;
+  let writtenOnce: number | null = null;
+  if (history.effects) {
+    const effects = new Map<bigint, number>();
+    for (const e of history.effects) effects.set(e.runId, (effects.get(e.runId) ?? 0) + 1);
+    writtenOnce = runs.filter((r) => r.state === 'completed' && effects.get(r.id) === 1).length;
+  }
+  return { expected, committed: runs.length, duplicated: runs.length - slots.size, missed, superseded, unsettled, writtenOnce };
 }
 
 /**
  * Load the ledger for a window, and if named the effect table (run_id and token columns) and the
- * attempt log (run_id, token and outcome columns, see attempt-log.ts).
+ * drill's attempt log (see attempt-log.ts), which may live in another database than the ledger.
  */
 export async function readHistory(
   pool: pg.Pool,
-  options: { from: Date; to: Date; effectsTable?: string; attemptLogTable?: string; jobPrefix?: string },
+  options: { from: Date; to: Date; effectsTable?: string; attemptLogDb?: Pick<pg.Pool, 'query'>; jobPrefix?: string },
 ): Promise<History> {
   const { from, to } = options;
   const history: History = { runs: await runsInWindow(pool, from, to, options.jobPrefix) };
   if (options.effectsTable) history.effects = await effectsInWindow(pool, options.effectsTable, from, to);
-  if (options.attemptLogTable) {
-    const rows = await attemptLogInWindow(pool, options.attemptLogTable, from, to);
-    history.attemptLog = rows.map((l) => ({ ...l, outcome: l.outcome as AttemptOutcome }));
-  }
+  if (options.attemptLogDb) history.attemptLog = await readAttemptLog(options.attemptLogDb, from, to);
   return history;
 }

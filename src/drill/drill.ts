@@ -7,25 +7,24 @@
  * that must move leadership (kill, stop, term, link-cut) that fire must come from the new tenure,
  * a leader token higher than the struck leader's: a cut-off leader keeps committing through its
  * intact ledger link until its own deadline, and its fires prove nothing about failover.
+ *
+ * The parts: environment.ts starts the servers, fleet.ts the replicas, strike.ts strikes a fault,
+ * faults.ts judges it, checker.ts checks the history; this file runs them in order.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { memberAdminUrl } from '../ledger/admin-reads.js';
-import { createLeaseBackend, type BackendConfig } from '../locks/create-backend.js';
+import { createLeaseBackend } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
-import { checkHistory, countWindow, readHistory, type CheckReport, type WindowCounts } from './checker.js';
-import { ATTEMPT_LOG_DDL, ATTEMPT_LOG_TABLE } from './attempt-log.js';
-import { faultSchedule, judgeFault, movesLeader, seededRandom, type FaultKind } from './faults.js';
+import { DrillError, InvalidConfigError } from '../errors.js';
+import { checkHistory, countWindow, readHistory, type CheckReport, type History, type WindowCounts } from './checker.js';
+import { startEnvironment, type DrillEnvironment } from './environment.js';
+import { faultConflict, faultSchedule, judgeFault, movesLeader, seededRandom, type FaultKind } from './faults.js';
+import { ReplicaFleet } from './fleet.js';
 import { LeaderTimeline } from './leader-timeline.js';
 import { ReplicaLink } from './replica-link.js';
 import { SkewedClocks } from './skewed-clock.js';
-import { createScratchDatabase } from './servers/scratch-database.js';
-import { startEtcdCluster } from './servers/etcd-server.js';
-import { startPostgresCluster } from './servers/postgres-cluster.js';
-import { startRedis } from './servers/redis-server.js';
-import { DrillError } from '../errors.js';
+import { strike } from './strike.js';
 
 export interface DrillOptions {
   backend: 'etcd' | 'redis' | 'postgres';
@@ -42,9 +41,19 @@ export interface DrillOptions {
   slowLink?: { delayMs: number; jitterMs: number };
   /** link-lossy: share of segments lost (each costs a 200 ms RTO, doubling). Default 0.05. */
   lossRate?: number;
-  /** Server for the ledger; the drill creates and drops its own database there. */
+  /**
+   * Server for the ledger; the drill creates and drops its own database there. With ledger faults
+   * the ledger is the drill's own PostgreSQL, and this server keeps the attempt log (the witness).
+   */
   databaseUrl: string;
+  /** Redis for BullMQ; with queue faults the drill runs its own redis-server instead. */
   redisUrl: string;
+  /** ledger-failover: an asynchronous standby, the assumption broken on purpose. */
+  ledgerAsync?: boolean;
+  /** ledger-failover: the standby is cut off this long before the primary is killed (default 1000 ms). */
+  ledgerLagMs?: number;
+  /** redis-sentinel-failover: the replica is cut off this long before the primary is killed (default 0). */
+  sentinelLagMs?: number;
   log?: (line: string) => void;
 }
 
@@ -86,215 +95,196 @@ export interface DrillReport {
   staleAttemptsRefused: number;
   /** From the independent attempt log: 'refused' rows plus stale 'skipped' rows (check.staleWritesRefused). */
   staleWritesRefused: number;
+  /** Replicas that exited without being struck (a crash on a fault that should not take a replica down). */
+  unexpectedExits: string[];
   violations: string[];
   ok: boolean;
 }
 
-interface Proc {
-  id: string;
-  slot: number;
-  child: ChildProcess;
-  exited: Promise<void>;
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Everything one drill drives between its servers' start and stop. */
+interface Session {
+  o: DrillOptions;
+  env: DrillEnvironment;
+  fleet: ReplicaFleet;
+  links: ReplicaLink[];
+  observer: LeaseBackend;
+  timeline: LeaderTimeline;
+  clocks: SkewedClocks | undefined;
+  probe: LedgerProbe;
+  faultRandom: () => number;
+  log: (line: string) => void;
+}
+
 export async function runDrill(o: DrillOptions): Promise<DrillReport> {
-  const log = o.log ?? (() => {});
   const random = seededRandom(o.seed);
   const schedule = faultSchedule(o.faults, o.faultCount, random);
-  // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
-  // which must not shift the fault parameters a replay draws.
-  const faultRandom = seededRandom(o.seed + 1);
+  const conflict = faultConflict(o.backend, schedule);
+  if (conflict) throw new InvalidConfigError('faults', conflict);
   // Before anything is started, so a missing libfaketime leaves nothing behind.
   const clocks = schedule.includes('clock-skew') ? SkewedClocks.create() : undefined;
-  const scratch = await createScratchDatabase(o.databaseUrl, { prefix: 'cronwarden_drill' });
-  const ledgerUrl = scratch.url;
-  const pool = scratch.pool;
-  await pool.query('CREATE TABLE cw_drill_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)');
-  await pool.query(ATTEMPT_LOG_DDL);
+  let env: DrillEnvironment | undefined;
+  try {
+    env = await startEnvironment(o, schedule);
+    const session = await openSession(o, env, clocks);
+    let outcome: { window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] };
+    try {
+      outcome = await strikeAll(session, schedule);
+    } finally {
+      await closeSession(session);
+    }
+    return await judgeDrill(o, env, outcome, session.fleet.unexpectedExits);
+  } finally {
+    await env?.cleanup();
+    clocks?.cleanup();
+  }
+}
 
-  const servers = await startBackend(o.backend);
-  const observer = await createLeaseBackend(servers.config);
+async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: SkewedClocks | undefined): Promise<Session> {
+  const observer = await createLeaseBackend(env.lease.config);
   const namespace = `drill-${o.seed}-${randomUUID().slice(0, 6)}`;
   const leaseName = `cronwarden/${namespace}/scheduler`;
-  const procs = new Map<string, Proc>();
   // Each replica slot reaches the backend through its own proxies, so one link can fail alone.
   const links: ReplicaLink[] = [];
-  for (let slot = 0; slot < o.replicas; slot++) links.push(await ReplicaLink.open(servers.config, seededRandom(o.seed + 100 + slot)));
-  let generation = 0;
-  const spawnReplica = (slot: number) => {
-    const id = `r${slot}.${generation++}`;
-    const backend = links[slot]!.config;
-    const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], {
-      env: {
-        ...process.env,
-        ...clocks?.env(slot),
-        CRONWARDEN_BACKEND: backend.kind,
-        ...(backend.kind === 'etcd' ? { CRONWARDEN_ETCD_ENDPOINTS: backend.endpoints.join(',') } : { CRONWARDEN_BACKEND_URL: (backend as { url: string }).url }),
-        CRONWARDEN_DATABASE_URL: ledgerUrl,
-        CRONWARDEN_REDIS_URL: o.redisUrl,
-        CRONWARDEN_REPLICA_ID: id,
-        CRONWARDEN_NAMESPACE: namespace,
-        CRONWARDEN_LEASE_TTL_MS: String(o.ttlMs),
-        CRONWARDEN_SHUTDOWN_GRACE_MS: '2000',
-        // Shorter than a SIGSTOP (2 TTLs), so a frozen worker's run is re-delivered meanwhile.
-        CRONWARDEN_WORKER_LOCK_MS: String(Math.max(1000, o.ttlMs)),
-        CRONWARDEN_LOG_LEVEL: 'error',
-        CRONWARDEN_DRILL_JOBS: String(o.jobs),
-        CRONWARDEN_ADMIN_PORT: '0', // several replicas on one machine: any free port each
-      },
-      stdio: ['ignore', 'ignore', 'inherit'],
-    });
-    const exited = new Promise<void>((r) => child.once('exit', () => r()));
-    procs.set(id, { id, slot, child, exited });
-    void exited.then(() => procs.delete(id));
+  for (let slot = 0; slot < o.replicas; slot++) links.push(await ReplicaLink.open(env.lease.config, seededRandom(o.seed + 100 + slot)));
+  const fleet = new ReplicaFleet(
+    { ledgerUrl: env.ledger.url, witnessUrl: env.ledger.witnessUrl, queueUrl: env.queue.url, namespace, ttlMs: o.ttlMs, jobs: o.jobs },
+    links,
+    clocks,
+    observer,
+    leaseName,
+  );
+  return {
+    o,
+    env,
+    fleet,
+    links,
+    observer,
+    timeline: new LeaderTimeline(observer, leaseName),
+    clocks,
+    probe: new LedgerProbe(env.ledger.pool),
+    // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
+    // which must not shift the fault parameters a replay draws.
+    faultRandom: seededRandom(o.seed + 1),
+    log: o.log ?? (() => {}),
   };
-  const leader = async (): Promise<Proc | undefined> => (await leaderRecord()).proc;
-  /** The live replica holding the lease, with the lease token it holds. */
-  const leaderRecord = async (): Promise<{ proc: Proc | undefined; token: bigint | undefined }> => {
-    const rec = await observer.current(leaseName).catch(() => null);
-    const proc = rec ? procs.get(rec.holder) : undefined;
-    return { proc, token: proc ? rec!.token : undefined };
-  };
-  const lastCommit = () => ledgerHistory.lastCommitAt(pool);
-  /** First fire committed after t (under a leader token above `aboveToken`, if given), polled for up to timeoutMs. */
-  const firstCommitAfter = async (t: number, timeoutMs: number, aboveToken?: bigint): Promise<number | null> => {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const first = await ledgerHistory.firstCommitAfter(pool, new Date(t), aboveToken);
-      if (first !== null) return first;
-      if (Date.now() >= deadline) return null;
-      await sleep(50);
-    }
-  };
+}
 
-  /** Poll the backend from now on until a live replica other than `previous` holds the lease. */
-  const watchHandover = (previous: string | undefined) => {
-    const start = Date.now();
-    let stop = false;
-    const done = (async () => {
-      while (!stop && Date.now() - start < 30_000) {
-        const rec = await observer.current(leaseName).catch(() => null);
-        if (rec && rec.holder !== previous && procs.has(rec.holder)) return Date.now() - start;
-        await sleep(10);
-      }
-      return null;
-    })();
-    return {
-      result: async () => {
-        const r = await Promise.race([done, sleep(1000).then(() => undefined)]);
-        stop = true;
-        return r === undefined ? null : r;
-      },
-    };
-  };
+async function closeSession(s: Session): Promise<void> {
+  await s.timeline.stop();
+  await s.fleet.stopAll();
+  await s.observer.close().catch(() => {});
+  await Promise.all(s.links.map((l) => l.close()));
+}
 
-  const hostOffsetSeconds = async (replicaId: string): Promise<number | undefined> => {
-    const url = await memberAdminUrl(pool, replicaId);
-    if (!url) return undefined;
-    const text = await (await fetch(`${url}/metrics`)).text();
-    const line = text.split('\n').find((l) => l.startsWith('cronwarden_host_clock_offset_seconds'));
-    return line === undefined ? undefined : Number(line.split(' ').at(-1));
-  };
+/** Start the replicas, wait for fires to flow, strike every fault of the schedule, then let the window's runs finish. */
+async function strikeAll(s: Session, schedule: FaultKind[]): Promise<{ window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] }> {
+  const { o } = s;
+  for (let i = 0; i < o.replicas; i++) s.fleet.spawn(i);
+  const warm = await s.probe.firstCommitAfter(0, 60_000);
+  if (warm === null) throw new DrillError('no fire committed within 60 s of starting the replicas');
+  const from = new Date(Math.ceil((warm + 2000) / 1000) * 1000);
+  await sleep(o.intervalSeconds * 1000);
   const faults: FaultRecord[] = [];
   const violations: string[] = [];
-  let from = new Date();
-  let to = new Date();
-  const timeline = new LeaderTimeline(observer, leaseName);
-  try {
-    for (let i = 0; i < o.replicas; i++) spawnReplica(i);
-    const warm = await firstCommitAfter(0, 60_000);
-    if (warm === null) throw new DrillError('no fire committed within 60 s of starting the replicas');
-    from = new Date(Math.ceil((warm + 2000) / 1000) * 1000);
-    await sleep(o.intervalSeconds * 1000);
-    for (const kind of schedule) {
-      const { proc: before, token: tokenBefore } = await leaderRecord();
-      const flowing = Date.now() - (await lastCommit()) < 3000;
-      const at = Date.now();
-      log(`fault ${faults.length + 1}/${schedule.length}: ${kind} (leader ${before?.id ?? 'unknown'})`);
-      const handover = watchHandover(before?.id);
-      const detail = await strike(kind, { leader: before, o, servers, spawnReplica, links, clocks, random: faultRandom, hostOffsetSeconds });
-      // Where leadership must move, only a fire of the new tenure (a higher leader token) ends the
-      // gap: the old leader may go on committing until its own deadline (link-cut: its ledger link
-      // is intact), which proves nothing about failover.
-      const mustMove = movesLeader.has(kind) && tokenBefore !== undefined;
-      const newTenureFire = mustMove ? await firstCommitAfter(at, 30_000, tokenBefore) : null;
-      const anyFire = await firstCommitAfter(at, mustMove ? 0 : 30_000);
-      const handoverMs = await handover.result();
-      const after = await leader();
-      await sleep(o.intervalSeconds * 1000);
-      const leaderChanges = timeline.changesBetween(at, Date.now());
-      const when = new Date(at).toISOString();
-      const judged = judgeFault({
-        kind,
-        ttlMs: o.ttlMs,
-        strikeAt: at,
-        flowing,
-        leaderBefore: before && tokenBefore !== undefined ? { id: before.id, token: tokenBefore } : null,
-        firstFireAt: anyFire,
-        firstNewTenureFireAt: newTenureFire,
-        handoverMs,
-        leaderChanges,
-        detail,
-      });
-      const { gapMs, boundMs, counted } = judged;
-      const anyFireMs = anyFire === null ? null : anyFire - at;
-      faults.push({
-        kind,
-        at: when,
-        leaderBefore: before?.id ?? null,
-        tokenBefore: tokenBefore?.toString() ?? null,
-        leaderAfter: after?.id ?? null,
-        gapMs,
-        anyFireMs,
-        handoverMs,
-        boundMs,
-        leaderChanges,
-        detail,
-        counted,
-      });
-      violations.push(...judged.violations);
-      log(
-        `  ${detail}: ${movesLeader.has(kind) ? `new leader's first fire after ${gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)` : `next fire after ${gapMs ?? 'none'} ms`}; ` +
-          `leader now ${after?.id ?? 'unknown'}; ${leaderChanges} leader change(s)`,
-      );
-    }
-    to = new Date(Math.floor((Date.now() - 3000) / 1000) * 1000);
-    // Let every run of the window finish (re-deliveries of killed workers included) before checking.
-    const drainDeadline = Date.now() + 60_000;
-    while (Date.now() < drainDeadline) {
-      if ((await ledgerHistory.uncompletedRunsIn(pool, from, to)) === 0) break;
-      await sleep(500);
-    }
-  } finally {
-    await timeline.stop();
-    for (const p of procs.values()) {
-      p.child.kill('SIGCONT');
-      p.child.kill('SIGTERM');
-    }
-    await Promise.race([Promise.all([...procs.values()].map((p) => p.exited)), sleep(10_000)]);
-    for (const p of procs.values()) p.child.kill('SIGKILL');
-    await observer.close().catch(() => {});
-    await Promise.all(links.map((l) => l.close()));
-    clocks?.cleanup();
-    await servers.cleanup();
+  for (const kind of schedule) {
+    s.log(`fault ${faults.length + 1}/${schedule.length}: ${kind}`);
+    const { record, violations: v } = await runFault(s, kind);
+    faults.push(record);
+    violations.push(...v);
   }
+  const to = new Date(Math.floor((Date.now() - 3000) / 1000) * 1000);
+  await drain(s.probe, from, to);
+  return { window: { from, to }, faults, violations };
+}
 
+/** Strike one fault, watch what follows until the next one, and judge it. */
+async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRecord; violations: string[] }> {
+  const { o, fleet, probe } = s;
+  const { proc: before, token: tokenBefore } = await fleet.leader();
+  const flowing = Date.now() - (await probe.lastCommit()) < 3000;
+  const at = Date.now();
+  s.log(`  leader ${before?.id ?? 'unknown'}`);
+  const handover = fleet.watchHandover(before?.id);
+  const detail = await strike(kind, { leader: before, o, env: s.env, fleet, links: s.links, clocks: s.clocks, random: s.faultRandom, hostOffsetSeconds: (id) => hostOffsetSeconds(s.env.ledger.pool, id) });
+  // Where leadership must move, only a fire of the new tenure (a higher leader token) ends the
+  // gap: the old leader may go on committing until its own deadline (link-cut: its ledger link
+  // is intact), which proves nothing about failover.
+  const mustMove = movesLeader.has(kind) && tokenBefore !== undefined;
+  const newTenureFire = mustMove ? await probe.firstCommitAfter(at, 30_000, tokenBefore) : null;
+  const anyFire = await probe.firstCommitAfter(at, mustMove ? 0 : 30_000);
+  const handoverMs = await handover.result();
+  const after = (await fleet.leader()).proc;
+  await sleep(o.intervalSeconds * 1000);
+  const leaderChanges = s.timeline.changesBetween(at, Date.now());
+  const judged = judgeFault({
+    kind,
+    ttlMs: o.ttlMs,
+    strikeAt: at,
+    flowing,
+    leaderBefore: before && tokenBefore !== undefined ? { id: before.id, token: tokenBefore } : null,
+    firstFireAt: anyFire,
+    firstNewTenureFireAt: newTenureFire,
+    handoverMs,
+    leaderChanges,
+    detail,
+  });
+  const anyFireMs = anyFire === null ? null : anyFire - at;
+  const record: FaultRecord = {
+    kind,
+    at: new Date(at).toISOString(),
+    leaderBefore: before?.id ?? null,
+    tokenBefore: tokenBefore?.toString() ?? null,
+    leaderAfter: after?.id ?? null,
+    gapMs: judged.gapMs,
+    anyFireMs,
+    handoverMs,
+    boundMs: judged.boundMs,
+    leaderChanges,
+    detail,
+    counted: judged.counted,
+  };
+  const gap = movesLeader.has(kind) ? `new leader's first fire after ${judged.gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)` : `next fire after ${judged.gapMs ?? 'none'} ms`;
+  s.log(`  ${detail}: ${gap}; leader now ${after?.id ?? 'unknown'}; ${leaderChanges} leader change(s)`);
+  return { record, violations: judged.violations };
+}
+
+/**
+ * Let every run of the window settle (re-deliveries of killed workers included) before checking:
+ * up to 60 s, or until the count of unfinished runs has not moved for 15 s (runs a lost queue
+ * stranded do not finish by waiting; the checker reports them).
+ */
+async function drain(probe: LedgerProbe, from: Date, to: Date): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  let last = -1;
+  let lastChange = Date.now();
+  while (Date.now() < deadline) {
+    const n = await probe.unfinished(from, to);
+    if (n === 0) return;
+    if (n !== last) [last, lastChange] = [n, Date.now()];
+    else if (Date.now() - lastChange > 15_000) return;
+    await sleep(500);
+  }
+}
+
+/** Read the history, check it, and charge each fault with its own stretch of the window. */
+async function judgeDrill(
+  o: DrillOptions,
+  env: DrillEnvironment,
+  outcome: { window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] },
+  unexpectedExits: string[],
+): Promise<DrillReport> {
+  const { window: { from, to }, faults } = outcome;
   const expectedTimes: number[] = [];
   for (let t = from.getTime(); t <= to.getTime(); t += 1000) expectedTimes.push(t);
   const expected = new Map(Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]));
-  const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogTable: ATTEMPT_LOG_TABLE });
+  const history = await readHistory(env.ledger.pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogDb: env.ledger.witness });
   const check = checkHistory(history, { expected, requireCompleted: true });
-  const staleTimes = await ledgerHistory.staleAttemptTimes(pool);
-  await scratch.drop();
-  faults.forEach((f, i) => {
-    const start = Date.parse(f.at);
-    const end = i + 1 < faults.length ? Date.parse(faults[i + 1]!.at) : to.getTime() + 1;
-    const staleRefused = staleTimes.filter((t) => t >= start && t < end).length;
-    f.fires = { ...countWindow(history, { expected }, start, end), staleRefused };
-  });
-  for (const v of check.violations) violations.push(`${v.invariant}: ${v.message}`);
+  const staleTimes = await ledgerHistory.staleAttemptTimes(env.ledger.pool);
+  chargeFaults(faults, history, expected, staleTimes, to);
+  const violations = [...outcome.violations, ...unexpectedExits.map((e) => `replica exited by itself: ${e}`), ...check.violations.map((v) => `${v.invariant}: ${v.message}`)];
   const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
   return {
     options,
@@ -303,150 +293,50 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     check,
     staleAttemptsRefused: staleTimes.length,
     staleWritesRefused: check.staleWritesRefused,
+    unexpectedExits,
     violations,
     ok: violations.length === 0 && check.ok,
   };
 }
 
-interface Servers {
-  config: BackendConfig;
-  restart(all: boolean): Promise<void>;
-  cleanup(): Promise<void>;
+function chargeFaults(faults: FaultRecord[], history: History, expected: Map<string, number[]>, staleTimes: number[], to: Date): void {
+  faults.forEach((f, i) => {
+    const start = Date.parse(f.at);
+    const end = i + 1 < faults.length ? Date.parse(faults[i + 1]!.at) : to.getTime() + 1;
+    const staleRefused = staleTimes.filter((t) => t >= start && t < end).length;
+    f.fires = { ...countWindow(history, { expected }, start, end), staleRefused };
+  });
 }
 
-async function startBackend(kind: DrillOptions['backend']): Promise<Servers> {
-  switch (kind) {
-    case 'redis': {
-      const r = await startRedis();
-      return { config: { kind: 'redis', url: r.url }, restart: () => r.server.restart('kill'), cleanup: () => r.cleanup() };
-    }
-    case 'postgres': {
-      const p = await startPostgresCluster();
-      return { config: { kind: 'postgres', url: p.url }, restart: () => p.server.restart('kill'), cleanup: () => p.cleanup() };
-    }
-    case 'etcd': {
-      const e = await startEtcdCluster(3);
-      let next = 0;
-      return {
-        config: { kind: 'etcd', endpoints: e.endpoints },
-        restart: async (all) => {
-          if (all) {
-            await Promise.all(e.members.map((m) => m.kill()));
-            await Promise.all(e.members.map((m) => m.start()));
-          } else {
-            await e.members[next++ % e.members.length]!.restart('kill');
-          }
-        },
-        cleanup: () => e.cleanup(),
-      };
+/** The drill's reads of the ledger while it runs; a ledger that is down reads as "nothing yet". */
+class LedgerProbe {
+  constructor(private readonly pool: DrillEnvironment['ledger']['pool']) {}
+
+  lastCommit(): Promise<number> {
+    return ledgerHistory.lastCommitAt(this.pool).catch(() => 0);
+  }
+
+  unfinished(from: Date, to: Date): Promise<number> {
+    return ledgerHistory.uncompletedRunsIn(this.pool, from, to).catch(() => -1);
+  }
+
+  /** First fire committed after t (under a leader token above `aboveToken`, if given), polled for up to timeoutMs. */
+  async firstCommitAfter(t: number, timeoutMs: number, aboveToken?: bigint): Promise<number | null> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const first = await ledgerHistory.firstCommitAfter(this.pool, new Date(t), aboveToken).catch(() => null);
+      if (first !== null) return first;
+      if (Date.now() >= deadline) return null;
+      await sleep(50);
     }
   }
 }
 
-interface StrikeContext {
-  leader: Proc | undefined;
-  o: DrillOptions;
-  servers: Servers;
-  spawnReplica: (slot: number) => void;
-  links: ReplicaLink[];
-  clocks: SkewedClocks | undefined;
-  random: () => number;
-  /** The replica's own reading of its host clock against the ledger's, from its /metrics. */
-  hostOffsetSeconds: (replicaId: string) => Promise<number | undefined>;
-}
-
-/** Strike one fault and return what exactly struck (for the report). */
-async function strike(kind: FaultKind, c: StrikeContext): Promise<string> {
-  const { leader, o } = c;
-  const replace = async (p: Proc) => {
-    await p.exited;
-    c.spawnReplica(p.slot);
-  };
-  const hold = Math.max(3 * o.ttlMs, 5000);
-  if (!leader && kind !== 'backend-restart' && kind !== 'backend-restart-all') return 'no leader to strike';
-  switch (kind) {
-    case 'kill':
-      leader!.child.kill('SIGKILL');
-      void replace(leader!);
-      return `SIGKILL ${leader!.id}`;
-    case 'term':
-      leader!.child.kill('SIGTERM');
-      void replace(leader!);
-      return `SIGTERM ${leader!.id}`;
-    case 'stop':
-      leader!.child.kill('SIGSTOP');
-      await sleep(o.ttlMs * 2);
-      leader!.child.kill('SIGCONT');
-      return `SIGSTOP ${leader!.id} for ${o.ttlMs * 2} ms`;
-    case 'backend-restart':
-      await c.servers.restart(false);
-      return o.backend === 'etcd' ? 'kill -9 and restart of one etcd member' : `kill -9 and restart of ${o.backend}`;
-    case 'backend-restart-all':
-      if (o.backend !== 'etcd') {
-        await c.servers.restart(false);
-        return `kill -9 and restart of ${o.backend}`;
-      }
-      await c.servers.restart(true);
-      return 'kill -9 and restart of every etcd member';
-    case 'link-cut': {
-      const link = c.links[leader!.slot]!;
-      link.partition();
-      await sleep(o.ttlMs * 2);
-      link.heal();
-      return `partition ${leader!.id} <-> ${o.backend} for ${o.ttlMs * 2} ms`;
-    }
-    case 'link-slow': {
-      const link = c.links[leader!.slot]!;
-      const { delayMs, jitterMs } = o.slowLink ?? { delayMs: 75, jitterMs: 50 };
-      link.degrade({ delayMs, jitterMs });
-      await sleep(hold);
-      link.heal();
-      return `${delayMs} ± ${jitterMs} ms each way on ${leader!.id}'s link for ${hold} ms`;
-    }
-    case 'link-lossy': {
-      const link = c.links[leader!.slot]!;
-      const lossRate = o.lossRate ?? 0.05;
-      link.degrade({ delayMs: 20, jitterMs: 10, lossRate, retransmitMs: 200 });
-      await sleep(hold);
-      link.heal();
-      return `${Math.round(lossRate * 100)}% of segments lost (200 ms RTO) on ${leader!.id}'s link for ${hold} ms`;
-    }
-    case 'clock-skew': {
-      const clocks = c.clocks!;
-      const ahead = 2 + Math.floor(c.random() * 9);
-      const behind = 2 + Math.floor(c.random() * 9);
-      const measured: string[] = [];
-      for (const minutes of [ahead, -behind]) {
-        clocks.set(leader!.slot, minutes * 60);
-        const struck = Date.now();
-        // Proof that the skew struck: the replica itself reads its wall clock that far off
-        // (libfaketime picks a new offset up within a second or two).
-        let offset: number | undefined;
-        while (Date.now() - struck < 6000) {
-          offset = await c.hostOffsetSeconds(leader!.id).catch(() => undefined);
-          if (offset !== undefined && Math.abs(offset - minutes * 60) < 5) break;
-          await sleep(200);
-        }
-        if (offset === undefined || Math.abs(offset - minutes * 60) >= 5) {
-          clocks.set(leader!.slot, 0);
-          throw new DrillError(`clock-skew did not take effect on ${leader!.id}: it reads its clock ${offset ?? 'unknown'} s off, not ${minutes * 60} s`);
-        }
-        measured.push(`${offset >= 0 ? '+' : ''}${offset.toFixed(1)} s`);
-        await sleep(Math.max(0, hold - (Date.now() - struck)));
-      }
-      clocks.set(leader!.slot, 0);
-      await sleep(2500);
-      return `${leader!.id}'s wall clock +${ahead} min, then -${behind} min, ${hold} ms each (it read ${measured.join(', then ')})`;
-    }
-  }
-}
-
-/** The CLI and the workload module: compiled (dist) or source (through tsx), like this file. */
-function cliPath(): string {
-  return fileURLToPath(new URL('../../bin/cronwarden.js', import.meta.url));
-}
-
-function workloadPath(): string {
-  const here = fileURLToPath(import.meta.url);
-  return here.replace(/drill\.(ts|js)$/, (_m, ext: string) => `workload.${ext}`);
+/** The replica's own reading of its host clock against the ledger's, from its /metrics. */
+async function hostOffsetSeconds(pool: DrillEnvironment['ledger']['pool'], replicaId: string): Promise<number | undefined> {
+  const url = await memberAdminUrl(pool, replicaId);
+  if (!url) return undefined;
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith('cronwarden_host_clock_offset_seconds'));
+  return line === undefined ? undefined : Number(line.split(' ').at(-1));
 }

@@ -9,6 +9,13 @@ export const faultKinds = [
   'link-slow', // 75 ± 50 ms each way on the leader's link: must not flap
   'link-lossy', // lost segments (a retransmission timeout each) on the leader's link: must not flap
   'clock-skew', // the leader's wall clock minutes ahead, then minutes behind
+  // What each of the following rests on is said in the README's "Failover drill" and in strike.ts.
+  'queue-restart', // kill -9 of BullMQ's Redis (the drill's own), restarted empty: no persistence
+  'queue-flush', // FLUSHALL on BullMQ's Redis: every queued and active job gone
+  'ledger-restart', // kill -9 of the ledger's PostgreSQL (the drill's own) and restart
+  'ledger-failover', // kill -9 of the ledger's primary, its synchronous standby promoted
+  'redis-sentinel-failover', // kill -9 of the Redis lease primary; Sentinel promotes the replica
+  'cpu-starve', // busy loops on every core beside the replicas
 ] as const;
 export type FaultKind = (typeof faultKinds)[number];
 
@@ -95,9 +102,30 @@ export function judgeFault(o: FaultObservation): FaultJudgement {
   return { gapMs, boundMs, counted, violations };
 }
 
-/** Every kind that means something on `backend`; clock-skew only where libfaketime is installed. */
+/**
+ * Faults that need a topology of their own, so they are struck only when asked for by name: a
+ * ledger primary with a standby (pg_basebackup, a few seconds per failover), and a Redis lease
+ * reached through Sentinel (which the per-replica link proxies cannot stand in front of).
+ */
+export const topologyFaults: ReadonlySet<FaultKind> = new Set(['ledger-failover', 'redis-sentinel-failover']);
+
+/** Faults on the replicas' links to the lease backend: not possible through Sentinel. */
+export const linkFaults: ReadonlySet<FaultKind> = new Set(['link-cut', 'link-slow', 'link-lossy']);
+
+/**
+ * Every kind that means something on `backend`, without the topology faults; clock-skew only
+ * where libfaketime is installed.
+ */
 export function applicableFaults(backend: 'etcd' | 'redis' | 'postgres', hasLibfaketime: boolean): FaultKind[] {
-  return faultKinds.filter((k) => (k !== 'backend-restart-all' || backend === 'etcd') && (k !== 'clock-skew' || hasLibfaketime));
+  return faultKinds.filter((k) => !topologyFaults.has(k) && (k !== 'backend-restart-all' || backend === 'etcd') && (k !== 'clock-skew' || hasLibfaketime));
+}
+
+/** Why `kinds` cannot be struck together on `backend`, or null when they can. */
+export function faultConflict(backend: 'etcd' | 'redis' | 'postgres', kinds: readonly FaultKind[]): string | null {
+  if (!kinds.includes('redis-sentinel-failover')) return null;
+  if (backend !== 'redis') return 'redis-sentinel-failover needs --backend redis';
+  const links = kinds.filter((k) => linkFaults.has(k));
+  return links.length ? `redis-sentinel-failover cannot be combined with ${links.join(', ')} (the link proxies cannot stand in front of Sentinel)` : null;
 }
 
 /**

@@ -4,6 +4,7 @@
  * cuts or degrades one slot's link while every other replica keeps a healthy one.
  */
 import type { BackendConfig } from '../locks/create-backend.js';
+import { DrillError } from '../errors.js';
 import { TcpProxy, type LinkConditions } from './tcp-proxy.js';
 import { InvalidArgumentError } from '../errors.js';
 
@@ -20,21 +21,33 @@ export class ReplicaLink {
         return new ReplicaLink({ kind: 'etcd', endpoints: backend.endpoints.map((e, i) => withPort(e, proxies[i]!.port)) }, proxies);
       }
       case 'redis':
-      case 'postgres': {
-        const proxy = await TcpProxy.start(hostPort(backend.url), random);
-        return new ReplicaLink({ kind: backend.kind, url: withPort(backend.url, proxy.port) }, [proxy]);
-      }
+        // Through Sentinel, clients learn the primary's own address: no proxy can stand in between.
+        if (backend.url.startsWith('redis-sentinel:')) return new ReplicaLink(backend, []);
+        return ReplicaLink.proxied(backend, random);
+      case 'postgres':
+        return ReplicaLink.proxied(backend, random);
       case 'memory':
         throw new InvalidArgumentError('an in-process (memory) backend has no network link to cut: drill a redis, postgres or etcd backend');
     }
   }
 
+  private static async proxied(backend: { kind: 'redis' | 'postgres'; url: string }, random: () => number): Promise<ReplicaLink> {
+    const proxy = await TcpProxy.start(hostPort(backend.url), random);
+    return new ReplicaLink({ kind: backend.kind, url: withPort(backend.url, proxy.port) }, [proxy]);
+  }
+
   partition(): void {
+    this.mustBeProxied();
     for (const p of this.proxies) p.partition();
   }
 
   degrade(conditions: LinkConditions): void {
+    this.mustBeProxied();
     for (const p of this.proxies) p.degrade(conditions);
+  }
+
+  private mustBeProxied(): void {
+    if (this.proxies.length === 0) throw new DrillError('this link has no proxy to cut or degrade (a lease reached through Sentinel)');
   }
 
   heal(): void {

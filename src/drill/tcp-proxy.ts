@@ -127,7 +127,7 @@ export class TcpProxy {
   private constructor(
     private readonly server: Server,
     readonly port: number,
-    private readonly target: { host: string; port: number },
+    private target: { host: string; port: number },
     private readonly random: () => number,
   ) {
     server.on('connection', (client) => this.accept(client));
@@ -171,6 +171,11 @@ export class TcpProxy {
       link.up.flush();
       link.down.flush();
     }
+  }
+
+  /** New connections go to `target` from now on (a promoted standby); open ones keep theirs. */
+  retarget(target: { host: string; port: number }): void {
+    this.target = { ...target };
   }
 
   get stats(): ProxyStats {

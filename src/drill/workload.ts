@@ -33,7 +33,9 @@ let logPool: pg.Pool | undefined;
 function attemptLog(): pg.Pool {
   // Small, separate from the runtime's pool, and never keeping the process alive on shutdown.
   if (!logPool) {
-    logPool = new pg.Pool({ connectionString: process.env.CRONWARDEN_DATABASE_URL, max: 2, idleTimeoutMillis: 5000, allowExitOnIdle: true });
+    // Beside the ledger, or on another server when the drill strikes the ledger itself.
+    const url = process.env.CRONWARDEN_DRILL_ATTEMPT_LOG_URL ?? process.env.CRONWARDEN_DATABASE_URL;
+    logPool = new pg.Pool({ connectionString: url, max: 2, idleTimeoutMillis: 5000, allowExitOnIdle: true });
     logPool.on('error', () => {}); // an idle client's broken connection is dropped, not fatal
   }
   return logPool;
@@ -41,9 +43,10 @@ function attemptLog(): pg.Pool {
 
 async function logAttempt(ctx: JobContext, outcome: AttemptOutcome, error?: unknown): Promise<void> {
   try {
-    await attemptLog().query(`INSERT INTO ${ATTEMPT_LOG_TABLE} (run_id, job, token, outcome, replica, error) VALUES ($1, $2, $3, $4, $5, $6)`, [
+    await attemptLog().query(`INSERT INTO ${ATTEMPT_LOG_TABLE} (run_id, job, scheduled_at, token, outcome, replica, error) VALUES ($1, $2, $3, $4, $5, $6, $7)`, [
       ctx.runId,
       ctx.jobName,
+      ctx.scheduledAt,
       ctx.fencingToken.toString(),
       outcome,
       replica,

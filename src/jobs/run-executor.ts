@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
-import { BackendUnavailableError, StaleTokenError } from '../errors.js';
+import { AbortedError, BackendUnavailableError, StaleTokenError } from '../errors.js';
 import type { Claim, RunLedger } from '../ledger/run-ledger.js';
 import { Attempt } from './attempt.js';
 import type { JobRegistry } from './job-registry.js';
@@ -99,7 +99,7 @@ export class RunExecutor {
         mine.abort.abort(new StaleTokenError(`run ${message.runId}`, mine.claim.token, BigInt(message.token)));
       }
     } else {
-      for (const id of message.runIds) this.running.get(id)?.abort.abort(new Error(`run ${id} cancelled`));
+      for (const id of message.runIds) this.running.get(id)?.abort.abort(new AbortedError(`run ${id} (cancelled: overlap "replace")`));
     }
   }
 

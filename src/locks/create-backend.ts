@@ -22,6 +22,7 @@ export async function createLeaseBackend(config: BackendConfig, clock?: Clock): 
       return new (await loadEtcdBackend()).EtcdLeaseBackend({ endpoints: config.endpoints, clock });
     case 'redis':
       if (!config.url) throw new InvalidConfigError('backend.url', 'redis needs a URL such as redis://127.0.0.1:6379');
+      if (config.url.startsWith('redis-sentinel:')) return new (await import('./redis.js')).RedisLeaseBackend({ sentinel: parseSentinelUrl(config.url), clock });
       return new (await import('./redis.js')).RedisLeaseBackend({ url: config.url, clock });
     case 'postgres':
       if (!config.url) throw new InvalidConfigError('backend.url', 'postgres needs a URL such as postgres://user@host/db');
@@ -48,4 +49,20 @@ async function loadEtcdBackend(): Promise<typeof import('./etcd.js')> {
     throw new InvalidConfigError('backend.kind', 'the etcd backend needs the etcd3 package, which is not installed: run `npm i etcd3` in your application');
   }
   return import('./etcd.js');
+}
+
+/**
+ * `redis-sentinel://host:port,host:port,.../name`: reach the Redis primary that the Sentinels at
+ * those addresses monitor under `name` (ioredis asks them, and again after a failover).
+ */
+export function parseSentinelUrl(url: string): { sentinels: { host: string; port: number }[]; name: string } {
+  const m = /^redis-sentinel:\/\/([^/]+)\/([^/?#]+)$/.exec(url);
+  const sentinels = (m?.[1] ?? '').split(',').map((hp) => {
+    const [host, port] = hp.split(':');
+    return { host: host ?? '', port: Number(port ?? 26379) };
+  });
+  if (!m || sentinels.some((s) => !s.host || !Number.isInteger(s.port) || s.port <= 0 || s.port > 65535)) {
+    throw new InvalidConfigError('backend.url', `"${url}" is not a Sentinel URL such as redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster`);
+  }
+  return { sentinels, name: decodeURIComponent(m[2]!) };
 }

@@ -7,8 +7,10 @@ import { localDeadline, validateLeaseRequest } from './lease-request.js';
 import { waitForLease } from './wait-for-lease.js';
 
 export interface RedisLeaseBackendOptions {
-  /** redis://host:port/db. Ignored when `redis` is given. */
+  /** redis://host:port/db. Ignored when `redis` or `sentinel` is given. */
   url?: string;
+  /** Reach the primary through Redis Sentinel: the Sentinels' addresses and the monitored name. */
+  sentinel?: { sentinels: { host: string; port: number }[]; name: string };
   /** An existing ioredis client; close() leaves it open. Its own timeouts apply, capped by ours. */
   redis?: Redis;
   /** Prefix of every key and channel this backend uses. Default "cronwarden:lease:". */
@@ -89,7 +91,7 @@ export class RedisLeaseBackend implements LeaseBackend {
   private readonly seen = new Map<string, bigint>();
 
   constructor(options: RedisLeaseBackendOptions) {
-    if (!options.redis && !options.url) throw new InvalidArgumentError('RedisLeaseBackend needs a url or a redis client');
+    if (!options.redis && !options.url && !options.sentinel) throw new InvalidArgumentError('RedisLeaseBackend needs a url, a sentinel or a redis client');
     const timeoutMs = options.commandTimeoutMs ?? 2000;
     if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
       throw new InvalidArgumentError(`commandTimeoutMs must be a positive number of milliseconds, got ${timeoutMs}`);
@@ -104,7 +106,7 @@ export class RedisLeaseBackend implements LeaseBackend {
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
     };
-    const client = options.redis ?? new Redis(options.url!, clientOptions);
+    const client = options.redis ?? (options.sentinel ? new Redis({ ...options.sentinel, ...clientOptions }) : new Redis(options.url!, clientOptions));
     // Our own client: its connection errors reach callers as BackendUnavailableError from the call
     // that hit them, and ioredis reconnects by itself; without a listener they would crash the process.
     if (this.ownsClient) client.on('error', () => undefined);

@@ -186,7 +186,7 @@ describe('read routes', () => {
     try {
       const res = await fetch(`${url}/readyz`);
       assert.equal(res.status, 503);
-      assert.deepEqual(await json(res), { ok: false, backend: 'no answer within 200 ms', database: 'ok' });
+      assert.deepEqual(await json(res), { ok: false, backend: 'readiness check: no answer within 200 ms', database: 'ok' });
     } finally {
       await admin.close();
     }

@@ -156,11 +156,67 @@ describe('exactly-once checker', () => {
     assert.equal(report.staleWritesRefused, 0);
   });
 
-  it('counts one stretch of the window: expected, committed, duplicated and missed', () => {
+  it('I6: every run settled; superseded, skipped, failed and cancelled count as settled, each counted apart', () => {
+    const { history, expected } = clean();
+    history.runs[0] = { ...history.runs[0]!, state: 'superseded', completedToken: null };
+    history.effects = history.effects!.filter((e) => e.runId !== history.runs[0]!.id);
+    history.runs[1] = { ...history.runs[1]!, state: 'skipped' };
+    history.runs[2] = { ...history.runs[2]!, state: 'failed' };
+    history.runs[3] = { ...history.runs[3]!, state: 'cancelled' };
+    const report = checkHistory(history, { expected });
+    assert.equal(report.ok, true, JSON.stringify(report.violations));
+    assert.deepEqual(report.settlement, { completed: 16, superseded: 1, skipped: 1, failed: 1, cancelled: 1, unsettled: 0, unsettledByState: {} });
+    // A superseded run is done for the completion check too: it completed without its effect, by rule.
+    const strict = checkHistory(history, { expected, requireCompleted: true });
+    assert.equal(strict.incomplete, 3, 'skipped, failed and cancelled are not completions');
+    assert.equal(strict.effectsMissing, 0);
+  });
+
+  it('I6: catches runs left pending, running or retrying (a queue that lost them), and does not hide them', () => {
+    const { history, expected } = clean();
+    history.runs[4] = { ...history.runs[4]!, state: 'pending', completedToken: null };
+    history.runs[5] = { ...history.runs[5]!, state: 'pending', completedToken: null };
+    history.runs[6] = { ...history.runs[6]!, state: 'retrying', completedToken: null };
+    history.effects = history.effects!.filter((e) => e.runId < 5n || e.runId > 7n);
+    const report = checkHistory(history, { expected });
+    assert.equal(report.ok, false);
+    assert.equal(report.settlement.unsettled, 3);
+    assert.deepEqual(report.settlement.unsettledByState, { pending: 2, retrying: 1 });
+    const i6 = report.violations.filter((v) => v.invariant === 'I6');
+    assert.equal(i6.length, 3);
+    assert.match(i6[0]!.message, /^run 5 \(a@2026-01-01T00:00:02.000Z\) is still pending at the end$/);
+  });
+
+  it('catches, from a log kept outside the ledger, a completion the ledger lost and the slot written again (I4)', () => {
+    const { history, expected } = withLog();
+    for (const row of history.attemptLog) {
+      const run = history.runs.find((r) => r.id === row.runId)!;
+      Object.assign(row, { job: run.job, scheduledAt: run.scheduledAt });
+    }
+    assert.equal(checkHistory(history, { expected }).ok, true, 'slots in the log agree with the ledger');
+    // The ledger lost run 3 (a@1s) after its write committed; the slot fired again as run 77, whose
+    // write committed too: the effect happened twice in the world, though the ledger looks clean.
+    const lost = history.runs.find((r) => r.id === 3n)!;
+    history.runs = history.runs.map((r) => (r.id === 3n ? { ...r, id: 77n } : r));
+    history.effects = history.effects!.map((e) => (e.runId === 3n ? { ...e, runId: 77n } : e));
+    history.attemptLog.push({ runId: 77n, token: lost.completedToken!, outcome: 'committed', job: lost.job, scheduledAt: lost.scheduledAt });
+    const report = checkHistory(history, { expected });
+    assert.equal(report.ok, false);
+    assert.equal(report.writesLostByLedger, 1);
+    assert.equal(report.writesCommittedTwice, 1);
+    assert.equal(report.duplicated, 0, 'the ledger alone does not see it');
+    assert.match(report.violations.find((v) => /forgot/.test(v.message))!.message, /^run 3 \(a@2026-01-01T00:00:01.000Z\).*the ledger forgot it: it has no such run/);
+    assert.ok(report.violations.some((v) => /a@2026-01-01T00:00:01.000Z: the attempt log has committed writes of 2 different runs \(3, 77\)/.test(v.message)));
+  });
+
+  it('counts one stretch of the window: expected, committed, duplicated, missed, superseded and unsettled', () => {
     const { history, expected } = clean();
     history.runs.push({ ...history.runs[4]!, id: 98n }); // a@2s twice
     history.runs = history.runs.filter((r) => !(r.job === 'b' && r.scheduledAt === T + 3000));
-    assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), { expected: 4, committed: 4, duplicated: 1, missed: 1 });
-    assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), { expected: 2, committed: 2, duplicated: 0, missed: 0 });
+    const at5 = (job: string) => history.runs.find((r) => r.job === job && r.scheduledAt === T + 5000)!;
+    at5('a').state = 'pending';
+    at5('b').state = 'superseded';
+    assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), { expected: 4, committed: 4, duplicated: 1, missed: 1, superseded: 0, unsettled: 0, writtenOnce: 3 });
+    assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), { expected: 2, committed: 2, duplicated: 0, missed: 0, superseded: 1, unsettled: 1, writtenOnce: 0 });
   });
 });

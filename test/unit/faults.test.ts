@@ -1,7 +1,7 @@
 /** The drill's fault schedule: replayable from its seed, every kind covered evenly. */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { applicableFaults, faultSchedule, i5BoundMs, judgeFault, seededRandom, type FaultKind, type FaultObservation } from '../../src/drill/faults.js';
+import { applicableFaults, faultConflict, faultSchedule, i5BoundMs, judgeFault, seededRandom, type FaultKind, type FaultObservation } from '../../src/drill/faults.js';
 
 describe('fault schedule', () => {
   it('the same seed replays the same schedule; another seed orders it differently', () => {
@@ -27,6 +27,20 @@ describe('fault schedule', () => {
     assert.ok(!applicableFaults('redis', true).includes('backend-restart-all'));
     assert.ok(!applicableFaults('postgres', false).includes('clock-skew'));
     assert.ok(applicableFaults('postgres', true).includes('clock-skew'));
+    // The queue's, the ledger's and the host's faults apply everywhere; the two that need a
+    // topology of their own (a ledger standby, a Sentinel group) only when named.
+    for (const backend of ['etcd', 'redis', 'postgres'] as const) {
+      const kinds = applicableFaults(backend, false);
+      for (const k of ['queue-restart', 'queue-flush', 'ledger-restart', 'cpu-starve'] as const) assert.ok(kinds.includes(k), `${backend}: ${k}`);
+      assert.ok(!kinds.includes('ledger-failover') && !kinds.includes('redis-sentinel-failover'), backend);
+    }
+  });
+
+  it('refuses Sentinel on another backend, or beside the link faults its proxies cannot serve', () => {
+    assert.equal(faultConflict('redis', ['redis-sentinel-failover', 'kill', 'ledger-failover']), null);
+    assert.equal(faultConflict('etcd', ['link-cut', 'kill']), null);
+    assert.equal(faultConflict('postgres', ['redis-sentinel-failover']), 'redis-sentinel-failover needs --backend redis');
+    assert.match(faultConflict('redis', ['redis-sentinel-failover', 'link-cut', 'link-slow'])!, /cannot be combined with link-cut, link-slow/);
   });
 });
 
@@ -53,6 +67,7 @@ describe('judging one fault (I5, counted, flap)', () => {
     assert.equal(i5BoundMs('term', ttlMs), 1500);
     assert.equal(i5BoundMs('link-slow', ttlMs), null);
     assert.equal(i5BoundMs('backend-restart', ttlMs), null);
+    for (const k of ['queue-restart', 'queue-flush', 'ledger-restart', 'ledger-failover', 'redis-sentinel-failover', 'cpu-starve'] as const) assert.equal(i5BoundMs(k, ttlMs), null, k);
   });
 
   it('a clean failover counts, and its gap runs to the new leader\'s first fire, not the old leader\'s', () => {

@@ -29,7 +29,7 @@ export interface PostgresCluster {
 }
 
 /** Where initdb and postgres live: on PATH, else the newest /usr/lib/postgresql/<v>/bin. */
-function binary(name: 'initdb' | 'postgres'): string {
+export function binary(name: 'initdb' | 'postgres' | 'pg_basebackup'): string {
   for (const dir of (process.env.PATH ?? '').split(':')) {
     if (dir && existsSync(join(dir, name))) return join(dir, name);
   }
@@ -42,7 +42,7 @@ function binary(name: 'initdb' | 'postgres'): string {
   throw new DrillError(`cannot find the PostgreSQL "${name}" binary on PATH or under ${root}/*/bin`);
 }
 
-function postgresUser(): { uid: number; gid: number } | undefined {
+export function postgresUser(): { uid: number; gid: number } | undefined {
   if (process.getuid?.() !== 0) return undefined;
   const id = (flag: string) => Number(execFileSync('id', [flag, 'postgres'], { encoding: 'utf8' }).trim());
   return { uid: id('-u'), gid: id('-g') };
@@ -118,7 +118,7 @@ function processesOf(dataDir: string): number[] {
   return pids;
 }
 
-async function canQuery(url: string): Promise<void> {
+export async function canQuery(url: string): Promise<void> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
   client.on('error', () => {}); // the connect/query rejection below is what we report
   try {
@@ -127,6 +127,30 @@ async function canQuery(url: string): Promise<void> {
   } finally {
     await client.end().catch(() => {});
   }
+}
+
+/** How to run `postgres` on `dataDir` and `port` (as the postgres user when we are root). */
+export function postgresSpec(o: { label: string; dir: string; dataDir: string; port: number }): ServerSpec {
+  const user = postgresUser();
+  const postgresArgs = [
+    '-D', o.dataDir,
+    '-p', String(o.port),
+    '-k', o.dir,
+    '-c', 'listen_addresses=127.0.0.1',
+    '-c', 'fsync=off', // survives kill -9 of the server (the OS keeps the writes), not a power cut
+    '-c', 'full_page_writes=off',
+    '-c', 'shared_buffers=16MB',
+    '-c', 'max_connections=60',
+  ];
+  const ready = () => canQuery(`postgres://postgres@127.0.0.1:${o.port}/postgres`);
+  return user
+    ? {
+        label: o.label,
+        command: 'setpriv',
+        args: [`--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', binary('postgres'), ...postgresArgs],
+        ready,
+      }
+    : { label: o.label, command: binary('postgres'), args: postgresArgs, ready };
 }
 
 export async function startPostgresCluster(): Promise<PostgresCluster> {
@@ -142,25 +166,7 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
     });
     const port = await freePort();
     const base = `postgres://postgres@127.0.0.1:${port}`;
-    const postgresArgs = [
-      '-D', dataDir,
-      '-p', String(port),
-      '-k', dir,
-      '-c', 'listen_addresses=127.0.0.1',
-      '-c', 'fsync=off', // survives kill -9 of the server (the OS keeps the writes), not a power cut
-      '-c', 'full_page_writes=off',
-      '-c', 'shared_buffers=16MB',
-      '-c', 'max_connections=60',
-    ];
-    const spec: ServerSpec = user
-      ? {
-          label: 'postgres',
-          command: 'setpriv',
-          args: [`--reuid=${user.uid}`, `--regid=${user.gid}`, '--clear-groups', binary('postgres'), ...postgresArgs],
-          ready: () => canQuery(`${base}/postgres`),
-        }
-      : { label: 'postgres', command: binary('postgres'), args: postgresArgs, ready: () => canQuery(`${base}/postgres`) };
-    server = new PostgresServerProcess(spec, dir, dataDir);
+    server = new PostgresServerProcess(postgresSpec({ label: 'postgres', dir, dataDir, port }), dir, dataDir);
     await server.start();
     const admin = new pg.Client({ connectionString: `${base}/postgres` });
     await admin.connect();

@@ -1,0 +1,140 @@
+/**
+ * The drill's replica processes (`cronwarden start` with the drill workload), one per slot, each
+ * reaching the lease backend through its slot's own link; and what the lease backend says about
+ * who leads.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import type { LeaseBackend } from '../locks/lease.js';
+import type { ReplicaLink } from './replica-link.js';
+import type { SkewedClocks } from './skewed-clock.js';
+
+export interface Proc {
+  id: string;
+  slot: number;
+  child: ChildProcess;
+  exited: Promise<void>;
+}
+
+export interface FleetOptions {
+  ledgerUrl: string;
+  witnessUrl: string;
+  queueUrl: string;
+  namespace: string;
+  ttlMs: number;
+  jobs: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+export class ReplicaFleet {
+  readonly procs = new Map<string, Proc>();
+  /** Replicas that exited without being struck or stopped by the drill: a finding, not noise (each is replaced, so the drill goes on with a full fleet). */
+  readonly unexpectedExits: string[] = [];
+  private generation = 0;
+  private readonly struck = new Set<string>();
+  private stopping = false;
+
+  constructor(
+    private readonly o: FleetOptions,
+    private readonly links: ReplicaLink[],
+    private readonly clocks: SkewedClocks | undefined,
+    private readonly observer: LeaseBackend,
+    readonly leaseName: string,
+  ) {}
+
+  spawn(slot: number): Proc {
+    const id = `r${slot}.${this.generation++}`;
+    const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], { env: this.env(slot, id), stdio: ['ignore', 'ignore', 'inherit'] });
+    const exited = new Promise<void>((r) => child.once('exit', () => r()));
+    const proc = { id, slot, child, exited };
+    this.procs.set(id, proc);
+    void exited.then(() => {
+      this.procs.delete(id);
+      if (this.stopping || this.struck.has(id)) return;
+      this.unexpectedExits.push(`${id} (exit ${child.exitCode ?? child.signalCode})`);
+      this.spawn(slot);
+    });
+    return proc;
+  }
+
+  private env(slot: number, id: string): NodeJS.ProcessEnv {
+    const backend = this.links[slot]!.config;
+    const o = this.o;
+    return {
+      ...process.env,
+      ...this.clocks?.env(slot),
+      CRONWARDEN_BACKEND: backend.kind,
+      ...(backend.kind === 'etcd' ? { CRONWARDEN_ETCD_ENDPOINTS: backend.endpoints.join(',') } : { CRONWARDEN_BACKEND_URL: (backend as { url: string }).url }),
+      CRONWARDEN_DATABASE_URL: o.ledgerUrl,
+      CRONWARDEN_DRILL_ATTEMPT_LOG_URL: o.witnessUrl,
+      CRONWARDEN_REDIS_URL: o.queueUrl,
+      CRONWARDEN_REPLICA_ID: id,
+      CRONWARDEN_NAMESPACE: o.namespace,
+      CRONWARDEN_LEASE_TTL_MS: String(o.ttlMs),
+      CRONWARDEN_SHUTDOWN_GRACE_MS: '2000',
+      // Shorter than a SIGSTOP (2 TTLs), so a frozen worker's run is re-delivered meanwhile.
+      CRONWARDEN_WORKER_LOCK_MS: String(Math.max(1000, o.ttlMs)),
+      CRONWARDEN_LOG_LEVEL: 'error',
+      CRONWARDEN_DRILL_JOBS: String(o.jobs),
+      CRONWARDEN_ADMIN_PORT: '0', // several replicas on one machine: any free port each
+    };
+  }
+
+  /** Signal a replica on purpose (its exit is then expected); kill and term start a replacement. */
+  strike(p: Proc, signal: 'SIGKILL' | 'SIGTERM'): void {
+    this.struck.add(p.id);
+    p.child.kill(signal);
+    void p.exited.then(() => this.spawn(p.slot));
+  }
+
+  /** The live replica holding the lease, with the lease token it holds. */
+  async leader(): Promise<{ proc: Proc | undefined; token: bigint | undefined }> {
+    const rec = await this.observer.current(this.leaseName).catch(() => null);
+    const proc = rec ? this.procs.get(rec.holder) : undefined;
+    return { proc, token: proc ? rec!.token : undefined };
+  }
+
+  /** Poll the backend from now on until a live replica other than `previous` holds the lease (up to 30 s). */
+  watchHandover(previous: string | undefined): { result(): Promise<number | null> } {
+    const start = Date.now();
+    let stop = false;
+    const done = (async () => {
+      while (!stop && Date.now() - start < 30_000) {
+        const rec = await this.observer.current(this.leaseName).catch(() => null);
+        if (rec && rec.holder !== previous && this.procs.has(rec.holder)) return Date.now() - start;
+        await sleep(10);
+      }
+      return null;
+    })();
+    return {
+      // Waits at most a second more: a handover not seen by then is reported as none.
+      result: async () => {
+        const r = await Promise.race([done, sleep(1000).then(() => undefined)]);
+        stop = true;
+        return r === undefined ? null : r;
+      },
+    };
+  }
+
+  /** SIGTERM every replica (SIGCONT first: a stopped one cannot act on it), SIGKILL what remains after 10 s. */
+  async stopAll(): Promise<void> {
+    this.stopping = true;
+    for (const p of this.procs.values()) {
+      p.child.kill('SIGCONT');
+      p.child.kill('SIGTERM');
+    }
+    await Promise.race([Promise.all([...this.procs.values()].map((p) => p.exited)), sleep(10_000)]);
+    for (const p of this.procs.values()) p.child.kill('SIGKILL');
+  }
+}
+
+/** The CLI and the workload module: compiled (dist) or source (through tsx), like this file. */
+function cliPath(): string {
+  return fileURLToPath(new URL('../../bin/cronwarden.js', import.meta.url));
+}
+
+function workloadPath(): string {
+  const here = fileURLToPath(import.meta.url);
+  return here.replace(/fleet\.(ts|js)$/, (_m, ext: string) => `workload.${ext}`);
+}

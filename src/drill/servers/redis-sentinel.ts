@@ -1,0 +1,152 @@
+/**
+ * A throwaway Redis Sentinel group for the drill's redis-sentinel-failover fault: a primary, one
+ * replica and three `redis-sentinel` processes (Debian package redis-sentinel), all on free
+ * loopback ports, no persistence. failover() kills the primary with SIGKILL and waits until the
+ * Sentinels name the replica as the new primary; the old primary comes back as a replica of it.
+ *
+ * Redis replicates asynchronously: the promoted replica may lack the newest lease writes (and the
+ * token counter's newest value), the scenario of the Redlock critique. Nothing in Redis prevents
+ * that; the ledger's fence (fires refused under a leader token lower than one already committed)
+ * is what the guarantee rests on. `lagMs` widens that window on purpose: the replica is cut off
+ * for that long before the kill, so it is promoted missing everything written meanwhile.
+ */
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { DrillError } from '../../errors.js';
+import { freePort } from './free-port.js';
+import { ServerProcess, removeDir, scratchDir } from './server-process.js';
+
+export const SENTINEL_MASTER = 'cw';
+
+export interface RedisNode {
+  port: number;
+  label: string;
+  server: ServerProcess;
+}
+
+export interface SentinelGroup {
+  /** `redis-sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/cw`: the lease backend's URL. */
+  readonly url: string;
+  readonly primary: RedisNode;
+  failover(options?: { lagMs?: number }): Promise<string>;
+  cleanup(): Promise<void>;
+}
+
+async function command<T>(port: number, ...args: (string | number)[]): Promise<T> {
+  const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 1000, retryStrategy: () => null });
+  client.on('error', () => {}); // the command's rejection is what we report
+  try {
+    await client.connect();
+    return (await client.call(String(args[0]), ...args.slice(1).map(String))) as T;
+  } finally {
+    client.disconnect();
+  }
+}
+
+function redisNode(dir: string, port: number, label: string, replicaOf?: number): RedisNode {
+  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', '--dbfilename', `${label}.rdb`];
+  if (replicaOf) args.push('--replicaof', '127.0.0.1', String(replicaOf));
+  const server = new ServerProcess({ label, command: 'redis-server', args, ready: () => command(port, 'PING').then(() => undefined) }, dir);
+  return { port, label, server };
+}
+
+function sentinelNode(dir: string, port: number, primaryPort: number, i: number): ServerProcess {
+  const conf = join(dir, `sentinel-${i}.conf`);
+  // Sentinel rewrites its own config file: each needs a writable one of its own.
+  writeFileSync(
+    conf,
+    [
+      `port ${port}`,
+      'bind 127.0.0.1',
+      `dir ${dir}`,
+      `sentinel monitor ${SENTINEL_MASTER} 127.0.0.1 ${primaryPort} 2`,
+      `sentinel down-after-milliseconds ${SENTINEL_MASTER} 1000`,
+      `sentinel failover-timeout ${SENTINEL_MASTER} 5000`,
+      '',
+    ].join('\n'),
+  );
+  return new ServerProcess({ label: `sentinel-${i}`, command: 'redis-sentinel', args: [conf], ready: () => command(port, 'PING').then(() => undefined) }, dir);
+}
+
+async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check().catch(() => false))) {
+    if (Date.now() > deadline) throw new DrillError(`redis sentinel: ${what} not within ${timeoutMs} ms`);
+    await sleep(100);
+  }
+}
+
+export async function startSentinelGroup(): Promise<SentinelGroup> {
+  const dir = scratchDir('redis-sentinel');
+  const [p0, p1, ...sentinelPorts] = await Promise.all(Array.from({ length: 5 }, () => freePort()));
+  let primary = redisNode(dir, p0!, 'redis-a');
+  let replica = redisNode(dir, p1!, 'redis-b', p0);
+  const sentinels = sentinelPorts.map((p, i) => sentinelNode(dir, p, p0!, i));
+  const all = () => [primary.server, replica.server, ...sentinels];
+  try {
+    await primary.server.start();
+    await replica.server.start();
+    await Promise.all(sentinels.map((s) => s.start()));
+    await waitForGroup(sentinelPorts, replica.port);
+  } catch (err) {
+    for (const s of all()) await s.kill();
+    removeDir(dir);
+    throw err;
+  }
+  const masterPort = async (sentinelPort: number) => Number((await command<string[] | null>(sentinelPort, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER))?.[1]);
+  return {
+    url: `redis-sentinel://${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${SENTINEL_MASTER}`,
+    get primary() {
+      return primary;
+    },
+    async failover(o = {}) {
+      // Lag on purpose: an output buffer limit of one byte for replicas makes the primary drop the
+      // replica at its next write, and again at every resync, so the replica keeps the state of
+      // this moment. (Stopping the replica would not do: the kernel buffers the stream for it.)
+      if (o.lagMs) {
+        await command(primary.port, 'CONFIG', 'SET', 'client-output-buffer-limit', 'replica 1 1 0');
+        await sleep(o.lagMs);
+      }
+      const struck = Date.now();
+      await primary.server.kill();
+      const promoted = replica;
+      await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () => (await Promise.all(sentinelPorts.map(masterPort))).every((p) => p === promoted.port));
+      const promotedAfter = Date.now() - struck;
+      // The old primary comes back empty, as a replica of the new one.
+      const old = redisNode(dir, primary.port, primary.label, promoted.port);
+      await old.server.start();
+      primary = promoted;
+      replica = old;
+      await waitForGroup(sentinelPorts, replica.port);
+      return `kill -9 of the lease's Redis primary${o.lagMs ? ` (its replica cut off ${o.lagMs} ms before)` : ''}; Sentinel promoted the replica after ${promotedAfter} ms`;
+    },
+    async cleanup() {
+      for (const s of all()) await s.kill();
+      removeDir(dir);
+    },
+  };
+}
+
+/** Every Sentinel knows the replica (online) and the two other Sentinels: a failover can happen. */
+async function waitForGroup(sentinelPorts: number[], replicaPort: number): Promise<void> {
+  await waitFor('the Sentinels to find the replica and each other', async () => {
+    for (const port of sentinelPorts) {
+      const replicas = await command<string[][]>(port, 'SENTINEL', 'REPLICAS', SENTINEL_MASTER);
+      const known = replicas.some((r) => {
+        const f = fields(r);
+        return f.port === String(replicaPort) && !/s_down|o_down|disconnected/.test(f.flags ?? '') && f['master-link-status'] === 'ok';
+      });
+      const others = await command<unknown[]>(port, 'SENTINEL', 'SENTINELS', SENTINEL_MASTER);
+      if (!known || others.length < sentinelPorts.length - 1) return false;
+    }
+    return true;
+  });
+}
+
+function fields(flat: string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]!] = flat[i + 1]!;
+  return out;
+}
