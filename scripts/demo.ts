@@ -70,7 +70,7 @@ function startReplica(id: string): Replica {
       '--shutdown-grace-ms', '2000', '--log-level', 'info', '--admin-port', String(adminPorts.get(id))],
     { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: adminToken } },
   );
-  createInterface({ input: child.stdout! }).on('line', (line) => {
+  createInterface({ input: child.stdout }).on('line', (line) => {
     try {
       const log = JSON.parse(line) as { msg?: string; token?: string; replica?: string };
       if (log.msg === 'elected leader') elections.push({ id, token: log.token ?? '?', at: Date.now() });

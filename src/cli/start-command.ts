@@ -97,7 +97,7 @@ async function loadJobs(path: string): Promise<JobDefinition[]> {
     }
     throw new InvalidConfigError(settingName('jobs'), `cannot load "${path}": ${(err as Error).message}`);
   }
-  const values = Array.isArray(mod.default) ? (mod.default as unknown[]) : Object.values(mod).flatMap((v) => (Array.isArray(v) ? v : [v]));
+  const values = Array.isArray(mod.default) ? (mod.default as unknown[]) : Object.values(mod).flatMap((v): unknown[] => (Array.isArray(v) ? (v as unknown[]) : [v]));
   const jobs = values.filter((v): v is JobDefinition => typeof v === 'object' && v !== null && 'schedule' in v && 'handler' in v && 'name' in v);
   if (jobs.length === 0) throw new InvalidConfigError(settingName('jobs'), `"${path}" exports no job definitions (use defineJob)`);
   return jobs;

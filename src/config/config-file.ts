@@ -175,6 +175,9 @@ export function jsonErrorOffset(text: string): number | undefined {
   }
 }
 
-class JsonScanStop {
-  constructor(readonly offset: number) {}
+/** Thrown inside the scanner to stop it at `offset`; an Error so the throw is an error object. */
+class JsonScanStop extends Error {
+  constructor(readonly offset: number) {
+    super(`JSON syntax error at offset ${offset}`);
+  }
 }

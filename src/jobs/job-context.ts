@@ -57,4 +57,5 @@ export interface JobContext {
   transaction<T>(fn: (tx: TransactionClient) => Promise<T>): Promise<T | undefined>;
 }
 
-export type JobHandler = (ctx: JobContext) => Promise<unknown> | unknown;
+/** A job's code: may return a promise, which is awaited; what it resolves to is not used. */
+export type JobHandler = (ctx: JobContext) => unknown;

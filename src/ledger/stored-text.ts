@@ -11,7 +11,7 @@ export const MAX_ERROR_STACK = 8000;
 
 /** `text` without NUL characters, cut to `max` characters with a note of how much was cut. */
 export function storableText(text: string, max: number): string {
-  const clean = text.replace(/\u0000/g, '\\0');
+  const clean = text.replaceAll('\u0000', '\\0');
   if (clean.length <= max) return clean;
   const note = `… [${clean.length - max} more characters]`;
   return clean.slice(0, Math.max(0, max - note.length)) + note;

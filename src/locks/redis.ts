@@ -21,14 +21,14 @@ export interface RedisLeaseBackendOptions {
 }
 
 /** Negative return codes of the Lua scripts (see the header of each file in ./lua). */
-export enum RedisScriptCode {
+export const RedisScriptCode = {
   /** acquire-2.lua: someone else holds the lease. */
-  Held = -1,
+  Held: -1,
   /** renew-1.lua: expired, or held by someone else or under another token. */
-  Lost = -2,
+  Lost: -2,
   /** release-1.lua: not held by this holder under this token. */
-  NotHolder = -3,
-}
+  NotHolder: -3,
+} as const;
 
 /** Lua scripts as files, BullMQ style: <name>-<number of keys>.lua, next to this file in src and dist. */
 const scriptFiles = {

@@ -79,7 +79,9 @@ export async function withLock<T>(
   let stopped = false;
   let renewTimer: TimerHandle | undefined;
   const scheduleRenew = () => {
-    renewTimer = clock.setTimer(async () => {
+    renewTimer = clock.setTimer(() => void renewOnce(), renewEvery);
+  };
+  const renewOnce = async () => {
       if (stopped || !lease) return;
       try {
         const renewed = await backend.renew(lease);
@@ -91,7 +93,6 @@ export async function withLock<T>(
         // A backend blip: keep trying; the deadline timer decides when it is too late.
       }
       if (!stopped && !controller.signal.aborted) scheduleRenew();
-    }, renewEvery);
   };
   scheduleRenew();
 
@@ -104,12 +105,15 @@ export async function withLock<T>(
     renewTimer?.cancel();
     deadlineTimer?.cancel();
     options.signal?.removeEventListener('abort', onCallerAbort);
-    if (!lost) {
-      try {
-        await backend.release(lease);
-      } catch (err) {
-        if (!(err instanceof NotHolderError)) throw err;
-      }
-    }
+    if (!lost) await releaseHeld(backend, lease);
+  }
+}
+
+/** Release a lease we still believe we hold; someone else holding it by now is not an error. */
+async function releaseHeld(backend: LeaseBackend, lease: Lease): Promise<void> {
+  try {
+    await backend.release(lease);
+  } catch (err) {
+    if (!(err instanceof NotHolderError)) throw err;
   }
 }

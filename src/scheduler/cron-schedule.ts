@@ -165,7 +165,7 @@ function formatter(timezone: string): Intl.DateTimeFormat {
 function offsetAt(t: number, timezone: string): number {
   const p: Record<string, number> = {};
   for (const part of formatter(timezone).formatToParts(new Date(t))) if (part.type !== 'literal') p[part.type] = Number(part.value);
-  const wall = Date.UTC(p.year!, p.month! - 1, p.day!, p.hour!, p.minute!, p.second!);
+  const wall = Date.UTC(p.year!, p.month! - 1, p.day, p.hour, p.minute, p.second);
   return wall - Math.floor(t / 1000) * 1000;
 }
 

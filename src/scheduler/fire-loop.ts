@@ -151,14 +151,16 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   }
 
   private scheduleOutbox(): void {
-    this.outboxTimer = this.o.clock.setTimer(async () => {
-      try {
-        await this.sweepOutbox();
-      } catch (err) {
-        this.o.logger.warn({ err }, 'outbox sweep failed');
-      }
-      if (this.running) this.scheduleOutbox();
-    }, this.o.outboxIntervalMs ?? 1000);
+    this.outboxTimer = this.o.clock.setTimer(() => void this.outboxRound(), this.o.outboxIntervalMs ?? 1000);
+  }
+
+  private async outboxRound(): Promise<void> {
+    try {
+      await this.sweepOutbox();
+    } catch (err) {
+      this.o.logger.warn({ err }, 'outbox sweep failed');
+    }
+    if (this.running) this.scheduleOutbox();
   }
 
   /** Enqueue runs that were committed but never handed to the queue (crash between the two). */

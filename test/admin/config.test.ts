@@ -253,6 +253,7 @@ it('an empty environment variable counts as unset, so the file value shows throu
 
 it('values are not coerced: a numeric token, a null/[]/blank port and unusable tokens are refused, never echoed', async () => {
   const cases: [Record<string, unknown>, string][] = [
+    // eslint-disable-next-line no-loss-of-precision -- the point: JSON numbers this long lose digits
     [{ adminToken: 1234567890123456789 }, 'adminToken in FILE: must be a string (in the config file: in double quotes)'],
     [{ adminPort: null }, 'adminPort in FILE: must be a whole number'],
     [{ adminPort: [] }, 'adminPort in FILE: must be a whole number'],

@@ -68,7 +68,7 @@ export async function runFailoverScenario(
     const crashHandoverMs = Date.now() - killAt;
     await sleep(phaseMs);
     // The window must cover 30 s whatever the hand-overs took (it ends 2 s before now).
-    const windowEnd = t0!.getTime() + 30_000 + 2000 + 1000;
+    const windowEnd = t0.getTime() + 30_000 + 2000 + 1000;
     if (Date.now() < windowEnd) await sleep(windowEnd - Date.now());
 
     const t1 = new Date(Math.floor((Date.now() - 2000) / 1000) * 1000);
@@ -83,9 +83,9 @@ export async function runFailoverScenario(
     third.signal('SIGTERM');
     assert.equal(await third.exited, 0);
 
-    const seconds = Math.round((t1.getTime() - t0!.getTime()) / 1000) + 1;
+    const seconds = Math.round((t1.getTime() - t0.getTime()) / 1000) + 1;
     assert.ok(seconds >= 30, `window of ${seconds} s is shorter than 30 s`);
-    const times = Array.from({ length: seconds }, (_, i) => t0!.getTime() + i * 1000);
+    const times = Array.from({ length: seconds }, (_, i) => t0.getTime() + i * 1000);
     const expected = new Map(Array.from({ length: jobs }, (_, i) => [`job-${i}`, times] as [string, number[]]));
     const history = await readHistory(db.pool, { from: new Date(0), to: new Date(Date.now() + 60_000), effectsTable: 'cw_test_effects' });
     const report = checkHistory(history, { expected, requireCompleted: true });

@@ -76,7 +76,7 @@ describe('RunExecutor (real PostgreSQL ledger)', () => {
     const result = await executor.execute(runId, { finalAttempt: true });
     assert.ok(second instanceof InvalidArgumentError, String(second));
     assert.match((second as Error).message, /ctx\.transaction may be called once per attempt/);
-    assert.equal((second as InvalidArgumentError).retryable, false);
+    assert.equal((second).retryable, false);
     assert.equal(secondFnCalled, false);
     assert.equal(result.status, 'completed');
     const { run, attempts, effects } = await read(runId);

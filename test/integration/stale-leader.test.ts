@@ -14,7 +14,6 @@ import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop, type Leadership } from '../../src/scheduler/fire-loop.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';

@@ -141,7 +141,7 @@ describe('postgres lease backend under faults', () => {
       await b.release(t3);
       const floored = await b.tryAcquire({ name: floorName, holder: 'B', ttlMs: 5000 });
       assert.equal(floored?.token, 1001n, 'the token floor must survive the restart');
-      await b.release(floored!);
+      await b.release(floored);
       await unsubscribe();
     });
   }

@@ -121,11 +121,11 @@ describe('postgres lease backend', () => {
     await a.ensureTokenAbove(fresh, 42n); // equal: no effect on the live holder
     assert.equal((await a.current(fresh))?.token, 42n);
     assert.equal((await a.current(fresh))?.holder, 'A');
-    await a.release(t1!);
+    await a.release(t1);
     await a.ensureTokenAbove(fresh, 100n);
     const t2 = await a.tryAcquire({ name: fresh, holder: 'B', ttlMs: 5000 });
     assert.equal(t2?.token, 101n);
-    await a.release(t2!);
+    await a.release(t2);
     await assert.rejects(a.ensureTokenAbove(fresh, -1n), InvalidArgumentError);
   });
 

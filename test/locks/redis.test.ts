@@ -84,7 +84,7 @@ describe('redis backend specifics (throwaway redis-server)', () => {
     await b.release(retry);
     const next = await b.tryAcquire({ name, holder: 'B', ttlMs: 10_000 });
     assert.equal(next?.token, record.token + 1n, 're-entry must not burn a token');
-    await b.release(next!);
+    await b.release(next);
   });
 
   it('keeps tokens exact as bigint beyond 2^53', async () => {
@@ -95,12 +95,12 @@ describe('redis backend specifics (throwaway redis-server)', () => {
     // 2^60 + 1 is not a double: any trip through a Lua or JS number would round it.
     assert.equal(lease?.token, 2n ** 60n + 1n);
     assert.equal((await b.current(name))?.token, 2n ** 60n + 1n);
-    assert.equal((await b.renew(lease!)).token, 2n ** 60n + 1n);
-    await b.release(lease!);
+    assert.equal((await b.renew(lease)).token, 2n ** 60n + 1n);
+    await b.release(lease);
     await b.ensureTokenAbove(name, 2n ** 59n); // a lower floor never lowers the counter
     const next = await b.tryAcquire({ name, holder: 'B', ttlMs: 5000 });
     assert.equal(next?.token, 2n ** 60n + 2n);
-    await b.release(next!);
+    await b.release(next);
   });
 
   it('names and holders with ":" never collide with another name\'s counter', async () => {

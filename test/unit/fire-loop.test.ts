@@ -48,7 +48,7 @@ function setup(jobs: Partial<JobOptions>[], options: { token?: bigint; start?: n
   const stepDowns: string[] = [];
   const logs: LogLine[] = [];
   const registry = new JobRegistry(
-    jobs.map((j, i) => defineJob({ name: `job${i}`, schedule: '* * * * * *', handler: () => {}, ...j } as JobOptions)),
+    jobs.map((j, i) => defineJob({ name: `job${i}`, schedule: '* * * * * *', handler: () => {}, ...j })),
   );
   const loop = new FireLoop({
     registry,

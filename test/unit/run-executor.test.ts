@@ -393,7 +393,8 @@ describe('RunExecutor (in-memory ledger)', () => {
     });
     await assert.rejects(t.executor.execute(first, { finalAttempt: true }), (err) => err === huge);
     t.handle(async () => {
-      throw 'plain \u0000 string'; // handlers can throw anything
+      // eslint-disable-next-line @typescript-eslint/only-throw-error -- handlers can throw anything
+      throw 'plain \u0000 string';
     });
     await assert.rejects(t.executor.execute(second, { finalAttempt: false }), (err) => err === 'plain \u0000 string');
     const a = t.run(first);

@@ -44,8 +44,8 @@ export async function createScratchDatabase(serverUrl: string, options: { prefix
 export async function dropDatabase(serverUrl: string, name: string): Promise<void> {
   await withClient(serverUrl, async (c) => {
     for (let i = 0; i < 50; i++) {
-      const r = await c.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name]);
-      if (r.rows[0].n === 0) break;
+      const r = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name]);
+      if (r.rows[0]?.n === 0) break;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
