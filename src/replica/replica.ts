@@ -235,10 +235,12 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   async stop(): Promise<void> {
     if (this.stopped) return;
     this.stopped = true;
-    await this.heartbeat?.stop();
-    await this.admin?.close();
+    // The hand-over first: stop firing and release the lease, so a follower leads at once. Only
+    // then the admin HTTP (whose close waits for in-flight requests) and the member row.
     this.fireLoop.stop();
     await this.elector.stop();
+    await this.heartbeat?.stop();
+    await this.admin?.close();
     await this.worker?.close(this.o.shutdownGraceMs ?? 10_000);
     await this.delivery.close();
     if (this.ownsRedis) await this.redis.quit().catch(() => {});
