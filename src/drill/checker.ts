@@ -5,17 +5,11 @@
  * from PostgreSQL.
  */
 import type pg from 'pg';
-import { effectsInWindow, runsInWindow } from '../ledger/history-reads.js';
+import { effectsInWindow, runsInWindow, type RunHistoryRow } from '../ledger/history-reads.js';
 import { readAttemptLog, type AttemptOutcome } from './attempt-log.js';
 
-export interface RunRecord {
-  id: bigint;
-  job: string;
-  scheduledAt: number;
-  leaderToken: bigint;
-  state: string;
-  /** Token of the attempt that completed the run, if any. */
-  completedToken: bigint | null;
+/** A run as the checker sees it: the ledger's history row, the commit instant optional for planted histories. */
+export interface RunRecord extends Omit<RunHistoryRow, 'committedAt'> {
   /** When the ledger committed the fire (database clock), if known. */
   committedAt?: number;
 }

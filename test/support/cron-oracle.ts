@@ -282,14 +282,5 @@ function buildTimelineHours(zone: string, fromMs: number, toMs: number): Array<{
   return out;
 }
 
-/** A small seeded PRNG (mulberry32), so a failing expression can be replayed from its seed. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** The drill's seeded PRNG (mulberry32), so a failing expression can be replayed from its seed. */
+export { seededRandom as prng } from '../../src/drill/faults.js';
