@@ -86,7 +86,7 @@ export class ReplicaMetrics {
       registers,
       collect: async function (this: Gauge<'state'>) {
         this.reset();
-        for (const [state, n] of await activeRunCounts(pool)) this.set({ state }, n);
+        for (const [state, n] of await activeRunCounts(pool, replica.ledger.tables)) this.set({ state }, n);
       },
     });
     isLeader.set(0);
@@ -123,7 +123,7 @@ export class ReplicaMetrics {
 
   private async countAttempts(): Promise<void> {
     // Re-read a 5 s overlap (attempts whose transaction committed late) and skip what was counted.
-    const rows = await attemptsFinishedSince(this.pool, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
+    const rows = await attemptsFinishedSince(this.pool, this.replica.ledger.tables, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
     for (const row of rows) {
       const key = `${row.runId}/${row.attempt}`;
       if (this.counted.has(key)) continue;

@@ -11,6 +11,7 @@ import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
 import { Replica } from '../replica/replica.js';
+import { resolveSchema } from '../db/tables.js';
 
 export function registerStart(program: Command): void {
   program
@@ -25,6 +26,7 @@ export function registerStart(program: Command): void {
     .option('--jobs <module>', 'module exporting job definitions (env CRONWARDEN_JOBS)')
     .option('--replica-id <id>', 'unique id of this replica; default host-pid-random')
     .option('--namespace <name>', 'separates deployments sharing servers (default "default")')
+    .option('--schema <name>', 'PostgreSQL schema of the ledger (env CRONWARDEN_SCHEMA; default "cronwarden", or "cronwarden_<namespace>")')
     .option('--lease-ttl-ms <ms>', 'leader lease TTL (default 10000)')
     .option('--concurrency <n>', 'runs this replica executes at once (default 10)')
     .option('--worker-lock-ms <ms>', "BullMQ lock on a running run: a dead or frozen worker's run is re-delivered after this (default 30000)")
@@ -39,10 +41,13 @@ export function registerStart(program: Command): void {
       const config = loadReplicaConfig({ ...flags, ttlMs: flags.leaseTtlMs, configFile: flags.config, jobsModule: flags.jobs });
       const jobs = await loadJobs(config.jobsModule);
       const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
-      const backend = await createLeaseBackend(config.backend);
+      const schema = resolveSchema(config);
+      // The postgres lease backend keeps its cw_leases in the deployment's schema too.
+      const backend = await createLeaseBackend(config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend);
       const replica = new Replica({
         replicaId: config.replicaId,
         namespace: config.namespace,
+        schema,
         backend,
         databaseUrl: config.databaseUrl,
         redisUrl: config.redisUrl,
@@ -93,7 +98,7 @@ export function registerStart(program: Command): void {
         }
         replica.logger.info({ adminUrl, statusPage: `${adminUrl}/` }, 'admin HTTP listening');
       }
-      heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, replicaId: replica.replicaId, role: () => replica.role, version, adminUrl, logger: replica.logger });
+      heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, tables: replica.ledger.tables, replicaId: replica.replicaId, role: () => replica.role, version, adminUrl, logger: replica.logger });
       replica.on('role:changed', () => void heartbeat?.beat());
       await heartbeat.start();
     });

@@ -15,6 +15,8 @@ export interface ReplicaConfig {
   jobsModule: string;
   replicaId?: string;
   namespace: string;
+  /** PostgreSQL schema of the ledger; undefined: the namespace's default (src/db/tables.ts). */
+  schema?: string;
   ttlMs: number;
   concurrency: number;
   /** BullMQ lock on a running run: how soon a dead or frozen worker's run is re-delivered. */
@@ -49,6 +51,7 @@ const names = {
   jobsModule: 'CRONWARDEN_JOBS (--jobs)',
   replicaId: 'CRONWARDEN_REPLICA_ID (--replica-id)',
   namespace: 'CRONWARDEN_NAMESPACE (--namespace)',
+  schema: 'CRONWARDEN_SCHEMA (--schema)',
   ttlMs: 'CRONWARDEN_LEASE_TTL_MS (--lease-ttl-ms)',
   concurrency: 'CRONWARDEN_CONCURRENCY (--concurrency)',
   workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS (--worker-lock-ms)',
@@ -83,6 +86,7 @@ const schema = z.object({
   jobsModule: z.string().min(1, 'must name a module that exports job definitions'),
   replicaId: z.string().min(1).max(200).optional(),
   namespace: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, 'may contain only letters, digits, _ and - (at most 64)').default('default'),
+  schema: z.string().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'may contain only lower-case letters, digits and _ (at most 63), not starting with a digit').optional(),
   ttlMs: int(1000, 600_000).default(10_000),
   concurrency: int(1, 1000).default(10),
   workerLockMs: int(1000, 600_000).default(30_000),
@@ -105,6 +109,7 @@ const envVars: Record<Exclude<Key, 'configFile'>, string> = {
   jobsModule: 'CRONWARDEN_JOBS',
   replicaId: 'CRONWARDEN_REPLICA_ID',
   namespace: 'CRONWARDEN_NAMESPACE',
+  schema: 'CRONWARDEN_SCHEMA',
   ttlMs: 'CRONWARDEN_LEASE_TTL_MS',
   concurrency: 'CRONWARDEN_CONCURRENCY',
   workerLockMs: 'CRONWARDEN_WORKER_LOCK_MS',
@@ -150,6 +155,7 @@ export function loadReplicaConfig(flags: Partial<Record<Key, string>>, env: Node
     jobsModule: c.jobsModule,
     replicaId: c.replicaId,
     namespace: c.namespace,
+    schema: c.schema,
     ttlMs: c.ttlMs,
     concurrency: c.concurrency,
     workerLockMs: c.workerLockMs,

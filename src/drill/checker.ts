@@ -6,6 +6,7 @@
  */
 import type pg from 'pg';
 import { attemptLogInWindow, effectsInWindow, runsInWindow } from '../ledger/history-reads.js';
+import { tablesIn } from '../db/tables.js';
 import type { AttemptOutcome } from './attempt-log.js';
 
 export interface RunRecord {
@@ -290,17 +291,19 @@ export function countWindow(history: History, expectation: Pick<Expectation, 'ex
 
 /**
  * Load the ledger for a window, and if named the effect table (run_id and token columns) and the
- * attempt log (run_id, token and outcome columns, see attempt-log.ts).
+ * attempt log (run_id, token and outcome columns, see attempt-log.ts). `schema`: where the
+ * ledger lives (default "cronwarden").
  */
 export async function readHistory(
   pool: pg.Pool,
-  options: { from: Date; to: Date; effectsTable?: string; attemptLogTable?: string; jobPrefix?: string },
+  options: { from: Date; to: Date; effectsTable?: string; attemptLogTable?: string; jobPrefix?: string; schema?: string },
 ): Promise<History> {
   const { from, to } = options;
-  const history: History = { runs: await runsInWindow(pool, from, to, options.jobPrefix) };
-  if (options.effectsTable) history.effects = await effectsInWindow(pool, options.effectsTable, from, to);
+  const t = tablesIn(options.schema);
+  const history: History = { runs: await runsInWindow(pool, t, from, to, options.jobPrefix) };
+  if (options.effectsTable) history.effects = await effectsInWindow(pool, t, options.effectsTable, from, to);
   if (options.attemptLogTable) {
-    const rows = await attemptLogInWindow(pool, options.attemptLogTable, from, to);
+    const rows = await attemptLogInWindow(pool, t, options.attemptLogTable, from, to);
     history.attemptLog = rows.map((l) => ({ ...l, outcome: l.outcome as AttemptOutcome }));
   }
   return history;

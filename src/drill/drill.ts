@@ -12,6 +12,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { randomUUID } from 'node:crypto';
 import { memberAdminUrl } from '../ledger/admin-reads.js';
+import { tablesIn } from '../db/tables.js';
 import { createLeaseBackend, type BackendConfig } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
@@ -111,6 +112,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const scratch = await createScratchDatabase(o.databaseUrl, { prefix: 'cronwarden_drill' });
   const ledgerUrl = scratch.url;
   const pool = scratch.pool;
+  const tables = tablesIn(scratch.schema);
   await pool.query('CREATE TABLE cw_drill_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)');
   await pool.query(ATTEMPT_LOG_DDL);
 
@@ -136,6 +138,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
         CRONWARDEN_REDIS_URL: o.redisUrl,
         CRONWARDEN_REPLICA_ID: id,
         CRONWARDEN_NAMESPACE: namespace,
+        CRONWARDEN_SCHEMA: scratch.schema,
         CRONWARDEN_LEASE_TTL_MS: String(o.ttlMs),
         CRONWARDEN_SHUTDOWN_GRACE_MS: '2000',
         // Shorter than a SIGSTOP (2 TTLs), so a frozen worker's run is re-delivered meanwhile.
@@ -157,12 +160,12 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     const proc = rec ? procs.get(rec.holder) : undefined;
     return { proc, token: proc ? rec!.token : undefined };
   };
-  const lastCommit = () => ledgerHistory.lastCommitAt(pool);
+  const lastCommit = () => ledgerHistory.lastCommitAt(pool, tables);
   /** First fire committed after t (under a leader token above `aboveToken`, if given), polled for up to timeoutMs. */
   const firstCommitAfter = async (t: number, timeoutMs: number, aboveToken?: bigint): Promise<number | null> => {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const first = await ledgerHistory.firstCommitAfter(pool, new Date(t), aboveToken);
+      const first = await ledgerHistory.firstCommitAfter(pool, tables, new Date(t), aboveToken);
       if (first !== null) return first;
       if (Date.now() >= deadline) return null;
       await sleep(50);
@@ -191,7 +194,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   };
 
   const hostOffsetSeconds = async (replicaId: string): Promise<number | undefined> => {
-    const url = await memberAdminUrl(pool, replicaId);
+    const url = await memberAdminUrl(pool, tables, replicaId);
     if (!url) return undefined;
     const text = await (await fetch(`${url}/metrics`)).text();
     const line = text.split('\n').find((l) => l.startsWith('cronwarden_host_clock_offset_seconds'));
@@ -264,7 +267,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
     // Let every run of the window finish (re-deliveries of killed workers included) before checking.
     const drainDeadline = Date.now() + 60_000;
     while (Date.now() < drainDeadline) {
-      if ((await ledgerHistory.uncompletedRunsIn(pool, from, to)) === 0) break;
+      if ((await ledgerHistory.uncompletedRunsIn(pool, tables, from, to)) === 0) break;
       await sleep(500);
     }
   } finally {
@@ -284,9 +287,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   const expectedTimes: number[] = [];
   for (let t = from.getTime(); t <= to.getTime(); t += 1000) expectedTimes.push(t);
   const expected = new Map(Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]));
-  const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogTable: ATTEMPT_LOG_TABLE });
+  const history = await readHistory(pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogTable: ATTEMPT_LOG_TABLE, schema: scratch.schema });
   const check = checkHistory(history, { expected, requireCompleted: true });
-  const staleTimes = await ledgerHistory.staleAttemptTimes(pool);
+  const staleTimes = await ledgerHistory.staleAttemptTimes(pool, tables);
   await scratch.drop();
   faults.forEach((f, i) => {
     const start = Date.parse(f.at);

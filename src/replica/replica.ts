@@ -20,6 +20,7 @@ import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { settlesWithin } from '../settles-within.js';
+import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -29,8 +30,17 @@ const POOL_END_TIMEOUT_MS = 2000;
 export interface ReplicaOptions {
   /** Unique per process. Default: host-pid-random. */
   replicaId?: string;
-  /** Separates deployments sharing one Redis/Postgres/etcd. Default "default". */
+  /**
+   * Separates deployments sharing one Redis/Postgres/etcd: queue, lease and election names carry
+   * it, and the ledger lives in its own schema. Default "default".
+   */
   namespace?: string;
+  /**
+   * PostgreSQL schema holding this deployment's ledger (src/db/tables.ts). Default: "cronwarden"
+   * for the default namespace, else "cronwarden_<namespace>". Migrate it first (`cronwarden
+   * migrate` with the same namespace or schema); a schema holding another namespace is refused.
+   */
+  schema?: string;
   backend: LeaseBackend;
   /** PostgreSQL holding the ledger (migrated: see `cronwarden migrate`). */
   databaseUrl: string;
@@ -77,6 +87,8 @@ export type ReplicaEvents = FireLoopEvents & {
 export class Replica extends EventEmitter<ReplicaEvents> {
   readonly replicaId: string;
   readonly namespace: string;
+  /** The PostgreSQL schema of this deployment's ledger. */
+  readonly schema: string;
   readonly leaseName: string;
   readonly registry: JobRegistry;
   readonly ledger: Ledger;
@@ -103,14 +115,15 @@ export class Replica extends EventEmitter<ReplicaEvents> {
     if (!o.databaseUrl) throw new InvalidArgumentError('databaseUrl is required (the ledger lives in PostgreSQL)');
     if (!o.redisUrl) throw new InvalidArgumentError('redisUrl is required (runs are delivered through BullMQ)');
     this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
-    this.namespace = o.namespace ?? 'default';
+    this.namespace = o.namespace ?? DEFAULT_NAMESPACE;
+    this.schema = resolveSchema({ schema: o.schema, namespace: this.namespace });
     this.leaseName = `cronwarden/${this.namespace}/scheduler`;
     this.registry = o.jobs instanceof JobRegistry ? o.jobs : new JobRegistry(o.jobs);
     this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
     this.startedAt = (o.clock ?? systemClock).now();
     this.pool = new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
     this.pool.on('error', (err) => this.logger.warn({ err }, 'idle PostgreSQL connection error'));
-    this.ledger = new Ledger(this.pool);
+    this.ledger = new Ledger(this.pool, this.schema);
     this.ledgerClock = o.clock
       ? undefined
       : new LedgerClock({
@@ -160,6 +173,8 @@ export class Replica extends EventEmitter<ReplicaEvents> {
   }
 
   async start(): Promise<void> {
+    // Before anything runs: a schema that holds another deployment's ledger is refused here.
+    await this.ledger.bindNamespace(this.namespace);
     await this.ledgerClock?.start();
     if (this.o.worker?.enabled !== false) {
       this.worker = new BullmqWorker({
@@ -175,7 +190,7 @@ export class Replica extends EventEmitter<ReplicaEvents> {
       await this.worker.start();
     }
     this.elector.start();
-    this.logger.info({ jobs: this.registry.size, backend: this.o.backend.kind }, 'replica started');
+    this.logger.info({ jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema }, 'replica started');
   }
 
   /**

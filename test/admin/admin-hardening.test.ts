@@ -39,6 +39,7 @@ before(async () => {
   replica = new Replica({
     replicaId: 'hard-a',
     namespace: `hard${Date.now().toString(36)}`,
+    schema: db.schema,
     backend,
     databaseUrl: db.url,
     redisUrl: SHARED_REDIS_URL,

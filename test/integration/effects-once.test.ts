@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import { listRuns } from '../../src/ledger/admin-reads.js';
+import { tablesIn } from '../../src/db/tables.js';
 import { ReplicaMetrics } from '../../src/admin/metrics.js';
 import type { Replica } from '../../src/replica/replica.js';
 import { EventedChild } from '../support/evented-child.js';
@@ -110,7 +111,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     assert.ok(attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'), JSON.stringify(attempts));
 
     // Issue 6: the admin view shows the attempts, which one completed, and the skipped re-deliveries.
-    const { runs } = await listRuns(env.db.pool, { job: 'effect', limit: 100 });
+    const { runs } = await listRuns(env.db.pool, tablesIn(env.db.schema), { job: 'effect', limit: 100 });
     const view = runs.find((r) => r.id === runId.toString());
     assert.ok(view, 'the run is listed');
     assert.equal(view.state, 'completed');
