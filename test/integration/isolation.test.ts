@@ -29,6 +29,11 @@ import { MemberHeartbeat } from '../../src/replica/member-heartbeat.js';
 import { Replica } from '../../src/replica/replica.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
+import { migrationsFolder } from '../../src/db/migrate.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import { copyFile, readFile } from 'node:fs/promises';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
 
 const TOKEN = 'isolation-admin-token-0123456789';
 
@@ -266,5 +271,82 @@ describe('isolation: two deployments and a drizzle application on one PostgreSQL
     assert.equal(schemaForNamespace('default'), 'cronwarden');
     assert.equal(schemaForNamespace('My-Service'), 'cronwarden_my_service');
     assert.ok(schemaForNamespace('x'.repeat(64)).length <= 63);
+  });
+
+  it('a 0.1.0 install (tables in public, journal in drizzle) upgrades with `cronwarden migrate`, keeping runs, fences, job state and the application\'s journal', { timeout: 60_000 }, async () => {
+    const old = await createTestDatabase({ migrate: false });
+    const dir = await mkdtemp(join(tmpdir(), 'cw-010-'));
+    try {
+      // 0.1.0's migrations (0000-0005) applied the 0.1.0 way: drizzle's migrate(), tables in public, journal in drizzle.
+      const v010 = join(dir, 'cronwarden-0.1.0');
+      await mkdir(join(v010, 'meta'), { recursive: true });
+      const journal = JSON.parse(await readFile(join(migrationsFolder, 'meta', '_journal.json'), 'utf8')) as { entries: { tag: string }[] };
+      journal.entries = journal.entries.slice(0, 6);
+      assert.equal(journal.entries.at(-1)!.tag, '0005_delivery_sweep_and_error_stack');
+      for (const e of journal.entries) await copyFile(join(migrationsFolder, `${e.tag}.sql`), join(v010, `${e.tag}.sql`));
+      await writeFile(join(v010, 'meta', '_journal.json'), JSON.stringify(journal));
+      const app = join(dir, 'app');
+      await applyAppMigrations(old.url, await appMigrations(app, 1));
+      await applyAppMigrations(old.url, v010);
+      assert.ok(await regclass(old.pool, 'public.cw_runs'));
+      // What 0.1.0 replicas left: runs with attempts, fences, job state, an election, a lease, tokens drawn.
+      const p = old.pool;
+      const runs = await p.query<{ id: string }>(
+        `INSERT INTO public.cw_runs (job, scheduled_at, leader_token, leader_id, state, claim_token, attempts, completed_attempt, enqueued_at)
+         VALUES ('tick', '2026-01-01T00:00:00Z', 7, 'old-r1', 'completed', nextval('public.cw_execution_token_seq'), 1, 1, now()),
+                ('tick', '2026-01-01T00:00:01Z', 7, 'old-r1', 'pending', NULL, 0, NULL, NULL) RETURNING id::text`,
+      );
+      await p.query(`INSERT INTO public.cw_run_attempts (run_id, attempt, token, worker, state) VALUES ($1, 1, 1, 'old-r2', 'completed')`, [runs.rows[0]!.id]);
+      await p.query(`INSERT INTO public.cw_fences (resource, token) VALUES ('scheduler/cronwarden/default/scheduler', 7), ('orders', 42)`);
+      await p.query(`INSERT INTO public.cw_job_state (job, paused, last_scheduled_at) VALUES ('tick', true, '2026-01-01T00:00:01Z')`);
+      await p.query(`INSERT INTO public.cw_elections (lease_name, leader, token, backend) VALUES ('cronwarden/default/scheduler', 'old-r1', 7, 'postgres')`);
+      await p.query(`INSERT INTO public.cw_leases (name, holder, token) VALUES ('cronwarden/default/scheduler', NULL, 7)`);
+      const identity = (await p.query<{ id: string }>('SELECT id FROM public.cw_ledger')).rows[0]!.id;
+      const tokenBefore = BigInt((await p.query<{ v: string }>('SELECT last_value::text AS v FROM public.cw_execution_token_seq')).rows[0]!.v);
+
+      // The one documented command.
+      const bin = fileURLToPath(new URL('../../bin/cronwarden.js', import.meta.url));
+      const cli = spawn(process.execPath, ['--import', 'tsx', bin, 'migrate'], { env: { ...process.env, CRONWARDEN_DATABASE_URL: old.url, CRONWARDEN_NAMESPACE: '', CRONWARDEN_SCHEMA: '' } });
+      let out = '';
+      let errOut = '';
+      cli.stdout.on('data', (c: Buffer) => (out += c.toString()));
+      cli.stderr.on('data', (c: Buffer) => (errOut += c.toString()));
+      const code = await new Promise<number | null>((resolve) => cli.once('exit', resolve));
+      assert.equal(code, 0, errOut);
+      assert.equal(out, 'moved the 0.1.0 ledger from public into schema "cronwarden"\nmigrations applied\n');
+
+      const left = await p.query("SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relname LIKE 'cw\\_%'");
+      assert.deepEqual(left.rows, [], 'nothing of cronwarden left in public');
+      const ledger = new Ledger(p, 'cronwarden');
+      assert.equal(await ledger.identity(), identity, 'the same ledger identity (queue job ids stay valid)');
+      const moved = await p.query<{ id: string; state: string }>('SELECT id::text, state FROM cronwarden.cw_runs ORDER BY id');
+      assert.deepEqual(moved.rows, [{ id: runs.rows[0]!.id, state: 'completed' }, { id: runs.rows[1]!.id, state: 'pending' }]);
+      assert.equal((await p.query('SELECT 1 FROM cronwarden.cw_run_attempts')).rowCount, 1);
+      assert.equal(await ledger.fires.fenceToken('orders'), 42n);
+      assert.equal(await ledger.fires.fenceToken('scheduler/cronwarden/default/scheduler'), 7n);
+      assert.deepEqual([...(await ledger.fires.pausedJobs())], ['tick']);
+      assert.equal((await ledger.fires.lastFired()).get('tick')?.toISOString(), '2026-01-01T00:00:01.000Z');
+      assert.equal((await p.query('SELECT 1 FROM cronwarden.cw_elections')).rowCount, 1);
+      assert.equal((await new PostgresLeaseBackend({ pool: p, schema: 'cronwarden' }).tryAcquire({ name: 'cronwarden/default/scheduler', holder: 'new', ttlMs: 5000 }))?.token, 8n, 'the lease counter continues');
+      // Sequences moved with their tables: ids and execution tokens continue, never restart.
+      const claim = await ledger.runs.claim(BigInt(runs.rows[1]!.id), 'new-worker');
+      assert.equal(claim.status, 'claimed');
+      assert.ok(claim.status === 'claimed' && claim.claim.token > tokenBefore, 'execution tokens continue above 0.1.0\'s');
+      const next = await p.query<{ id: string }>(`INSERT INTO cronwarden.cw_runs (job, scheduled_at, leader_token, leader_id) VALUES ('tick', now(), 8, 'new') RETURNING id::text`);
+      assert.ok(BigInt(next.rows[0]!.id) > BigInt(runs.rows[1]!.id), 'run ids continue');
+      await ledger.bindNamespace('default');
+
+      // Journals: cronwarden's rows moved to its schema, the application's stay, and its next migration applies.
+      assert.equal((await p.query('SELECT 1 FROM cronwarden.__drizzle_migrations')).rowCount, journal.entries.length + 1);
+      const appRows = await p.query<{ created_at: string }>('SELECT created_at::text FROM drizzle.__drizzle_migrations');
+      assert.deepEqual(appRows.rows, [{ created_at: '1700000000000' }], "only the application's row is left in drizzle's journal");
+      await applyAppMigrations(old.url, await appMigrations(app, 2));
+      assert.ok(await regclass(p, 'public.app_table_1'), "the application's next migration applied");
+      // Idempotent: a second run moves nothing and applies nothing.
+      assert.deepEqual(await migrateDatabase(old.url), { schema: 'cronwarden', applied: [], movedFromPublic: false });
+    } finally {
+      await old.drop();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
