@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { Replica } from '../replica/replica.js';
 import { activeRunCounts, attemptsFinishedSince } from '../ledger/admin-reads.js';
+import type { Tables } from '../db/tables.js';
 
 /**
  * Prometheus metrics for one replica, fed by the Replica's typed events; run outcomes and
@@ -19,6 +20,8 @@ export class ReplicaMetrics {
   constructor(
     private readonly replica: Replica,
     private readonly pool: Pick<pg.Pool, 'query'>,
+    /** The replica's ledger tables (its schema). */
+    private readonly tables: Tables,
   ) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry, prefix: 'cronwarden_process_' });
@@ -86,7 +89,7 @@ export class ReplicaMetrics {
       registers,
       collect: async function (this: Gauge<'state'>) {
         this.reset();
-        for (const [state, n] of await activeRunCounts(pool, replica.ledger.tables)) this.set({ state }, n);
+        for (const [state, n] of await activeRunCounts(pool, tables)) this.set({ state }, n);
       },
     });
     isLeader.set(0);
@@ -123,7 +126,7 @@ export class ReplicaMetrics {
 
   private async countAttempts(): Promise<void> {
     // Re-read a 5 s overlap (attempts whose transaction committed late) and skip what was counted.
-    const rows = await attemptsFinishedSince(this.pool, this.replica.ledger.tables, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
+    const rows = await attemptsFinishedSince(this.pool, this.tables, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
     for (const row of rows) {
       const key = `${row.runId}/${row.attempt}`;
       if (this.counted.has(key)) continue;

@@ -106,7 +106,7 @@ export class AdminServer {
     const r = o.replica;
     this.pool = createAdminPool(o.databaseUrl, r.logger, o.pool);
     this.reads = new Ledger(this.pool, r.schema);
-    this.metrics = new ReplicaMetrics(r, this.pool);
+    this.metrics = new ReplicaMetrics(r, this.pool, this.reads.tables);
     this.cap = new ConcurrencyCap(o.maxConcurrentReads ?? 8);
     this.hosts = hostPolicy({ bindHost: o.host ?? '127.0.0.1', advertisedUrl: o.advertisedUrl, allowedHosts: o.allowedHosts, machineName: hostname() });
     const monotonic = () => r.clock.monotonic();

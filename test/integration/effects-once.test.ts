@@ -81,7 +81,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       ledgerClock: undefined,
       logger: pino({ level: 'silent' }),
     });
-    const text = await new ReplicaMetrics(stub as unknown as Replica, env.db.pool).exposition();
+    const text = await new ReplicaMetrics(stub as unknown as Replica, env.db.pool, tablesIn(env.db.schema)).exposition();
     const byOutcome = new Map<string, number>();
     for (const line of text.split('\n')) {
       const m = /^cronwarden_run_attempts_total\{([^}]*)\} (\S+)$/.exec(line);
