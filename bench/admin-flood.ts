@@ -61,7 +61,7 @@ async function measure(root: string) {
   const namespace = `flood${randomUUID().slice(0, 8)}`;
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(process.execPath, [`${root}/bin/cronwarden.js`, 'start', '--backend', 'memory', '--jobs', jobsModule, '--namespace', namespace,
+  const child = spawn(process.execPath, [`${root}/bin/cronwarden.js`, 'start', '--backend', 'memory', '--jobs', jobsModule, '--namespace', namespace, '--schema', db.schema,
     '--admin-port', String(port), '--log-level', 'error', '--concurrency', '50', '--retention-days', '0'], {
     cwd: root,
     env: { ...process.env, CRONWARDEN_DATABASE_URL: db.url, CRONWARDEN_REDIS_URL: REDIS_URL },

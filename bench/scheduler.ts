@@ -113,6 +113,7 @@ async function lateness() {
   const replica = new Replica({
     replicaId: 'bench',
     namespace: `late${randomUUID().slice(0, 8)}`,
+    schema: db.schema,
     backend: new MemoryLeaseBackend(),
     databaseUrl: db.url,
     redisUrl: REDIS_URL,

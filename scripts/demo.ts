@@ -13,6 +13,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { migrateDatabase } from '../src/db/migrate.js';
+import { DEFAULT_SCHEMA } from '../src/db/tables.js';
 import { checkHistory, readHistory, type Violation } from '../src/drill/checker.js';
 import type { JobDefinition } from '../src/jobs/define-job.js';
 import * as exampleJobs from '../examples/jobs.js';
@@ -66,7 +67,7 @@ function startReplica(id: string): Replica {
   const child = spawn(
     process.execPath,
     ['bin/cronwarden.js', 'start', '--backend', backend, '--database-url', databaseUrl, '--redis-url', redisUrl, '--jobs', 'examples/jobs.ts',
-      '--replica-id', id, '--namespace', namespace, '--lease-ttl-ms', String(LEASE_TTL_MS), '--worker-lock-ms', String(WORKER_LOCK_MS),
+      '--replica-id', id, '--namespace', namespace, '--schema', DEFAULT_SCHEMA, '--lease-ttl-ms', String(LEASE_TTL_MS), '--worker-lock-ms', String(WORKER_LOCK_MS),
       '--shutdown-grace-ms', '2000', '--log-level', 'info', '--admin-port', String(adminPorts.get(id))],
     { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: adminToken } },
   );
@@ -152,7 +153,8 @@ async function main(): Promise<boolean> {
   await admin.query(`CREATE DATABASE ${dbName}`);
   await admin.end();
   await migrateDatabase(databaseUrl);
-  const pool = new pg.Pool({ connectionString: databaseUrl });
+  // cronwarden's tables are in their own schema; the demo's own table goes to public.
+  const pool = new pg.Pool({ connectionString: databaseUrl, options: `-c search_path=public,${DEFAULT_SCHEMA}` });
   await pool.query('CREATE TABLE demo_effects (job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL)');
   say(`ledger: ${databaseUrl} (migrated); lease backend: ${backend}; delivery: BullMQ on ${redisUrl}`);
 

@@ -122,6 +122,19 @@ export class NotMigratedError extends CronwardenError {
   }
 }
 
+/** A schema already holds another namespace's ledger: two deployments would share runs and fences. */
+export class NamespaceMismatchError extends InvalidArgumentError {
+  constructor(
+    readonly schema: string,
+    readonly boundNamespace: string,
+    readonly namespace: string,
+  ) {
+    super(
+      `schema "${schema}" holds the ledger of namespace "${boundNamespace}", not "${namespace}": give this deployment a schema of its own (--schema / CRONWARDEN_SCHEMA) and run \`cronwarden migrate\` for it`,
+    );
+  }
+}
+
 /**
  * A fenced write was refused because a later slot of the same resource had already written: the
  * run is not stale but late (a catch-up fire that lost the race). The executor settles such a run

@@ -2,6 +2,7 @@ import type pg from 'pg';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
 import { activeRunCounts, attemptsFinishedSince } from '../ledger/admin-reads.js';
+import type { Tables } from '../db/tables.js';
 
 /** What the metrics read of a replica: its events, identity and clock offset. */
 export type MetricsSource = Pick<ReplicaView, 'on' | 'replicaId' | 'namespace' | 'startedAt' | 'logger' | 'role' | 'hostOffsetMs'>;
@@ -22,6 +23,8 @@ export class ReplicaMetrics {
   constructor(
     private readonly replica: MetricsSource,
     private readonly pool: Pick<pg.Pool, 'query'>,
+    /** The replica's ledger tables (its schema). */
+    private readonly tables: Tables,
   ) {
     const registers = [this.registry];
     // No prefix: stock Node.js dashboards expect process_cpu_seconds_total, nodejs_heap_size_used_bytes, …
@@ -91,7 +94,7 @@ export class ReplicaMetrics {
       collect: async function (this: Gauge<'state'>) {
         this.reset();
         if (replica.role !== 'leader') return;
-        for (const [state, n] of await activeRunCounts(pool)) this.set({ state }, n);
+        for (const [state, n] of await activeRunCounts(pool, tables)) this.set({ state }, n);
       },
     });
     isLeader.set(0);
@@ -128,7 +131,7 @@ export class ReplicaMetrics {
 
   private async countAttempts(): Promise<void> {
     // Re-read a 5 s overlap (attempts whose transaction committed late) and skip what was counted.
-    const rows = await attemptsFinishedSince(this.pool, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
+    const rows = await attemptsFinishedSince(this.pool, this.tables, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
     for (const row of rows) {
       const key = `${row.runId}/${row.attempt}`;
       if (this.counted.has(key)) continue;

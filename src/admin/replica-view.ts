@@ -18,6 +18,8 @@ export type ReplicaEvents = FireLoopEvents & ElectorEvents;
 export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
   readonly replicaId: string;
   readonly namespace: string;
+  /** The PostgreSQL schema of this deployment's ledger. */
+  readonly schema: string;
   readonly leaseName: string;
   /** When this replica started, on its scheduler clock (epoch ms). */
   readonly startedAt: number;

@@ -106,8 +106,8 @@ export class AdminServer {
   constructor(private readonly o: AdminServerOptions) {
     const r = o.replica;
     this.pool = createAdminPool(o.databaseUrl, r.logger, o.pool);
-    this.reads = new Ledger(this.pool);
-    this.metrics = new ReplicaMetrics(r, this.pool);
+    this.reads = new Ledger(this.pool, r.schema);
+    this.metrics = new ReplicaMetrics(r, this.pool, this.reads.tables);
     this.cap = new ConcurrencyCap(o.maxConcurrentReads ?? 8);
     this.hosts = hostPolicy({ bindHost: o.host ?? '127.0.0.1', advertisedUrl: o.advertisedUrl, allowedHosts: o.allowedHosts, machineName: hostname() });
     const monotonic = () => r.clock.monotonic();
@@ -222,7 +222,7 @@ export class AdminServer {
   private async notLeader(): Promise<never> {
     const r = this.o.replica;
     const cur = await this.o.backend.current(r.leaseName).catch(() => null);
-    const leaderAdminUrl = cur ? await memberAdminUrl(this.pool, cur.holder).catch(() => null) : null;
+    const leaderAdminUrl = cur ? await memberAdminUrl(this.pool, this.reads.tables, cur.holder).catch(() => null) : null;
     throw new HttpError(409, 'not_leader', `replica "${r.replicaId}" is not the leader`, { leader: cur?.holder ?? null, leaderAdminUrl });
   }
 
@@ -236,8 +236,8 @@ export class AdminServer {
       token: cur?.token.toString() ?? null,
       ttlMs: r.ttlMs,
       expiresInMs: cur ? Math.max(0, Math.round(cur.expiresInMs)) : null,
-      leaderSince: cur ? await electedAt(this.pool, r.leaseName, cur.holder, cur.token) : null,
-      leaderAdminUrl: cur ? await memberAdminUrl(this.pool, cur.holder) : null,
+      leaderSince: cur ? await electedAt(this.pool, this.reads.tables, r.leaseName, cur.holder, cur.token) : null,
+      leaderAdminUrl: cur ? await memberAdminUrl(this.pool, this.reads.tables, cur.holder) : null,
       replicaId: r.replicaId,
       role: r.role,
       leadingSince: r.leadingSince === undefined ? null : new Date(r.leadingSince).toISOString(),
@@ -271,12 +271,12 @@ export class AdminServer {
 
     app.get('/api/lease', this.capped(async () => this.leaseStatus()));
 
-    app.get('/api/members', this.capped(async () => ({ members: await listMembers(this.pool) })));
+    app.get('/api/members', this.capped(async () => ({ members: await listMembers(this.pool, this.reads.tables) })));
 
     app.get('/api/jobs', this.capped(async () => {
       const jobs = r.jobs();
       const names = jobs.map((j) => j.name);
-      const [paused, last] = await Promise.all([this.reads.fires.pausedJobs(), lastRuns(this.pool, names)]);
+      const [paused, last] = await Promise.all([this.reads.fires.pausedJobs(), lastRuns(this.pool, this.reads.tables, names)]);
       const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
       return {
         jobs: jobs.map((j) => {
@@ -298,14 +298,14 @@ export class AdminServer {
     app.get('/api/runs', this.capped(async (req) => {
       const q = parse(runsQuery, req.query);
       // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
-      const page = await listRuns(this.pool, { job: q.job, state: q.state, limit: q.limit, before: q.before === undefined ? undefined : BigInt(q.before) });
+      const page = await listRuns(this.pool, this.reads.tables, { job: q.job, state: q.state, limit: q.limit, before: q.before === undefined ? undefined : BigInt(q.before) });
       // Handler text is served bounded, whatever the ledger holds.
       return { ...page, runs: page.runs.map((run) => ({ ...boundRun(run), attempts: run.attempts.map(boundRun) })) };
     }));
 
     app.get('/api/elections', this.capped(async (req) => {
       const q = parse(limitQuery, req.query);
-      return { elections: await listElections(this.pool, r.leaseName, q.limit) };
+      return { elections: await listElections(this.pool, this.reads.tables, r.leaseName, q.limit) };
     }));
 
     app.post('/api/jobs/:name/trigger', { onRequest: this.requireToken }, async (req) => {

@@ -10,6 +10,7 @@ import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
 import { Replica } from '../replica/replica.js';
+import { resolveSchema } from '../db/tables.js';
 
 export function registerStart(program: Command): void {
   const command = program
@@ -22,9 +23,11 @@ export function registerStart(program: Command): void {
       const config = loadReplicaConfig(flags);
       const jobs = await loadJobs(config.jobsModule);
       const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
-      const backend = await createLeaseBackend(config.backend);
+      const schema = resolveSchema(config);
+      // The postgres lease backend keeps its cw_leases in the deployment's schema too.
+      const backend = await createLeaseBackend(config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend);
       try {
-        await checkStartup(config, backend);
+        await checkStartup(config, backend, schema);
       } catch (err) {
         await settlesWithin(backend.close(), 1000);
         throw err;
@@ -32,6 +35,7 @@ export function registerStart(program: Command): void {
       const replica = new Replica({
         replicaId: config.replicaId,
         namespace: config.namespace,
+        schema,
         backend,
         databaseUrl: config.databaseUrl,
         redisUrl: config.redisUrl,

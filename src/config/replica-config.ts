@@ -30,6 +30,8 @@ export interface ReplicaConfig {
   jobsModule: string;
   replicaId?: string;
   namespace: string;
+  /** PostgreSQL schema of the ledger; undefined: the namespace's default (src/db/tables.ts). */
+  schema?: string;
   ttlMs: number;
   concurrency: number;
   /** BullMQ lock on a running run: how soon a dead or frozen worker's run is re-delivered. */
@@ -95,7 +97,7 @@ function requiredHint(key: SettingKey): string {
 }
 
 const replicaKeys = [
-  'backend', 'backendUrl', 'etcdEndpoints', 'databaseUrl', 'redisUrl', 'jobs', 'replicaId', 'namespace', 'leaseTtlMs', 'concurrency',
+  'backend', 'backendUrl', 'etcdEndpoints', 'databaseUrl', 'redisUrl', 'jobs', 'replicaId', 'namespace', 'schema', 'leaseTtlMs', 'concurrency',
   'workerLockMs', 'shutdownGraceMs', 'retentionDays', 'connectTimeoutMs', 'logLevel', 'adminHost', 'adminPort', 'adminUrl', 'adminToken', 'adminEnabled',
 ] as const satisfies readonly SettingKey[];
 
@@ -108,6 +110,7 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     jobsModule: c.jobs,
     replicaId: c.replicaId,
     namespace: c.namespace,
+    schema: c.schema,
     ttlMs: c.leaseTtlMs,
     concurrency: c.concurrency,
     workerLockMs: c.workerLockMs,

@@ -133,6 +133,11 @@ export const settings = {
     default: 'default',
     description: 'separates deployments sharing servers',
   },
+  schema: {
+    schema: text().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'may contain only lower-case letters, digits and _ (at most 63), not starting with a digit'),
+    arg: 'name',
+    description: 'PostgreSQL schema of the ledger; default `cronwarden`, or `cronwarden_<namespace>` for another namespace',
+  },
   leaseTtlMs: {
     schema: int(1000, 600_000),
     arg: 'ms',

@@ -14,15 +14,15 @@ import { settingName, type SettingKey } from './settings.js';
  * unmigrated ledger is a configuration error (2: restarting cannot help); a server that does not
  * answer in time may be booting, so that is a runtime failure (1: the unit may retry).
  */
-export async function checkStartup(config: ReplicaConfig, backend: LeaseBackend): Promise<void> {
+export async function checkStartup(config: ReplicaConfig, backend: LeaseBackend, schema: string): Promise<void> {
   const ms = config.connectTimeoutMs;
   // Ledger and Redis first: when the lease backend is the same server, their errors are the
   // clearer ones (a refused login, not a backend that "did not answer").
-  await Promise.all([checkLedger(config.databaseUrl, ms), checkRedis(config.redisUrl, ms)]);
+  await Promise.all([checkLedger(config.databaseUrl, schema, ms), checkRedis(config.redisUrl, ms)]);
   await checkLeaseBackend(backend, leaseBackendSetting(config), ms);
 }
 
-async function checkLedger(url: string, ms: number): Promise<void> {
+async function checkLedger(url: string, schema: string, ms: number): Promise<void> {
   const name = settingName('databaseUrl');
   let client;
   try {
@@ -31,7 +31,7 @@ async function checkLedger(url: string, ms: number): Promise<void> {
     throw startupError('PostgreSQL', err, name);
   }
   try {
-    await within(assertMigrated(client, where(url)), ms, 'migrations check');
+    await within(assertMigrated(client, where(url), schema), ms, 'migrations check');
   } catch (err) {
     throw startupError('PostgreSQL', err, name);
   } finally {

@@ -1,6 +1,8 @@
 /**
  * The ledger: the single source of truth for what fired, who ran it, and which tokens were seen.
  * drizzle-kit generates migrations/ from this file; never edit a migration that has landed.
+ * The tables are declared without a schema: src/db/migrate.ts applies the generated SQL inside
+ * the deployment's own schema (src/db/tables.ts), rebasing the "public" drizzle-kit writes.
  */
 import { sql } from 'drizzle-orm';
 import {
@@ -155,4 +157,6 @@ export const elections = pgTable(
 export const ledgerMeta = pgTable('cw_ledger', {
   id: uuid('id').primaryKey().defaultRandom(),
   createdAt: tstz('created_at').notNull().defaultNow(),
+  /** The namespace whose ledger this schema holds; set by its first replica, checked by every later one. */
+  namespace: text('namespace'),
 });

@@ -6,6 +6,7 @@
  */
 import type pg from 'pg';
 import { effectsInWindow, runsInWindow, type RunHistoryRow } from '../ledger/history-reads.js';
+import { tablesIn } from '../db/tables.js';
 import { readAttemptLog, type AttemptOutcome } from './attempt-log.js';
 
 /** A run as the checker sees it: the ledger's history row, the commit instant optional for planted histories. */
@@ -396,14 +397,16 @@ export function countWindow(history: History, expectation: Pick<Expectation, 'ex
 /**
  * Load the ledger for a window, and if named the effect table (run_id and token columns) and the
  * drill's attempt log (see attempt-log.ts), which may live in another database than the ledger.
+ * `schema`: where the ledger lives (default "cronwarden").
  */
 export async function readHistory(
   pool: pg.Pool,
-  options: { from: Date; to: Date; effectsTable?: string; attemptLogDb?: Pick<pg.Pool, 'query'>; jobPrefix?: string },
+  options: { from: Date; to: Date; effectsTable?: string; attemptLogDb?: Pick<pg.Pool, 'query'>; jobPrefix?: string; schema?: string },
 ): Promise<History> {
   const { from, to } = options;
-  const history: History = { runs: await runsInWindow(pool, from, to, options.jobPrefix) };
-  if (options.effectsTable) history.effects = await effectsInWindow(pool, options.effectsTable, from, to);
+  const t = tablesIn(options.schema);
+  const history: History = { runs: await runsInWindow(pool, t, from, to, options.jobPrefix) };
+  if (options.effectsTable) history.effects = await effectsInWindow(pool, t, options.effectsTable, from, to);
   if (options.attemptLogDb) history.attemptLog = await readAttemptLog(options.attemptLogDb, from, to);
   return history;
 }

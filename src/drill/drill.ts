@@ -16,6 +16,7 @@ import { memberAdminUrl } from '../ledger/admin-reads.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
+import { DEFAULT_SCHEMA, tablesIn } from '../db/tables.js';
 import { DrillError, InvalidConfigError } from '../errors.js';
 import { checkHistory, countWindow, readHistory, type CheckReport, type History, type WindowCounts } from './checker.js';
 import { startEnvironment, type DrillEnvironment } from './environment.js';
@@ -103,6 +104,13 @@ export interface DrillReport {
 
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Every ledger the drill makes (a scratch database, or a PostgreSQL of its own) is migrated into
+ * the default schema; the replicas, whose namespace is the drill's own, are told so.
+ */
+export const DRILL_SCHEMA = DEFAULT_SCHEMA;
+const DRILL_TABLES = tablesIn(DRILL_SCHEMA);
 
 /** Everything one drill drives between its servers' start and stop. */
 interface Session {
@@ -280,9 +288,9 @@ async function judgeDrill(
   const expectedTimes: number[] = [];
   for (let t = from.getTime(); t <= to.getTime(); t += 1000) expectedTimes.push(t);
   const expected = new Map(Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]));
-  const history = await readHistory(env.ledger.pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogDb: env.ledger.witness });
+  const history = await readHistory(env.ledger.pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogDb: env.ledger.witness, schema: DRILL_SCHEMA });
   const check = checkHistory(history, { expected, requireCompleted: true });
-  const staleTimes = await ledgerHistory.staleAttemptTimes(env.ledger.pool);
+  const staleTimes = await ledgerHistory.staleAttemptTimes(env.ledger.pool, DRILL_TABLES);
   chargeFaults(faults, history, expected, staleTimes, to);
   const violations = [...outcome.violations, ...unexpectedExits.map((e) => `replica exited by itself: ${e}`), ...check.violations.map((v) => `${v.invariant}: ${v.message}`)];
   const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
@@ -313,18 +321,18 @@ class LedgerProbe {
   constructor(private readonly pool: DrillEnvironment['ledger']['pool']) {}
 
   lastCommit(): Promise<number> {
-    return ledgerHistory.lastCommitAt(this.pool).catch(() => 0);
+    return ledgerHistory.lastCommitAt(this.pool, DRILL_TABLES).catch(() => 0);
   }
 
   unfinished(from: Date, to: Date): Promise<number> {
-    return ledgerHistory.uncompletedRunsIn(this.pool, from, to).catch(() => -1);
+    return ledgerHistory.uncompletedRunsIn(this.pool, DRILL_TABLES, from, to).catch(() => -1);
   }
 
   /** First fire committed after t (under a leader token above `aboveToken`, if given), polled for up to timeoutMs. */
   async firstCommitAfter(t: number, timeoutMs: number, aboveToken?: bigint): Promise<number | null> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const first = await ledgerHistory.firstCommitAfter(this.pool, new Date(t), aboveToken).catch(() => null);
+      const first = await ledgerHistory.firstCommitAfter(this.pool, DRILL_TABLES, new Date(t), aboveToken).catch(() => null);
       if (first !== null) return first;
       if (Date.now() >= deadline) return null;
       await sleep(50);
@@ -334,7 +342,7 @@ class LedgerProbe {
 
 /** The replica's own reading of its host clock against the ledger's, from its /metrics. */
 async function hostOffsetSeconds(pool: DrillEnvironment['ledger']['pool'], replicaId: string): Promise<number | undefined> {
-  const url = await memberAdminUrl(pool, replicaId);
+  const url = await memberAdminUrl(pool, DRILL_TABLES, replicaId);
   if (!url) return undefined;
   const text = await (await fetch(`${url}/metrics`)).text();
   const line = text.split('\n').find((l) => l.startsWith('cronwarden_host_clock_offset_seconds'));

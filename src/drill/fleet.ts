@@ -71,6 +71,8 @@ export class ReplicaFleet {
       CRONWARDEN_REDIS_URL: o.queueUrl,
       CRONWARDEN_REPLICA_ID: id,
       CRONWARDEN_NAMESPACE: o.namespace,
+      // Every ledger the drill makes is migrated into the default schema (drill.ts DRILL_SCHEMA).
+      CRONWARDEN_SCHEMA: 'cronwarden',
       CRONWARDEN_LEASE_TTL_MS: String(o.ttlMs),
       CRONWARDEN_SHUTDOWN_GRACE_MS: '2000',
       // Shorter than a SIGSTOP (2 TTLs), so a frozen worker's run is re-delivered meanwhile.

@@ -11,6 +11,8 @@ export interface NodeCronCoordinatorOptions {
   backend: LeaseBackend;
   /** Pool on the migrated cronwarden database (the ledger). */
   pool: pg.Pool;
+  /** Schema of that ledger (see `cronwarden migrate`). Default "cronwarden". */
+  schema?: string;
   /** Lease name shared by the processes. Default "node-cron". */
   leaseName?: string;
   /** This process's identity. Default host-pid-random. */
@@ -43,7 +45,7 @@ export class NodeCronCoordinator implements RunCoordinator {
   private lease: Lease | undefined;
 
   constructor(private readonly o: NodeCronCoordinatorOptions) {
-    this.ledger = new Ledger(o.pool);
+    this.ledger = new Ledger(o.pool, o.schema);
     this.holder = o.holder ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
     this.leaseName = o.leaseName ?? 'node-cron';
     this.ttlMs = o.ttlMs ?? 10_000;

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { ACTIVE_SQL, activeRunStates, type ActiveRunState } from './run-states.js';
+import type { Tables } from '../db/tables.js';
 
 /** Read-only ledger queries behind the admin API and the metrics. */
 type Db = Pick<pg.Pool, 'query'>;
@@ -16,14 +17,14 @@ export interface MemberRow {
   lastSeenAgoMs: number;
 }
 
-export async function listMembers(db: Db, withinMs = 60_000): Promise<MemberRow[]> {
+export async function listMembers(db: Db, t: Tables, withinMs = 60_000): Promise<MemberRow[]> {
   const res = await db.query<{
     replica_id: string; host: string; pid: number; version: string; role: string; admin_url: string | null;
     started_at: Date; last_seen: Date; ago_ms: number;
   }>(
     `SELECT replica_id, host, pid, version, role, admin_url, started_at, last_seen,
             (extract(epoch FROM now() - last_seen) * 1000)::float8 AS ago_ms
-     FROM cw_members WHERE last_seen > now() - ($1::int * interval '1 millisecond') ORDER BY replica_id`,
+     FROM ${t.members} WHERE last_seen > now() - ($1::int * interval '1 millisecond') ORDER BY replica_id`,
     [withinMs],
   );
   return res.rows.map((r) => ({
@@ -39,14 +40,14 @@ export async function listMembers(db: Db, withinMs = 60_000): Promise<MemberRow[
   }));
 }
 
-export async function memberAdminUrl(db: Db, replicaId: string): Promise<string | null> {
-  const res = await db.query<{ admin_url: string | null }>('SELECT admin_url FROM cw_members WHERE replica_id = $1', [replicaId]);
+export async function memberAdminUrl(db: Db, t: Tables, replicaId: string): Promise<string | null> {
+  const res = await db.query<{ admin_url: string | null }>(`SELECT admin_url FROM ${t.members} WHERE replica_id = $1`, [replicaId]);
   return res.rows[0]?.admin_url ?? null;
 }
 
-export async function electedAt(db: Db, leaseName: string, leader: string, token: bigint): Promise<string | null> {
+export async function electedAt(db: Db, t: Tables, leaseName: string, leader: string, token: bigint): Promise<string | null> {
   const res = await db.query<{ elected_at: Date }>(
-    'SELECT elected_at FROM cw_elections WHERE lease_name = $1 AND leader = $2 AND token = $3 ORDER BY id DESC LIMIT 1',
+    `SELECT elected_at FROM ${t.elections} WHERE lease_name = $1 AND leader = $2 AND token = $3 ORDER BY id DESC LIMIT 1`,
     [leaseName, leader, token.toString()],
   );
   return res.rows[0]?.elected_at.toISOString() ?? null;
@@ -62,10 +63,10 @@ export interface LastRun {
 }
 
 /** Newest run (by scheduled time) of each job. */
-export async function lastRuns(db: Db, jobs: string[]): Promise<Map<string, LastRun>> {
+export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<string, LastRun>> {
   const res = await db.query<{ id: string; job: string; scheduled_at: Date; trigger: string; state: string; finished_at: Date | null; error: string | null }>(
     `SELECT DISTINCT ON (job) id::text, job, scheduled_at, trigger, state, finished_at, error
-     FROM cw_runs WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, cw_runs.id DESC`,
+     FROM ${t.runs} r WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, r.id DESC`,
     [jobs],
   );
   return new Map(
@@ -85,7 +86,7 @@ export interface RunFilter {
 }
 
 /** Runs newest first (by id), each with its attempts. */
-export async function listRuns(db: Db, f: RunFilter) {
+export async function listRuns(db: Db, t: Tables, f: RunFilter) {
   const res = await db.query<{
     id: string; job: string; scheduled_at: Date; trigger: string; leader_token: string; leader_id: string; state: string;
     enqueued_at: Date | null; attempts: number; completed_attempt: number | null; skipped_attempts: number;
@@ -93,15 +94,15 @@ export async function listRuns(db: Db, f: RunFilter) {
   }>(
     `SELECT id::text, job, scheduled_at, trigger, leader_token::text, leader_id, state, enqueued_at, attempts, completed_attempt,
             skipped_attempts, started_at, finished_at, error, created_at
-     FROM cw_runs
+     FROM ${t.runs} r
      WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2) AND ($3::bigint IS NULL OR id < $3)
-     ORDER BY cw_runs.id DESC LIMIT $4`, // cw_runs.id: the bigint, not the output column id (text, which sorts 9 > 43)
+     ORDER BY r.id DESC LIMIT $4`, // r.id: the bigint, not the output column id (text, which sorts 9 > 43)
     [f.job ?? null, f.state ?? null, f.before?.toString() ?? null, f.limit],
   );
   const ids = res.rows.map((r) => r.id);
   const att = await db.query<{ run_id: string; attempt: number; token: string; worker: string; state: string; started_at: Date; finished_at: Date | null; error: string | null }>(
     `SELECT run_id::text, attempt, token::text, worker, state, started_at, finished_at, error
-     FROM cw_run_attempts WHERE run_id = ANY($1::bigint[]) ORDER BY run_id, attempt`,
+     FROM ${t.runAttempts} WHERE run_id = ANY($1::bigint[]) ORDER BY run_id, attempt`,
     [ids],
   );
   const iso = (d: Date | null) => d?.toISOString() ?? null;
@@ -133,7 +134,7 @@ export async function listRuns(db: Db, f: RunFilter) {
  * Won elections newest first. gapMs: from the previous tenure's last committed fire to this
  * election (how long no leader fired); sincePreviousMs: between the two elections.
  */
-export async function listElections(db: Db, leaseName: string, limit: number) {
+export async function listElections(db: Db, t: Tables, leaseName: string, limit: number) {
   const res = await db.query<{
     id: string; leader: string; token: string; backend: string; elected_at: Date;
     prev_leader: string | null; prev_token: string | null; since_prev_ms: number | null; gap_ms: number | null;
@@ -141,10 +142,10 @@ export async function listElections(db: Db, leaseName: string, limit: number) {
     `WITH e AS (
        SELECT id, leader, token, backend, elected_at,
               lag(leader) OVER w AS prev_leader, lag(token) OVER w AS prev_token, lag(elected_at) OVER w AS prev_at
-       FROM cw_elections WHERE lease_name = $1 WINDOW w AS (ORDER BY id))
+       FROM ${t.elections} WHERE lease_name = $1 WINDOW w AS (ORDER BY id))
      SELECT e.id::text, e.leader, e.token::text, e.backend, e.elected_at, e.prev_leader, e.prev_token::text,
             (extract(epoch FROM e.elected_at - e.prev_at) * 1000)::float8 AS since_prev_ms,
-            (extract(epoch FROM e.elected_at - (SELECT max(r.created_at) FROM cw_runs r
+            (extract(epoch FROM e.elected_at - (SELECT max(r.created_at) FROM ${t.runs} r
                 WHERE r.leader_token = e.prev_token AND r.leader_id = e.prev_leader AND r.created_at <= e.elected_at)) * 1000)::float8 AS gap_ms
      FROM e ORDER BY e.id DESC LIMIT $2`,
     [leaseName, limit],
@@ -163,8 +164,8 @@ export async function listElections(db: Db, leaseName: string, limit: number) {
 }
 
 /** How many runs are in each active state, cluster-wide. */
-export async function activeRunCounts(db: Db): Promise<Map<ActiveRunState, number>> {
-  const res = await db.query<{ state: ActiveRunState; n: number }>(`SELECT state, count(*)::int AS n FROM cw_runs WHERE state IN ${ACTIVE_SQL} GROUP BY state`);
+export async function activeRunCounts(db: Db, t: Tables): Promise<Map<ActiveRunState, number>> {
+  const res = await db.query<{ state: ActiveRunState; n: number }>(`SELECT state, count(*)::int AS n FROM ${t.runs} WHERE state IN ${ACTIVE_SQL} GROUP BY state`);
   return new Map(activeRunStates.map((s) => [s, res.rows.find((r) => r.state === s)?.n ?? 0]));
 }
 
@@ -178,10 +179,10 @@ export interface FinishedAttempt {
 }
 
 /** Attempts `worker` finished after `since` (at most `limit`), oldest first. */
-export async function attemptsFinishedSince(db: Db, worker: string, since: Date, limit = 10_000): Promise<FinishedAttempt[]> {
+export async function attemptsFinishedSince(db: Db, t: Tables, worker: string, since: Date, limit = 10_000): Promise<FinishedAttempt[]> {
   const res = await db.query<{ run_id: string; attempt: number; job: string; state: string; seconds: number; finished_at: Date }>(
     `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, a.finished_at
-     FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
+     FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
      WHERE a.worker = $1 AND a.finished_at IS NOT NULL AND a.finished_at > $2::timestamptz
      ORDER BY a.finished_at LIMIT $3`,
     [worker, since, limit],

@@ -10,6 +10,7 @@ import { advanceFence, fenceToken } from './fences.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
 import { storedError } from './stored-text.js';
 import { withTransaction, type Queryable } from './transaction.js';
+import type { Tables } from '../db/tables.js';
 
 export type FireTrigger = 'schedule' | 'catchup' | 'manual';
 
@@ -68,18 +69,21 @@ export interface LeaderStamp {
 }
 
 export class FireLedger {
-  constructor(private readonly pool: pg.Pool) {}
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly t: Tables,
+  ) {}
 
   /**
    * Advance `resource`'s fence to `token` unless a higher token was already accepted.
    * Equal tokens pass: one holder writes many times under one token.
    */
   advanceFence(resource: string, token: bigint, db: Queryable = this.pool): Promise<void> {
-    return advanceFence(db, resource, token);
+    return advanceFence(db, this.t, resource, token);
   }
 
   fenceToken(resource: string, db: Queryable = this.pool): Promise<bigint | null> {
-    return fenceToken(db, resource);
+    return fenceToken(db, this.t, resource);
   }
 
   /**
@@ -95,10 +99,10 @@ export class FireLedger {
     const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
     if (fires.length === 0) return nothing;
     return withTransaction(this.pool, async (client, rollback) => {
-      await advanceFence(client, leader.fenceResource, leader.token);
-      const rows = await insertRuns(client, fires, leader);
+      await advanceFence(client, this.t, leader.fenceResource, leader.token);
+      const rows = await insertRuns(client, this.t, fires, leader);
       const cancelled = await this.cancelReplaced(client, fires, rows);
-      await advanceJobState(client, fires);
+      await advanceJobState(client, this.t, fires);
       if (!leader.stillLeading()) {
         await rollback();
         return nothing;
@@ -134,7 +138,7 @@ export class FireLedger {
 
   async markEnqueued(runIds: bigint[]): Promise<void> {
     if (runIds.length === 0) return;
-    await this.pool.query('UPDATE cw_runs SET enqueued_at = now() WHERE id = ANY($1::bigint[]) AND enqueued_at IS NULL', [
+    await this.pool.query(`UPDATE ${this.t.runs} SET enqueued_at = now() WHERE id = ANY($1::bigint[]) AND enqueued_at IS NULL`, [
       runIds.map(String),
     ]);
   }
@@ -145,10 +149,10 @@ export class FireLedger {
    */
   async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
     const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger }>(
-      `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM cw_runs r
+      `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM ${this.t.runs} r
        WHERE r.enqueued_at IS NULL AND r.state = 'pending'
          AND NOT (r.job = ANY($2::text[]) AND EXISTS (
-           SELECT 1 FROM cw_runs a WHERE a.job = r.job AND a.id <> r.id AND a.enqueued_at IS NOT NULL
+           SELECT 1 FROM ${this.t.runs} a WHERE a.job = r.job AND a.id <> r.id AND a.enqueued_at IS NOT NULL
              AND a.state IN ${ACTIVE_SQL}))
        ORDER BY r.created_at, r.id LIMIT $1`,
       [limit, queuedJobs],
@@ -159,19 +163,19 @@ export class FireLedger {
   /** Latest scheduled (not manual) fire per job, for reconciliation after an election. */
   async lastFired(): Promise<Map<string, Date>> {
     const res = await this.pool.query<{ job: string; last_scheduled_at: Date }>(
-      'SELECT job, last_scheduled_at FROM cw_job_state WHERE last_scheduled_at IS NOT NULL',
+      `SELECT job, last_scheduled_at FROM ${this.t.jobState} WHERE last_scheduled_at IS NOT NULL`,
     );
     return new Map(res.rows.map((r) => [r.job, r.last_scheduled_at]));
   }
 
   async pausedJobs(): Promise<Set<string>> {
-    const res = await this.pool.query<{ job: string }>('SELECT job FROM cw_job_state WHERE paused');
+    const res = await this.pool.query<{ job: string }>(`SELECT job FROM ${this.t.jobState} WHERE paused`);
     return new Set(res.rows.map((r) => r.job));
   }
 
   async setPaused(job: string, paused: boolean): Promise<void> {
     await this.pool.query(
-      `INSERT INTO cw_job_state (job, paused) VALUES ($1, $2)
+      `INSERT INTO ${this.t.jobState} (job, paused) VALUES ($1, $2)
        ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()`,
       [job, paused],
     );
@@ -182,7 +186,7 @@ export class FireLedger {
     if (jobs.length === 0) return new Map();
     const res = await this.pool.query<{ job: string; ids: string[]; held: number }>(
       `SELECT job, array_agg(id::text) AS ids, (count(*) FILTER (WHERE enqueued_at IS NULL))::int AS held
-       FROM cw_runs WHERE job = ANY($1::text[]) AND state IN ${ACTIVE_SQL} GROUP BY job`,
+       FROM ${this.t.runs} WHERE job = ANY($1::text[]) AND state IN ${ACTIVE_SQL} GROUP BY job`,
       [jobs],
     );
     return new Map(res.rows.map((r) => [r.job, { ids: r.ids.map((id) => BigInt(id)), held: r.held }]));
@@ -196,12 +200,12 @@ export class FireLedger {
   async deliveriesToCheck(olderThanMs: number, limit: number): Promise<HandedOverRun[]> {
     const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; state: string; claim_token: string | null }>(
       `WITH due AS (
-         SELECT id FROM cw_runs
+         SELECT id FROM ${this.t.runs}
          WHERE state IN ${ACTIVE_SQL} AND enqueued_at IS NOT NULL
            AND COALESCE(delivery_checked_at, enqueued_at) < now() - $1::bigint * interval '1 millisecond'
          ORDER BY COALESCE(delivery_checked_at, enqueued_at) LIMIT $2
          FOR UPDATE SKIP LOCKED)
-       UPDATE cw_runs r SET delivery_checked_at = now() FROM due WHERE r.id = due.id
+       UPDATE ${this.t.runs} r SET delivery_checked_at = now() FROM due WHERE r.id = due.id
        RETURNING r.id, r.job, r.scheduled_at, r.state, r.claim_token`,
       [Math.floor(olderThanMs), limit],
     );
@@ -222,12 +226,12 @@ export class FireLedger {
     const stored = storedError(reason);
     return withTransaction(this.pool, async (client) => {
       const res = await client.query(
-        `UPDATE cw_runs SET state = 'failed', finished_at = now(), error = $3
+        `UPDATE ${this.t.runs} SET state = 'failed', finished_at = now(), error = $3
          WHERE id = $1 AND state IN ${ACTIVE_SQL} AND claim_token IS NOT DISTINCT FROM $2::bigint`,
         [run.runId.toString(), run.claimToken?.toString() ?? null, stored.message],
       );
       if (res.rowCount !== 1) return false;
-      await client.query(`UPDATE cw_run_attempts SET state = 'failed', finished_at = now(), error = $2 WHERE run_id = $1 AND state = 'running'`, [
+      await client.query(`UPDATE ${this.t.runAttempts} SET state = 'failed', finished_at = now(), error = $2 WHERE run_id = $1 AND state = 'running'`, [
         run.runId.toString(),
         stored.message,
       ]);
@@ -241,7 +245,7 @@ export class FireLedger {
    */
   private async cancelActive(job: string, reason: string, db: Queryable = this.pool, keep: bigint[] = []): Promise<bigint[]> {
     const res = await db.query<{ id: string }>(
-      `UPDATE cw_runs SET state = 'cancelled', finished_at = now(), error = $2
+      `UPDATE ${this.t.runs} SET state = 'cancelled', finished_at = now(), error = $2
        WHERE job = $1 AND state IN ${ACTIVE_SQL} AND id <> ALL($3::bigint[]) RETURNING id`,
       [job, reason, keep.map(String)],
     );
@@ -256,8 +260,8 @@ export class FireLedger {
    */
   async pruneFinishedRuns(olderThanMs: number, batch: number): Promise<number> {
     const res = await this.pool.query(
-      `DELETE FROM cw_runs WHERE id IN (
-         SELECT id FROM cw_runs
+      `DELETE FROM ${this.t.runs} WHERE id IN (
+         SELECT id FROM ${this.t.runs}
          WHERE state IN ${FINISHED_SQL} AND created_at < now() - $1::bigint * interval '1 millisecond'
          LIMIT $2)`,
       [Math.floor(olderThanMs), batch],
@@ -266,7 +270,7 @@ export class FireLedger {
   }
 
   async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<void> {
-    await this.pool.query('INSERT INTO cw_elections (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)', [
+    await this.pool.query(`INSERT INTO ${this.t.elections} (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)`, [
       leaseName,
       leader,
       token.toString(),
@@ -280,9 +284,9 @@ function slotKey(f: { job: string; scheduledAt: Date }): string {
 }
 
 /** Insert the fires under the unique (job, scheduled_at) key; returns the ones inserted. */
-async function insertRuns(client: pg.PoolClient, fires: FireRequest[], leader: LeaderStamp): Promise<Omit<CommittedFire, 'hold'>[]> {
+async function insertRuns(client: pg.PoolClient, t: Tables, fires: FireRequest[], leader: LeaderStamp): Promise<Omit<CommittedFire, 'hold'>[]> {
   const res = await client.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger; state: 'pending' | 'skipped' }>(
-    `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
+    `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
      SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
             CASE WHEN f.state = 'skipped' THEN now() END,
             CASE WHEN f.state = 'skipped' THEN now() END,
@@ -302,11 +306,11 @@ async function insertRuns(client: pg.PoolClient, fires: FireRequest[], leader: L
 }
 
 /** Move each job's last scheduled fire forward (never back); manual triggers do not count. */
-async function advanceJobState(client: pg.PoolClient, fires: FireRequest[]): Promise<void> {
+async function advanceJobState(client: pg.PoolClient, t: Tables, fires: FireRequest[]): Promise<void> {
   await client.query(
-    `INSERT INTO cw_job_state (job, last_scheduled_at)
+    `INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
      SELECT job, max(scheduled_at) FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz) GROUP BY job
-     ON CONFLICT (job) DO UPDATE SET last_scheduled_at = GREATEST(cw_job_state.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now()`,
+     ON CONFLICT (job) DO UPDATE SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now()`,
     [JSON.stringify(fires.filter((f) => f.trigger !== 'manual').map((f) => ({ job: f.job, scheduled_at: f.scheduledAt.toISOString() })))],
   );
 }

@@ -3,6 +3,7 @@
  * workload's effect and attempt-log rows joined to them, commit instants and refused attempts.
  */
 import type { Queryable } from './transaction.js';
+import type { Tables } from '../db/tables.js';
 
 export interface RunHistoryRow {
   id: bigint;
@@ -27,11 +28,11 @@ function tableName(kind: string, name: string): string {
  * Scheduled (not manual) runs of jobs named `jobPrefix…` scheduled or committed in [from, to], in
  * commit order. Committed in the window but scheduled after it: fired early, which a checker must see.
  */
-export async function runsInWindow(db: Queryable, from: Date, to: Date, jobPrefix = ''): Promise<RunHistoryRow[]> {
+export async function runsInWindow(db: Queryable, t: Tables, from: Date, to: Date, jobPrefix = ''): Promise<RunHistoryRow[]> {
   const res = await db.query<{ id: string; job: string; scheduled_at: Date; leader_token: string; state: string; completed_token: string | null; created_at: Date }>(
     `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
-            (SELECT a.token FROM cw_run_attempts a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
-     FROM cw_runs r
+            (SELECT a.token FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
+     FROM ${t.runs} r
      WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger <> 'manual' AND r.job LIKE $3
      ORDER BY r.id`,
     [from, to, `${jobPrefix}%`],
@@ -48,18 +49,18 @@ export async function runsInWindow(db: Queryable, from: Date, to: Date, jobPrefi
 }
 
 /** Rows (run_id, token) of a workload's effect table whose run is scheduled in [from, to]. */
-export async function effectsInWindow(db: Queryable, effectsTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint }[]> {
+export async function effectsInWindow(db: Queryable, t: Tables, effectsTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint }[]> {
   const res = await db.query<{ run_id: string; token: string }>(
-    `SELECT e.run_id, e.token FROM ${tableName('effects', effectsTable)} e JOIN cw_runs r ON r.id = e.run_id WHERE r.scheduled_at BETWEEN $1 AND $2`,
+    `SELECT e.run_id, e.token FROM ${tableName('effects', effectsTable)} e JOIN ${t.runs} r ON r.id = e.run_id WHERE r.scheduled_at BETWEEN $1 AND $2`,
     [from, to],
   );
   return res.rows.map((e) => ({ runId: BigInt(e.run_id), token: BigInt(e.token) }));
 }
 
 /** Rows (run_id, token, outcome) of a workload's attempt log whose run is scheduled in [from, to], in log order. */
-export async function attemptLogInWindow(db: Queryable, logTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint; outcome: string }[]> {
+export async function attemptLogInWindow(db: Queryable, t: Tables, logTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint; outcome: string }[]> {
   const res = await db.query<{ run_id: string; token: string; outcome: string }>(
-    `SELECT l.run_id, l.token, l.outcome FROM ${tableName('attempt log', logTable)} l JOIN cw_runs r ON r.id = l.run_id
+    `SELECT l.run_id, l.token, l.outcome FROM ${tableName('attempt log', logTable)} l JOIN ${t.runs} r ON r.id = l.run_id
      WHERE r.scheduled_at BETWEEN $1 AND $2 ORDER BY l.id`,
     [from, to],
   );
@@ -67,14 +68,14 @@ export async function attemptLogInWindow(db: Queryable, logTable: string, from: 
 }
 
 /** When the newest fire was committed (epoch ms, database clock), 0 if none. */
-export async function lastCommitAt(db: Queryable): Promise<number> {
-  const r = await db.query<{ t: Date | null }>('SELECT max(created_at) AS t FROM cw_runs');
+export async function lastCommitAt(db: Queryable, t: Tables): Promise<number> {
+  const r = await db.query<{ t: Date | null }>(`SELECT max(created_at) AS t FROM ${t.runs}`);
   return r.rows[0]?.t?.getTime() ?? 0;
 }
 
 /** The first fire committed after `after` (under a leader token above `aboveToken`, if given), or null. */
-export async function firstCommitAfter(db: Queryable, after: Date, aboveToken?: bigint): Promise<number | null> {
-  const r = await db.query<{ t: Date | null }>('SELECT min(created_at) AS t FROM cw_runs WHERE created_at > $1 AND ($2::bigint IS NULL OR leader_token > $2)', [
+export async function firstCommitAfter(db: Queryable, t: Tables, after: Date, aboveToken?: bigint): Promise<number | null> {
+  const r = await db.query<{ t: Date | null }>(`SELECT min(created_at) AS t FROM ${t.runs} WHERE created_at > $1 AND ($2::bigint IS NULL OR leader_token > $2)`, [
     after,
     aboveToken?.toString() ?? null,
   ]);
@@ -82,8 +83,8 @@ export async function firstCommitAfter(db: Queryable, after: Date, aboveToken?: 
 }
 
 /** How many runs scheduled in [from, to] are not completed yet. */
-export async function uncompletedRunsIn(db: Queryable, from: Date, to: Date): Promise<number> {
-  const r = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_runs WHERE scheduled_at BETWEEN $1 AND $2 AND state <> 'completed'`, [from, to]);
+export async function uncompletedRunsIn(db: Queryable, t: Tables, from: Date, to: Date): Promise<number> {
+  const r = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${t.runs} WHERE scheduled_at BETWEEN $1 AND $2 AND state <> 'completed'`, [from, to]);
   return r.rows[0]?.n ?? 0;
 }
 
@@ -92,11 +93,11 @@ export async function uncompletedRunsIn(db: Queryable, from: Date, to: Date): Pr
  * already completed by a newer claim ('skipped' with a lower token). A re-delivery after
  * completion has a higher token and is not counted.
  */
-export async function staleAttemptTimes(db: Queryable): Promise<number[]> {
+export async function staleAttemptTimes(db: Queryable, t: Tables): Promise<number[]> {
   const r = await db.query<{ t: Date }>(
-    `SELECT r.scheduled_at AS t FROM cw_run_attempts a JOIN cw_runs r ON r.id = a.run_id
+    `SELECT r.scheduled_at AS t FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
      WHERE a.state = 'stale'
-        OR (a.state = 'skipped' AND EXISTS (SELECT 1 FROM cw_run_attempts c WHERE c.run_id = a.run_id AND c.state = 'completed' AND c.token > a.token))`,
+        OR (a.state = 'skipped' AND EXISTS (SELECT 1 FROM ${t.runAttempts} c WHERE c.run_id = a.run_id AND c.state = 'completed' AND c.token > a.token))`,
   );
   return r.rows.map((row) => row.t.getTime());
 }

@@ -5,29 +5,71 @@
  * cronwarden's tables.
  */
 import type pg from 'pg';
-import { NotMigratedError } from '../errors.js';
+import { NamespaceMismatchError, NotMigratedError } from '../errors.js';
+import { tablesIn, type Tables } from '../db/tables.js';
 import { FireLedger } from './fire-ledger.js';
 import { RunLedger } from './run-ledger.js';
 
 export class Ledger {
   readonly fires: FireLedger;
   readonly runs: RunLedger;
+  /** cronwarden's tables in this deployment's schema (src/db/tables.ts). */
+  readonly tables: Tables;
   private identityValue: Promise<string> | undefined;
 
-  constructor(readonly pool: pg.Pool) {
-    this.fires = new FireLedger(pool);
-    this.runs = new RunLedger(pool);
+  /** `schema`: where this deployment's tables live (default "cronwarden"; see src/db/tables.ts). */
+  constructor(
+    readonly pool: pg.Pool,
+    schema?: string,
+  ) {
+    this.tables = tablesIn(schema);
+    this.fires = new FireLedger(pool, this.tables);
+    this.runs = new RunLedger(pool, this.tables);
+  }
+
+  get schema(): string {
+    return this.tables.schema;
   }
 
   /** This ledger's random identity (cw_ledger), made by the migration that created it. */
   identity(): Promise<string> {
-    this.identityValue ??= this.pool.query<{ id: string }>('SELECT id FROM cw_ledger ORDER BY created_at LIMIT 1').then((r) => {
-      const id = r.rows[0]?.id;
-      if (!id) throw new NotMigratedError('cw_ledger has no row');
-      return id;
-    });
+    this.identityValue ??= this.pool.query<{ id: string }>(`SELECT id FROM ${this.tables.ledger} ORDER BY created_at LIMIT 1`).then(
+      (r) => {
+        const id = r.rows[0]?.id;
+        if (!id) throw new NotMigratedError(`${this.schema}.cw_ledger has no row`);
+        return id;
+      },
+      (err: { code?: string }) => {
+        if (err.code === '42P01') throw new NotMigratedError(`schema "${this.schema}" has no cw_ledger`);
+        throw err;
+      },
+    );
     this.identityValue.catch(() => (this.identityValue = undefined));
     return this.identityValue;
+  }
+
+  /**
+   * Bind this schema to `namespace`: the first replica records it, every later one must match.
+   * Two deployments pointed at one schema (the same --schema, or namespaces that map to one
+   * schema name) would share runs, fences and pause flags, so the second is refused instead.
+   */
+  async bindNamespace(namespace: string): Promise<void> {
+    let res;
+    try {
+      res = await this.pool.query<{ namespace: string }>(
+        `WITH claimed AS (UPDATE ${this.tables.ledger} SET namespace = $1 WHERE namespace IS NULL RETURNING namespace)
+         SELECT namespace FROM claimed UNION ALL SELECT namespace FROM ${this.tables.ledger} WHERE namespace IS NOT NULL`,
+        [namespace],
+      );
+    } catch (err) {
+      if ((err as { code?: string }).code === '42P01' || (err as { code?: string }).code === '42703') {
+        throw new NotMigratedError(`schema "${this.schema}" has no current cw_ledger`);
+      }
+      throw err;
+    }
+    const bound = res.rows[0]?.namespace;
+    if (bound === undefined) throw new NotMigratedError(`${this.schema}.cw_ledger has no row`);
+    if (bound !== namespace) throw new NamespaceMismatchError(this.schema, bound, namespace);
   }
 
   /** The database server's clock, epoch ms: the time every replica schedules against. */

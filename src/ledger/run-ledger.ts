@@ -9,6 +9,7 @@ import { fenceRun } from './fences.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
 import { withTransaction, type Queryable } from './transaction.js';
+import type { Tables } from '../db/tables.js';
 
 export interface Claim {
   runId: bigint;
@@ -25,7 +26,10 @@ export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'super
 export type TransactionResult<T> = { status: 'committed'; value: T } | { status: 'skipped' };
 
 export class RunLedger {
-  constructor(private readonly pool: pg.Pool) {}
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly t: Tables,
+  ) {}
 
   /**
    * Claim a run for one attempt. The execution token comes from a sequence, so it is higher than
@@ -35,15 +39,15 @@ export class RunLedger {
   claim(runId: bigint, worker: string): Promise<ClaimResult> {
     return withTransaction(this.pool, async (client) => {
       const res = await client.query<{ job: string; scheduled_at: Date; attempts: number; claim_token: string }>(
-        `UPDATE cw_runs SET claim_token = nextval('cw_execution_token_seq'), attempts = attempts + 1,
+        `UPDATE ${this.t.runs} SET claim_token = nextval(${this.t.executionTokenSeq}), attempts = attempts + 1,
            state = 'running', started_at = COALESCE(started_at, now())
          WHERE id = $1 AND state IN ${ACTIVE_SQL}
          RETURNING job, scheduled_at, attempts, claim_token`,
         [runId.toString()],
       );
       const row = res.rows[0];
-      if (!row) return { status: 'finished', state: await recordSkippedDelivery(client, runId, worker) };
-      await client.query(`INSERT INTO cw_run_attempts (run_id, attempt, token, worker, state) VALUES ($1, $2, $3, $4, 'running')`, [
+      if (!row) return { status: 'finished', state: await recordSkippedDelivery(client, this.t, runId, worker) };
+      await client.query(`INSERT INTO ${this.t.runAttempts} (run_id, attempt, token, worker, state) VALUES ($1, $2, $3, $4, 'running')`, [
         runId.toString(),
         row.attempts,
         row.claim_token,
@@ -58,7 +62,7 @@ export class RunLedger {
 
   /** ctx.fence on the ledger's pool or inside the handler's transaction; see fences.ts. */
   fenceRun(resource: string, claim: Claim, db: Queryable = this.pool): Promise<void> {
-    return fenceRun(db, resource, claim);
+    return fenceRun(db, this.t, resource, claim);
   }
 
   /**
@@ -99,7 +103,7 @@ export class RunLedger {
   async finish(claim: Claim, outcome: Outcome, error?: unknown, db: Queryable = this.pool): Promise<boolean> {
     const stored = error === undefined ? null : storedError(error);
     const res = await db.query(
-      `UPDATE cw_runs SET state = $3,
+      `UPDATE ${this.t.runs} SET state = $3,
          finished_at = CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END,
          completed_attempt = CASE WHEN $3 = 'completed' THEN $4::int ELSE completed_attempt END,
          error = $5
@@ -110,7 +114,7 @@ export class RunLedger {
     // Only an attempt still open takes its record: a refused late call (the shutdown's interrupt
     // after the attempt's own transaction completed the run) must not turn 'completed' into 'stale'.
     await db.query(
-      `UPDATE cw_run_attempts SET state = $3, finished_at = now(), error = $4, error_stack = $5 WHERE run_id = $1 AND attempt = $2 AND state = 'running'`,
+      `UPDATE ${this.t.runAttempts} SET state = $3, finished_at = now(), error = $4, error_stack = $5 WHERE run_id = $1 AND attempt = $2 AND state = 'running'`,
       [
         claim.runId.toString(),
         claim.attempt,
@@ -124,16 +128,16 @@ export class RunLedger {
 
   /** Record that this attempt found its run already completed and did nothing. */
   async recordSkippedAttempt(claim: Claim, reason: string): Promise<void> {
-    await this.pool.query(`UPDATE cw_run_attempts SET state = 'skipped', finished_at = now(), error = $3 WHERE run_id = $1 AND attempt = $2`, [
+    await this.pool.query(`UPDATE ${this.t.runAttempts} SET state = 'skipped', finished_at = now(), error = $3 WHERE run_id = $1 AND attempt = $2`, [
       claim.runId.toString(),
       claim.attempt,
       reason,
     ]);
-    await this.pool.query('UPDATE cw_runs SET skipped_attempts = skipped_attempts + 1 WHERE id = $1', [claim.runId.toString()]);
+    await this.pool.query(`UPDATE ${this.t.runs} SET skipped_attempts = skipped_attempts + 1 WHERE id = $1`, [claim.runId.toString()]);
   }
 
   async runState(runId: bigint, db: Queryable = this.pool): Promise<{ state: string; claimToken: bigint | null } | null> {
-    const res = await db.query<{ state: string; claim_token: string | null }>('SELECT state, claim_token FROM cw_runs WHERE id = $1', [
+    const res = await db.query<{ state: string; claim_token: string | null }>(`SELECT state, claim_token FROM ${this.t.runs} WHERE id = $1`, [
       runId.toString(),
     ]);
     const row = res.rows[0];
@@ -142,7 +146,7 @@ export class RunLedger {
 
   /** node-cron coordinator: the task of `job` at `scheduledAt` ran in-process; settle its pending run. */
   async completeUnclaimed(job: string, scheduledAt: Date): Promise<void> {
-    await this.pool.query(`UPDATE cw_runs SET state = 'completed', finished_at = now() WHERE job = $1 AND scheduled_at = $2 AND state = 'pending'`, [
+    await this.pool.query(`UPDATE ${this.t.runs} SET state = 'completed', finished_at = now() WHERE job = $1 AND scheduled_at = $2 AND state = 'pending'`, [
       job,
       scheduledAt,
     ]);
@@ -153,17 +157,17 @@ export class RunLedger {
  * A delivery of a run that is already finished: record it as a skipped attempt (numbered after
  * every earlier one), so the admin view and the metrics show re-deliveries. Returns the run's state.
  */
-async function recordSkippedDelivery(client: pg.PoolClient, runId: bigint, worker: string): Promise<string> {
+async function recordSkippedDelivery(client: pg.PoolClient, t: Tables, runId: bigint, worker: string): Promise<string> {
   const done = await client.query<{ state: string; n: number }>(
-    `UPDATE cw_runs SET skipped_attempts = skipped_attempts + 1 WHERE id = $1
+    `UPDATE ${t.runs} SET skipped_attempts = skipped_attempts + 1 WHERE id = $1
      RETURNING state, attempts + skipped_attempts AS n`,
     [runId.toString()],
   );
   const skipped = done.rows[0];
   if (!skipped) return 'unknown';
   await client.query(
-    `INSERT INTO cw_run_attempts (run_id, attempt, token, worker, state, finished_at, error)
-     VALUES ($1, $2, nextval('cw_execution_token_seq'), $3, 'skipped', now(), $4)`,
+    `INSERT INTO ${t.runAttempts} (run_id, attempt, token, worker, state, finished_at, error)
+     VALUES ($1, $2, nextval(${t.executionTokenSeq}), $3, 'skipped', now(), $4)`,
     [runId.toString(), skipped.n, worker, `run already ${skipped.state}`],
   );
   return skipped.state;

@@ -6,7 +6,7 @@ import { MemoryLeaseBackend } from './memory.js';
 export type BackendConfig =
   | { kind: 'etcd'; endpoints: string[] }
   | { kind: 'redis'; url: string }
-  | { kind: 'postgres'; url: string }
+  | { kind: 'postgres'; url: string; schema?: string }
   | { kind: 'memory' };
 
 export const backendKinds: readonly BackendKind[] = ['etcd', 'redis', 'postgres', 'memory'];
@@ -26,7 +26,7 @@ export async function createLeaseBackend(config: BackendConfig, clock?: Clock): 
       return new (await import('./redis.js')).RedisLeaseBackend({ url: config.url, clock });
     case 'postgres':
       if (!config.url) throw new InvalidConfigError('backend.url', 'postgres needs a URL such as postgres://user@host/db');
-      return new (await import('./postgres.js')).PostgresLeaseBackend({ connectionString: config.url, clock });
+      return new (await import('./postgres.js')).PostgresLeaseBackend({ connectionString: config.url, schema: config.schema, clock });
     case 'memory':
       return new MemoryLeaseBackend({ clock });
     default: {

@@ -1,5 +1,6 @@
 /**
- * PostgreSQL lease backend: one row per lease name in `cw_leases` (src/db/schema.ts).
+ * PostgreSQL lease backend: one row per lease name in `cw_leases` (src/db/schema.ts), in cronwarden's
+ * own schema (default `cronwarden`, the `schema` option; see src/db/tables.ts).
  *
  * Every decision is one conditional statement judged on the DATABASE clock (`now()`), never on ours:
  * two replicas whose clocks disagree still agree on who holds the lease. The local clock only sets
@@ -15,7 +16,9 @@
  * dedicated LISTEN connection, reconnected with backoff if it drops; on reconnect every listener is
  * woken once, because notifications sent while it was down are lost. acquire() is waitForLease:
  * it also wakes when the holder's TTL runs out, so a lost notification costs at most one TTL. Not
- * FIFO: whoever tries first after a release wins.
+ * FIFO: whoever tries first after a release wins. The channel is shared by every schema on the
+ * database: a deployment may be woken by another's release of a lease with the same name, which
+ * costs one extra try and nothing else.
  *
  * Raw parameterised SQL rather than drizzle: the conditional upserts read more plainly as SQL.
  */
@@ -34,6 +37,7 @@ import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from
 import { localDeadline, validateLeaseRequest } from './lease-request.js';
 import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
 import { waitForLease } from './wait-for-lease.js';
+import { tablesIn } from '../db/tables.js';
 
 export interface PostgresLeaseBackendOptions {
   /** Used to open our own pool (and the LISTEN connection) when no pool is given. */
@@ -49,16 +53,21 @@ export interface PostgresLeaseBackendOptions {
    * Default 5000 ms. A call that exceeds it fails with BackendUnavailableError.
    */
   statementTimeoutMs?: number;
+  /** The schema holding cw_leases (migrated by `cronwarden migrate`). Default "cronwarden". */
+  schema?: string;
 }
 
 export const LEASE_CHANNEL = 'cronwarden_lease';
 const DEFAULT_STATEMENT_TIMEOUT_MS = 5000;
 const MAX_RECONNECT_DELAY_MS = 2000;
 
-/** Take the lease if free, expired or ours. Re-entry by the live holder keeps token and acquired_at. */
-const TRY_ACQUIRE_SQL = `
+/** The statements on one schema's cw_leases. */
+function leaseStatements(leases: string) {
+  return {
+    /** Take the lease if free, expired or ours. Re-entry by the live holder keeps token and acquired_at. */
+    tryAcquire: `
 WITH granted AS (
-  INSERT INTO cw_leases AS l (name, holder, token, expires_at, acquired_at, renewed_at)
+  INSERT INTO ${leases} AS l (name, holder, token, expires_at, acquired_at, renewed_at)
   VALUES ($1, $2, 1, now() + $3::integer * interval '1 millisecond', now(), now())
   ON CONFLICT (name) DO UPDATE SET
     holder = excluded.holder,
@@ -70,32 +79,35 @@ WITH granted AS (
   RETURNING l.token, l.acquired_at = now() AS new_tenure
 )
 SELECT token::text AS token, CASE WHEN new_tenure THEN pg_notify('${LEASE_CHANNEL}', $1) END AS notified
-FROM granted`;
+FROM granted`,
 
-/** Extend only a live lease with our holder and token: one plain conditional UPDATE, the hot path. */
-const RENEW_SQL = `
-UPDATE cw_leases SET expires_at = now() + $4::integer * interval '1 millisecond', renewed_at = now()
-WHERE name = $1 AND holder = $2 AND token = $3::bigint AND expires_at > now()`;
+    /** Extend only a live lease with our holder and token: one plain conditional UPDATE, the hot path. */
+    renew: `
+UPDATE ${leases} SET expires_at = now() + $4::integer * interval '1 millisecond', renewed_at = now()
+WHERE name = $1 AND holder = $2 AND token = $3::bigint AND expires_at > now()`,
 
-/** Clear the holder but keep the row: its token is the counter for the next tenure. */
-const RELEASE_SQL = `
+    /** Clear the holder but keep the row: its token is the counter for the next tenure. */
+    release: `
 WITH released AS (
-  UPDATE cw_leases SET holder = NULL, expires_at = NULL
+  UPDATE ${leases} SET holder = NULL, expires_at = NULL
   WHERE name = $1 AND holder = $2 AND token = $3::bigint AND expires_at > now()
   RETURNING name
 )
-SELECT pg_notify('${LEASE_CHANNEL}', name) FROM released`;
+SELECT pg_notify('${LEASE_CHANNEL}', name) FROM released`,
 
-const CURRENT_SQL = `
+    current: `
 SELECT holder, token::text AS token, ceil(extract(epoch FROM expires_at - now()) * 1000)::float8 AS expires_in_ms
-FROM cw_leases WHERE name = $1 AND holder IS NOT NULL AND expires_at > now()`;
+FROM ${leases} WHERE name = $1 AND holder IS NOT NULL AND expires_at > now()`,
 
-const FLOOR_SQL = `
-INSERT INTO cw_leases AS l (name, token) VALUES ($1, $2::bigint)
-ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE l.token < excluded.token`;
+    floor: `
+INSERT INTO ${leases} AS l (name, token) VALUES ($1, $2::bigint)
+ON CONFLICT (name) DO UPDATE SET token = excluded.token WHERE l.token < excluded.token`,
+  };
+}
 
 export class PostgresLeaseBackend implements LeaseBackend {
   readonly kind = 'postgres' as const;
+  readonly schema: string;
   /** Why the LISTEN connection last failed, while it is being re-established; undefined when up. */
   listenerError: Error | undefined;
 
@@ -109,8 +121,12 @@ export class PostgresLeaseBackend implements LeaseBackend {
   private listenReady: Promise<void> | undefined;
   private reconnectTimer: NodeJS.Timeout | undefined;
   private closing: Promise<void> | undefined;
+  private readonly sql: ReturnType<typeof leaseStatements>;
 
   constructor(options: PostgresLeaseBackendOptions) {
+    const tables = tablesIn(options.schema);
+    this.schema = tables.schema;
+    this.sql = leaseStatements(tables.leases);
     this.clock = options.clock ?? systemClock;
     this.timeoutMs = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;
     if (!Number.isInteger(this.timeoutMs) || this.timeoutMs <= 0) {
@@ -141,7 +157,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
   async tryAcquire(request: LeaseRequest): Promise<Lease | null> {
     const valid = validateLeaseRequest(request);
     const sentAt = this.clock.monotonic();
-    const { rows } = await this.query<{ token: string }>(TRY_ACQUIRE_SQL, [valid.name, valid.holder, valid.ttlMs]);
+    const { rows } = await this.query<{ token: string }>(this.sql.tryAcquire, [valid.name, valid.holder, valid.ttlMs]);
     const row = rows[0];
     if (!row) return null;
     return { ...valid, token: BigInt(row.token), deadline: localDeadline(sentAt, valid) };
@@ -153,7 +169,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
 
   async renew(lease: Lease): Promise<Lease> {
     const sentAt = this.clock.monotonic();
-    const { rowCount } = await this.query(RENEW_SQL, [lease.name, lease.holder, lease.token.toString(), lease.ttlMs]);
+    const { rowCount } = await this.query(this.sql.renew, [lease.name, lease.holder, lease.token.toString(), lease.ttlMs]);
     if (rowCount !== 1) {
       // Only to say why; the lease is lost whatever this read returns.
       const now = await this.current(lease.name).catch(() => null);
@@ -168,13 +184,13 @@ export class PostgresLeaseBackend implements LeaseBackend {
    * not look like a clean hand-over.
    */
   async release(lease: Lease): Promise<void> {
-    const { rowCount } = await this.query(RELEASE_SQL, [lease.name, lease.holder, lease.token.toString()]);
+    const { rowCount } = await this.query(this.sql.release, [lease.name, lease.holder, lease.token.toString()]);
     if (rowCount !== 1) throw new NotHolderError(lease.name, lease.holder, lease.token);
   }
 
   /** expiresInMs is computed by the database from its own clock. */
   async current(name: string): Promise<LeaseRecord | null> {
-    const { rows } = await this.query<{ holder: string; token: string; expires_in_ms: number }>(CURRENT_SQL, [name]);
+    const { rows } = await this.query<{ holder: string; token: string; expires_in_ms: number }>(this.sql.current, [name]);
     const row = rows[0];
     if (!row) return null;
     return { name, holder: row.holder, token: BigInt(row.token), expiresInMs: row.expires_in_ms };
@@ -187,7 +203,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
    */
   async ensureTokenAbove(name: string, floor: bigint): Promise<void> {
     if (floor < 0n) throw new InvalidArgumentError(`token floor must not be negative, got ${floor}`);
-    await this.query(FLOOR_SQL, [name, floor.toString()]);
+    await this.query(this.sql.floor, [name, floor.toString()]);
   }
 
   async onChange(name: string, listener: () => void): Promise<Unsubscribe> {

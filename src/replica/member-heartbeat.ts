@@ -2,9 +2,12 @@ import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import { deleteMember, upsertMember } from '../ledger/members.js';
+import type { Tables } from '../db/tables.js';
 
 export interface MemberHeartbeatOptions {
   pool: Pick<pg.Pool, 'query'>;
+  /** The deployment's tables (replica.ledger.tables). */
+  tables: Tables;
   replicaId: string;
   /** Current role, read on every beat. */
   role: () => string;
@@ -52,13 +55,13 @@ export class MemberHeartbeat {
     clearInterval(this.timer);
     this.timer = undefined;
     await this.beating;
-    await deleteMember(this.o.pool, this.o.replicaId).catch((err: Error) => {
+    await deleteMember(this.o.pool, this.o.tables, this.o.replicaId).catch((err: Error) => {
       this.o.logger?.warn({ err: err.message }, 'could not remove the member row');
     });
   }
 
   private async write(): Promise<void> {
-    await upsertMember(this.o.pool, {
+    await upsertMember(this.o.pool, this.o.tables, {
       replicaId: this.o.replicaId,
       host: hostname(),
       pid: process.pid,

@@ -10,8 +10,17 @@ import type { ElectorOptions } from '../scheduler/elector-options.js';
 export interface ReplicaOptions {
   /** Unique per process. Default: host-pid-random. */
   replicaId?: string;
-  /** Separates deployments sharing one Redis/Postgres/etcd. Default "default". */
+  /**
+   * Separates deployments sharing one Redis/Postgres/etcd: queue, lease and election names carry
+   * it, and the ledger lives in its own schema. Default "default".
+   */
   namespace?: string;
+  /**
+   * PostgreSQL schema holding this deployment's ledger (src/db/tables.ts). Default: "cronwarden"
+   * for the default namespace, else "cronwarden_<namespace>". Migrate it first (`cronwarden
+   * migrate` with the same namespace or schema); a schema holding another namespace is refused.
+   */
+  schema?: string;
   backend: LeaseBackend;
   /**
    * PostgreSQL holding the ledger (migrated: see `cronwarden migrate`): a URL, for a pool the

@@ -30,6 +30,7 @@ import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaEvents } from '../admin/replica-view.js';
+import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -47,6 +48,8 @@ const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', i
 export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView {
   readonly replicaId: string;
   readonly namespace: string;
+  /** The PostgreSQL schema of this deployment's ledger. */
+  readonly schema: string;
   readonly leaseName: string;
   readonly registry: JobRegistry;
   readonly ledger: Ledger;
@@ -82,7 +85,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     if (!o.databaseUrl && !o.pool) throw new InvalidArgumentError('databaseUrl or pool is required (the ledger lives in PostgreSQL)');
     if (!o.redisUrl && !o.redis) throw new InvalidArgumentError('redisUrl or redis is required (runs are delivered through BullMQ)');
     this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
-    this.namespace = o.namespace ?? 'default';
+    this.namespace = o.namespace ?? DEFAULT_NAMESPACE;
+    this.schema = resolveSchema({ schema: o.schema, namespace: this.namespace });
     this.leaseName = `cronwarden/${this.namespace}/scheduler`;
     this.registry = o.jobs instanceof JobRegistry ? o.jobs : new JobRegistry(o.jobs);
     this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
@@ -91,7 +95,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.ownsPool = !o.pool;
     this.pool = o.pool ?? new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
     if (this.ownsPool) this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
-    this.ledger = new Ledger(this.pool);
+    this.ledger = new Ledger(this.pool, this.schema);
     this.ledgerClock = o.clock
       ? undefined
       : new LedgerClock({
@@ -177,6 +181,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   }
 
   async start(): Promise<void> {
+    // Before anything runs: a schema that holds another deployment's ledger is refused here.
+    await this.ledger.bindNamespace(this.namespace);
     await this.ledgerClock?.start();
     if (this.o.worker?.enabled !== false) {
       this.worker = new BullmqWorker({
@@ -194,7 +200,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     }
     this.elector.start();
     await this.startAdmin();
-    this.logger.info({ jobs: this.registry.size, backend: this.o.backend.kind }, 'replica started');
+    this.logger.info({ jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema }, 'replica started');
   }
 
   /** The admin HTTP, if configured, and this replica's member row with the URL it advertises. */
@@ -217,6 +223,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     }
     this.heartbeat = new MemberHeartbeat({
       pool: this.pool,
+      tables: this.ledger.tables,
       replicaId: this.replicaId,
       role: () => this.role,
       version: this.o.version ?? PACKAGE_VERSION,

@@ -12,6 +12,7 @@ import { createTestDatabase, type TestDatabase } from '../support/postgres-datab
 import { pino } from 'pino';
 import { systemClock, type Clock } from '../../src/clock.js';
 import { Replica } from '../../src/replica/replica.js';
+import { migrateDatabase } from '../../src/db/migrate.js';
 
 let db: TestDatabase;
 let cluster: Cluster;
@@ -20,7 +21,7 @@ let follower: Node;
 
 before(async () => {
   db = await createTestDatabase();
-  cluster = new Cluster(db.url);
+  cluster = new Cluster(db.url, db.schema);
   const a = await cluster.add('api-a');
   const b = await cluster.add('api-b');
   const l = await firstLeader([a.replica, b.replica]);
@@ -158,8 +159,11 @@ describe('read routes', () => {
     let stalledMs = 0;
     const clock: Clock = { ...systemClock, monotonic: () => systemClock.monotonic() + stalledMs };
     const backend = new MemoryLeaseBackend({ store: new MemoryLeaseStore(), clock });
+    // Another deployment on the same database: its own schema, derived from its namespace.
+    const namespace = `${cluster.namespace}-stalled`;
+    await migrateDatabase(db.url, { namespace });
     const replica = new Replica({
-      replicaId: 'stalled', namespace: `${cluster.namespace}-stalled`, backend, databaseUrl: db.url, redisUrl: SHARED_REDIS_URL,
+      replicaId: 'stalled', namespace, backend, databaseUrl: db.url, redisUrl: SHARED_REDIS_URL,
       jobs: testJobs(), election: { ttlMs: 3000 }, worker: { enabled: false }, clock, logger: pino({ level: 'silent' }),
     });
     const admin = new AdminServer({ replica, backend, databaseUrl: db.url, port: 0 });

@@ -39,6 +39,7 @@ before(async () => {
   replica = new Replica({
     replicaId: 'hard-a',
     namespace: `hard${Date.now().toString(36)}`,
+    schema: db.schema,
     backend,
     databaseUrl: db.url,
     redisUrl: SHARED_REDIS_URL,
@@ -87,7 +88,7 @@ describe('the admin API cannot starve the scheduler', () => {
     try {
       // Every read of cw_runs now waits: the shape of a flood of slow /api/runs.
       await locker.query('BEGIN');
-      await locker.query('LOCK TABLE cw_runs IN ACCESS EXCLUSIVE MODE');
+      await locker.query(`LOCK TABLE ${replica.ledger.tables.runs} IN ACCESS EXCLUSIVE MODE`);
       const readers = Array.from({ length: 24 }, (_, i) => send(port, i % 2 ? '/api/runs?limit=500' : '/api/jobs'));
       await new Promise((r) => setTimeout(r, 300)); // let them reach the database
       let t = performance.now();

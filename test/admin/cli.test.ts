@@ -25,7 +25,7 @@ class StartedReplica extends EventedChild<Log> {
     super(
       id,
       [bin, 'start', '--backend', 'postgres', '--jobs', 'test/admin/fixtures/jobs.ts', '--replica-id', id,
-        '--namespace', namespace, '--lease-ttl-ms', '3000', '--admin-port', '0', '--shutdown-grace-ms', '1000'],
+        '--namespace', namespace, '--schema', 'cronwarden', '--lease-ttl-ms', '3000', '--admin-port', '0', '--shutdown-grace-ms', '1000'],
       { cwd: root, env: { ...process.env, CRONWARDEN_DATABASE_URL: databaseUrl, CRONWARDEN_REDIS_URL: SHARED_REDIS_URL, CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN } },
     );
   }
@@ -225,18 +225,23 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
     assert.doesNotMatch(wrongScheme.stderr, /hunter2secret/);
   });
 
-  it('migrate creates the ledger tables in an empty database, and a second run changes nothing', async () => {
+  it('migrate creates the ledger tables in an empty database, in its own schema, and a second run changes nothing', async () => {
     const scratch = await createTestDatabase({ migrate: false });
     try {
       const tables = async () =>
-        (await scratch.pool.query<{ t: string }>("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1")).rows.map((r) => r.t);
+        (await scratch.pool.query<{ t: string }>("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = 'cronwarden' ORDER BY 1")).rows.map((r) => r.t);
+      const elsewhere = async () =>
+        (await scratch.pool.query<{ n: string }>("SELECT nspname AS n FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('information_schema', 'public', 'cronwarden')")).rows.map((r) => r.n);
+      const inPublic = async () => (await scratch.pool.query("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'")).rowCount;
       assert.deepEqual(await tables(), []);
       const first = await cli(['migrate'], { CRONWARDEN_DATABASE_URL: scratch.url });
       assert.equal(first.code, 0, first.stderr);
       assert.equal(first.stdout, 'migrations applied\n');
       const created = await tables();
-      for (const t of ['cw_runs', 'cw_run_attempts', 'cw_job_state', 'cw_members', 'cw_fences']) assert.ok(created.includes(t), `${t} in ${created.join(', ')}`);
-      const applied = async () => (await scratch.pool.query('SELECT count(*)::int AS n FROM drizzle.__drizzle_migrations')).rows[0].n as number;
+      for (const t of ['cw_runs', 'cw_run_attempts', 'cw_job_state', 'cw_members', 'cw_fences', '__drizzle_migrations']) assert.ok(created.includes(t), `${t} in ${created.join(', ')}`);
+      assert.equal(await inPublic(), 0, 'nothing of cronwarden in public');
+      assert.deepEqual(await elsewhere(), [], 'no other schema (no "drizzle")');
+      const applied = async () => (await scratch.pool.query('SELECT count(*)::int AS n FROM cronwarden.__drizzle_migrations')).rows[0].n as number;
       const migrations = await applied();
       assert.ok(migrations > 0);
       // Idempotent, and the flag works as well as the environment variable.

@@ -76,6 +76,7 @@ it('describeConfig masks the database password and the admin token', () => {
 /** A valid value for every setting, as text: a new setting without one does not compile. */
 const samples: Record<Exclude<SettingKey, 'config'>, [text: string, parsed: unknown]> = {
   backend: ['redis', 'redis'],
+  schema: ['cronwarden_app', 'cronwarden_app'],
   backendUrl: ['redis://lease:6379', 'redis://lease:6379'],
   etcdEndpoints: ['http://e1:2379,http://e2:2379', 'http://e1:2379,http://e2:2379'],
   databaseUrl: ['postgres://db/app', 'postgres://db/app'],

@@ -21,7 +21,7 @@ let profile: string;
 
 before(async () => {
   db = await createTestDatabase();
-  cluster = new Cluster(db.url);
+  cluster = new Cluster(db.url, db.schema);
   profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
   // A fresh profile directory: playwright passes it to chromium as --user-data-dir.
   browser = await chromium.launchPersistentContext(profile, {

@@ -28,16 +28,21 @@ export interface Node {
 
 export class Cluster {
   readonly store = new MemoryLeaseStore();
-  readonly namespace = `adm${randomUUID().slice(0, 8)}`;
   readonly nodes: Node[] = [];
 
-  constructor(private readonly databaseUrl: string) {}
+  /** `schema`: where the ledger was migrated; undefined: the namespace's default schema. */
+  constructor(
+    private readonly databaseUrl: string,
+    readonly schema?: string,
+    readonly namespace = `adm${randomUUID().slice(0, 8)}`,
+  ) {}
 
   async add(id: string): Promise<Node> {
     const backend = new MemoryLeaseBackend({ store: this.store });
     const replica = new Replica({
       replicaId: id,
       namespace: this.namespace,
+      schema: this.schema,
       backend,
       databaseUrl: this.databaseUrl,
       redisUrl: SHARED_REDIS_URL,
@@ -49,7 +54,7 @@ export class Cluster {
     const admin = new AdminServer({ replica, backend, databaseUrl: this.databaseUrl, token: ADMIN_TOKEN, port: 0 });
     await replica.start();
     const url = await admin.listen();
-    const heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, replicaId: id, role: () => replica.role, version: 'test', adminUrl: url, intervalMs: 500 });
+    const heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, tables: replica.ledger.tables, replicaId: id, role: () => replica.role, version: 'test', adminUrl: url, intervalMs: 500 });
     replica.on('role:changed', () => void heartbeat.beat());
     await heartbeat.start();
     let stopped = false;

@@ -10,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
 import { listRuns } from '../../src/ledger/admin-reads.js';
+import { tablesIn } from '../../src/db/tables.js';
 import { ReplicaMetrics } from '../../src/admin/metrics.js';
 import type { ReplicaEvents } from '../../src/admin/replica-view.js';
 import { EventedChild } from '../support/evented-child.js';
@@ -81,7 +82,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       hostOffsetMs: () => undefined,
       logger: pino({ level: 'silent' }),
     });
-    const text = await new ReplicaMetrics(stub, env.db.pool).exposition();
+    const text = await new ReplicaMetrics(stub, env.db.pool, tablesIn(env.db.schema)).exposition();
     const byOutcome = new Map<string, number>();
     for (const line of text.split('\n')) {
       const m = /^cronwarden_run_attempts_total\{([^}]*)\} (\S+)$/.exec(line);
@@ -111,7 +112,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     assert.ok(attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'), JSON.stringify(attempts));
 
     // Issue 6: the admin view shows the attempts, which one completed, and the skipped re-deliveries.
-    const { runs } = await listRuns(env.db.pool, { job: 'effect', limit: 100 });
+    const { runs } = await listRuns(env.db.pool, tablesIn(env.db.schema), { job: 'effect', limit: 100 });
     const view = runs.find((r) => r.id === runId.toString());
     assert.ok(view, 'the run is listed');
     assert.equal(view.state, 'completed');

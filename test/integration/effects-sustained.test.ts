@@ -27,6 +27,7 @@ it('sustained: 20 jobs/s, handlers working 1 s after their write, a SIGKILL ever
   const config = (id: string): ReplicaProcessConfig => ({
     replicaId: id,
     namespace,
+    schema: db.schema,
     backend: { kind: 'postgres', url: db.url },
     databaseUrl: db.url,
     redisUrl: SHARED_REDIS_URL,
@@ -66,7 +67,7 @@ it('sustained: 20 jobs/s, handlers working 1 s after their write, a SIGKILL ever
     const seconds = Math.round((to.getTime() - from.getTime()) / 1000) + 1;
     const times = Array.from({ length: seconds }, (_, i) => from.getTime() + i * 1000);
     const expected = new Map(Array.from({ length: JOBS }, (_, i) => [`job-${i}`, times] as [string, number[]]));
-    const history = await readHistory(db.pool, { from, to, effectsTable: 'cw_test_effects' });
+    const history = await readHistory(db.pool, { from, to, effectsTable: 'cw_test_effects', schema: db.schema });
     const report = checkHistory(history, { expected, requireCompleted: true });
     const skipped = await db.pool.query<{ n: number }>('SELECT coalesce(sum(skipped_attempts), 0)::int AS n FROM cw_runs');
     const redelivered = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM cw_runs WHERE attempts > 1');

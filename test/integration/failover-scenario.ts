@@ -40,6 +40,7 @@ export async function runFailoverScenario(
       new ReplicaChild({
         replicaId: id,
         namespace,
+        schema: db.schema,
         backend: backend(db.url),
         databaseUrl: db.url,
         redisUrl: SHARED_REDIS_URL,
@@ -87,7 +88,7 @@ export async function runFailoverScenario(
     assert.ok(seconds >= 30, `window of ${seconds} s is shorter than 30 s`);
     const times = Array.from({ length: seconds }, (_, i) => t0.getTime() + i * 1000);
     const expected = new Map(Array.from({ length: jobs }, (_, i) => [`job-${i}`, times] as [string, number[]]));
-    const history = await readHistory(db.pool, { from: new Date(0), to: new Date(Date.now() + 60_000), effectsTable: 'cw_test_effects' });
+    const history = await readHistory(db.pool, { from: new Date(0), to: new Date(Date.now() + 60_000), effectsTable: 'cw_test_effects', schema: db.schema });
     const report = checkHistory(history, { expected, requireCompleted: true });
     assert.deepEqual(report.violations, [], 'exactly-once violated');
     assert.ok(report.ok);

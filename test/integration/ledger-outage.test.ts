@@ -20,6 +20,7 @@ import { Ledger, RunLedger, type Claim, type ClaimResult, type Outcome, type Que
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { commitTestRun } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
+import { tablesIn } from '../../src/db/tables.js';
 
 /** What node-postgres throws when the server goes away mid-query. */
 const connectionLost = () => new Error('Connection terminated unexpectedly');
@@ -57,7 +58,7 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
   before(async () => {
     db = await createTestDatabase();
     await db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL)');
-    ledger = new FlakyLedger(db.pool);
+    ledger = new FlakyLedger(db.pool, tablesIn(db.schema));
     real = new Ledger(db.pool);
     registry = new JobRegistry([
       defineJob({

@@ -35,6 +35,7 @@ it("overlap 'replace': the running run is aborted through its signal and recorde
       new Replica({
         replicaId: id,
         namespace,
+        schema: db.schema,
         backend: new MemoryLeaseBackend({ store }),
         databaseUrl: db.url,
         redisUrl: SHARED_REDIS_URL,

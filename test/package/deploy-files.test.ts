@@ -18,6 +18,7 @@ import { dirname, join } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { loadReplicaConfig } from '../../src/config/replica-config.js';
 import { createTestDatabase } from '../support/postgres-database.js';
+import { schemaForNamespace } from '../../src/db/tables.js';
 import { LoggedProcess, packPackage, processesWithEnv, repoRoot, run, unpack, type LogLine, type Packed } from './support.js';
 
 const SHARED_REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -265,7 +266,7 @@ describe('deploy files (real PostgreSQL and Redis, the packed package)', () => {
         await b.waitFor('admin HTTP listening', 30_000);
         assert.ok(!b.lines.some((l) => l.msg === 'elected leader'), 'B follows while A leads');
         // A is busy firing when it is told to stop.
-        for (let i = 0; i < 50 && Number((await db.pool.query('SELECT count(*) AS n FROM cw_runs')).rows[0].n) === 0; i++) await new Promise((r) => setTimeout(r, 100));
+        for (let i = 0; i < 50 && Number((await db.pool.query(`SELECT count(*) AS n FROM "${schemaForNamespace(namespace)}".cw_runs`)).rows[0].n) === 0; i++) await new Promise((r) => setTimeout(r, 100));
 
         const sigterm = Date.now();
         a.child.kill('SIGTERM');
@@ -297,8 +298,8 @@ describe('deploy files (real PostgreSQL and Redis, the packed package)', () => {
 
   it('a TypeScript jobs module: one line naming node --import tsx without a loader; runs under one', { timeout: 120_000 }, async () => {
     const d = systemdDeployment();
-    const db = await createTestDatabase();
     const namespace = `dp${randomUUID().slice(0, 8)}`;
+    const db = await createTestDatabase({ schema: schemaForNamespace(namespace) });
     mkdirSync(join(app, 'src'), { recursive: true });
     writeFileSync(
       join(app, 'src', 'jobs.ts'),

@@ -5,7 +5,7 @@ export const SHARED_POSTGRES_URL = process.env.CRONWARDEN_TEST_POSTGRES_URL ?? '
 
 export type TestDatabase = ScratchDatabase;
 
-/** A fresh database on the shared server, migrated, dropped by `drop()`. */
-export function createTestDatabase(options: { migrate?: boolean; baseUrl?: string } = {}): Promise<TestDatabase> {
-  return createScratchDatabase(options.baseUrl ?? SHARED_POSTGRES_URL, { prefix: 'cw_test', migrate: options.migrate });
+/** A fresh database on the shared server, migrated into `schema` (default "cronwarden"), dropped by `drop()`. */
+export function createTestDatabase(options: { migrate?: boolean; baseUrl?: string; schema?: string } = {}): Promise<TestDatabase> {
+  return createScratchDatabase(options.baseUrl ?? SHARED_POSTGRES_URL, { prefix: 'cw_test', migrate: options.migrate, schema: options.schema });
 }

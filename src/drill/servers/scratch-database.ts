@@ -5,23 +5,30 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { migrateDatabase } from '../../db/migrate.js';
+import { DEFAULT_SCHEMA, quoteIdent, validateSchemaName } from '../../db/tables.js';
 
 export interface ScratchDatabase {
   url: string;
   name: string;
-  /** A pool on the scratch database, ended by drop(). */
+  /** The schema cronwarden's tables were migrated into. */
+  schema: string;
+  /**
+   * A pool on the scratch database, ended by drop(). Its search_path ends with `schema`, so the
+   * harness's own SQL names cronwarden's tables unqualified, while what it creates goes to public.
+   */
   pool: pg.Pool;
   drop(): Promise<void>;
 }
 
 /** `serverUrl` names any database on the server; the scratch one is created beside it. */
-export async function createScratchDatabase(serverUrl: string, options: { prefix?: string; migrate?: boolean } = {}): Promise<ScratchDatabase> {
+export async function createScratchDatabase(serverUrl: string, options: { prefix?: string; migrate?: boolean; schema?: string } = {}): Promise<ScratchDatabase> {
+  const schema = validateSchemaName(options.schema ?? DEFAULT_SCHEMA);
   const name = `${options.prefix ?? 'cw_scratch'}_${randomUUID().replace(/-/g, '').slice(0, 16)}`;
   await withClient(serverUrl, (c) => c.query(`CREATE DATABASE ${name}`));
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
-  if (options.migrate !== false) await migrateDatabase(url.toString());
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 10 });
+  if (options.migrate !== false) await migrateDatabase(url.toString(), { schema });
+  const pool = new pg.Pool({ connectionString: url.toString(), max: 10, options: `-c search_path="$user",public,${quoteIdent(schema)}` });
   // pool.end() resolves before its connections have finished closing; one still closing when
   // the database is dropped reports "terminating connection", which is expected then.
   let dropping = false;
@@ -31,6 +38,7 @@ export async function createScratchDatabase(serverUrl: string, options: { prefix
   return {
     url: url.toString(),
     name,
+    schema,
     pool,
     async drop() {
       dropping = true;

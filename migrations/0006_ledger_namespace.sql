@@ -1,0 +1,1 @@
+ALTER TABLE "cw_ledger" ADD COLUMN "namespace" text;
