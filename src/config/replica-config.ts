@@ -154,6 +154,8 @@ function backendConfig(c: SettingValues<'backend' | 'backendUrl' | 'etcdEndpoint
       return { kind: 'etcd', endpoints: splitEndpoints(c.etcdEndpoints) };
     }
     case 'redis':
+      // Through Sentinel: redis-sentinel://host:port,host:port/name (parsed by create-backend.ts).
+      if (c.backendUrl?.startsWith('redis-sentinel://')) return { kind: 'redis', url: c.backendUrl };
       return { kind: 'redis', url: backendUrl(REDIS_SCHEMES) ?? c.redisUrl };
     case 'postgres':
       return { kind: 'postgres', url: backendUrl(POSTGRES_SCHEMES) ?? c.databaseUrl };

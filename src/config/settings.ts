@@ -96,7 +96,7 @@ export const settings = {
   backendUrl: {
     schema: text(),
     arg: 'url',
-    description: 'lease backend URL (redis:// or postgres://); default: the Redis URL (redis) or the database URL (postgres)',
+    description: 'lease backend URL (redis://, redis-sentinel://host:port,…/name or postgres://); default: the Redis URL (redis) or the database URL (postgres)',
   },
   etcdEndpoints: {
     schema: text().refine((v) => splitEndpoints(v).length > 0 && splitEndpoints(v).every((e) => isUrl(e, ETCD_SCHEMES)), endpointsMessage),

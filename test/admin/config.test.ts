@@ -299,5 +299,8 @@ it('a lease backend URL must fit the backend: garbage, http:// for redis and bad
   ];
   for (const [override, message] of cases) assert.equal(refusal(() => loadReplicaConfig({}, { ...env, ...override })).message, message);
   assert.deepEqual(loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: 'rediss://lease:6380' }).backend, { kind: 'redis', url: 'rediss://lease:6380' });
+  // The lease through Sentinel (the drill's redis-sentinel-failover uses it as written here).
+  const sentinel = 'redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster';
+  assert.deepEqual(loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: sentinel }).backend, { kind: 'redis', url: sentinel });
   assert.deepEqual(loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: 'http://e1:2379, https://e2:2379' }).backend, { kind: 'etcd', endpoints: ['http://e1:2379', 'https://e2:2379'] });
 });
