@@ -130,7 +130,7 @@ it('every setting has one definition: the flag, env name and file key derive fro
   assert.deepEqual(start.options.map((o) => o.attributeName()), withFlag);
   assert.equal(flagName('adminToken'), undefined, 'a secret is never a flag (flags show in ps)');
   const migrate = program.commands.find((c) => c.name() === 'migrate')!;
-  assert.deepEqual(migrate.options.map((o) => o.long), ['--config', '--database-url', '--connect-timeout-ms']);
+  assert.deepEqual(migrate.options.map((o) => o.long), ['--config', '--database-url', '--namespace', '--schema', '--connect-timeout-ms']);
   assert.equal(envName('leaseTtlMs'), 'CRONWARDEN_LEASE_TTL_MS');
   assert.equal(settingName('adminPort'), 'CRONWARDEN_ADMIN_PORT (--admin-port)');
 
