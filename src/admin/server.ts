@@ -12,6 +12,7 @@ import { Ledger } from '../ledger/ledger.js';
 import type { ReplicaView } from './replica-view.js';
 import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-pool.js';
 import { bearerMatches } from './auth.js';
+import { memberAgreement } from './member-agreement.js';
 import { OncePerKind } from '../once-per-kind.js';
 import { ConcurrencyCap, SharedCheck, apiPolicy, boundText, hostAllowed, hostPolicy, pagePolicy, sameOrigin, type HostPolicy } from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
@@ -271,7 +272,10 @@ export class AdminServer {
 
     app.get('/api/lease', this.capped(async () => this.leaseStatus()));
 
-    app.get('/api/members', this.capped(async () => ({ members: await listMembers(this.pool, this.reads.tables) })));
+    app.get('/api/members', this.capped(async () => {
+      const members = await listMembers(this.pool, this.reads.tables);
+      return { members, agreement: memberAgreement(members) };
+    }));
 
     app.get('/api/jobs', this.capped(async () => {
       const jobs = r.jobs();

@@ -1,4 +1,5 @@
 import type { Command } from 'commander';
+import type { MemberAgreement } from '../admin/member-agreement.js';
 import { adminOptions, clientFrom } from './control-command.js';
 
 interface Lease { backend: string; leaseName: string; holder: string | null; token: string | null; ttlMs: number; expiresInMs: number | null; leaderSince: string | null; replicaId: string; role: string }
@@ -12,11 +13,11 @@ export function registerStatus(program: Command): void {
       const client = clientFrom(opts);
       const [lease, members, jobs] = await Promise.all([
         client.get<Lease>('/api/lease'),
-        client.get<{ members: Member[] }>('/api/members'),
+        client.get<{ members: Member[]; agreement?: MemberAgreement }>('/api/members'),
         client.get<{ jobs: Job[] }>('/api/jobs'),
       ]);
       if (opts.json) {
-        process.stdout.write(`${JSON.stringify({ lease, members: members.members, jobs: jobs.jobs }, null, 2)}\n`);
+        process.stdout.write(`${JSON.stringify({ lease, members: members.members, agreement: members.agreement, jobs: jobs.jobs }, null, 2)}\n`);
         return;
       }
       const out: string[] = [];
@@ -25,10 +26,20 @@ export function registerStatus(program: Command): void {
       out.push(`asked     ${lease.replicaId} (${lease.role}) at ${client.baseUrl}`);
       out.push('', 'MEMBERS');
       out.push(...table(['REPLICA', 'ROLE', 'HOST', 'PID', 'VERSION', 'LAST SEEN', 'ADMIN'], members.members.map((m) => [m.replicaId, m.role, m.host, String(m.pid), m.version, `${(m.lastSeenAgoMs / 1000).toFixed(1)}s ago`, m.adminUrl ?? '-'])));
+      out.push(...disagreement(members.agreement));
       out.push('', 'JOBS');
       out.push(...table(['JOB', 'SCHEDULE', 'TZ', 'NEXT FIRE', 'LAST RUN', 'OUTCOME', 'PAUSED'], jobs.jobs.map((j) => [j.name, j.schedule, j.timezone, j.nextFireAt ?? '-', j.lastRun?.scheduledAt ?? '-', j.lastRun ? `${j.lastRun.state} (${j.lastRun.trigger})` : '-', j.paused ? 'yes' : 'no'])));
       process.stdout.write(`${out.join('\n')}\n`);
     });
+}
+
+/** During a rolling deploy: which versions run, and which replica lacks which job. */
+function disagreement(a: MemberAgreement | undefined): string[] {
+  if (!a) return [];
+  const lines: string[] = [];
+  if (a.versions.length > 1) lines.push(`versions  replicas disagree: ${a.versions.join(', ')}`);
+  for (const [replica, jobs] of Object.entries(a.missing)) lines.push(`jobs      ${replica} does not define ${jobs.join(', ')}`);
+  return lines;
 }
 
 function table(head: string[], rows: string[][]): string[] {

@@ -131,6 +131,8 @@ export const members = pgTable('cw_members', {
   role: text('role').notNull(),
   /** Where this replica's admin HTTP listens, so any replica can point a client at the leader. */
   adminUrl: text('admin_url'),
+  /** The jobs this replica defines, sorted: during a rolling deploy the members view shows who differs. */
+  jobs: text('jobs').array(),
   startedAt: tstz('started_at').notNull().defaultNow(),
   lastSeen: tstz('last_seen').notNull().defaultNow(),
 });

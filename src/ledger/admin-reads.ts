@@ -12,6 +12,8 @@ export interface MemberRow {
   version: string;
   role: string;
   adminUrl: string | null;
+  /** The jobs it defines (null: a replica too old to say). */
+  jobs: string[] | null;
   startedAt: string;
   lastSeen: string;
   lastSeenAgoMs: number;
@@ -20,9 +22,9 @@ export interface MemberRow {
 export async function listMembers(db: Db, t: Tables, withinMs = 60_000): Promise<MemberRow[]> {
   const res = await db.query<{
     replica_id: string; host: string; pid: number; version: string; role: string; admin_url: string | null;
-    started_at: Date; last_seen: Date; ago_ms: number;
+    jobs: string[] | null; started_at: Date; last_seen: Date; ago_ms: number;
   }>(
-    `SELECT replica_id, host, pid, version, role, admin_url, started_at, last_seen,
+    `SELECT replica_id, host, pid, version, role, admin_url, jobs, started_at, last_seen,
             (extract(epoch FROM now() - last_seen) * 1000)::float8 AS ago_ms
      FROM ${t.members} WHERE last_seen > now() - ($1::int * interval '1 millisecond') ORDER BY replica_id`,
     [withinMs],
@@ -34,6 +36,7 @@ export async function listMembers(db: Db, t: Tables, withinMs = 60_000): Promise
     version: r.version,
     role: r.role,
     adminUrl: r.admin_url,
+    jobs: r.jobs,
     startedAt: r.started_at.toISOString(),
     lastSeen: r.last_seen.toISOString(),
     lastSeenAgoMs: Math.max(0, Math.round(r.ago_ms)),

@@ -253,6 +253,23 @@ export class FireLedger {
   }
 
   /**
+   * A job removed from the code: settle its active runs `cancelled` with `reason`, once no live
+   * replica defines it (`defined`: the jobs of every live member). Runs younger than `graceMs`
+   * are left alone (a replica that defines the job may just be starting). node-cron coordinator
+   * runs ("node-cron:…") are not jobs of any replica and are never touched. Returns the run ids.
+   */
+  async cancelRunsOfUndefinedJobs(defined: readonly string[], reason: string, graceMs: number): Promise<{ runId: bigint; job: string }[]> {
+    const res = await this.pool.query<{ id: string; job: string }>(
+      `UPDATE ${this.t.runs} SET state = 'cancelled', finished_at = now(), error = $2
+       WHERE state IN ${ACTIVE_SQL} AND job <> ALL($1::text[]) AND job NOT LIKE 'node-cron:%'
+         AND created_at < now() - $3::bigint * interval '1 millisecond'
+       RETURNING id, job`,
+      [[...defined], reason, Math.floor(graceMs)],
+    );
+    return res.rows.map((r) => ({ runId: BigInt(r.id), job: r.job }));
+  }
+
+  /**
    * Retention: delete up to `batch` finished runs (completed, failed, skipped, cancelled) created
    * more than `olderThanMs` ago, with their attempts (ON DELETE CASCADE). Returns how many went.
    * Safe for the schedule: reconciliation after an election reads cw_job_state, not old runs, so

@@ -9,19 +9,28 @@ export interface MemberRecord {
   version: string;
   role: string;
   adminUrl: string | null;
+  /** The names of the jobs it defines. */
+  jobs: readonly string[];
 }
 
 /** Insert or refresh this replica's row; last_seen on the database clock. */
 export async function upsertMember(db: Queryable, t: Tables, m: MemberRecord): Promise<void> {
   await db.query(
-    `INSERT INTO ${t.members} (replica_id, host, pid, version, role, admin_url, started_at, last_seen)
-     VALUES ($1, $2, $3, $4, $5, $6, now(), now())
+    `INSERT INTO ${t.members} (replica_id, host, pid, version, role, admin_url, jobs, started_at, last_seen)
+     VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now())
      ON CONFLICT (replica_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
-       role = EXCLUDED.role, admin_url = EXCLUDED.admin_url, last_seen = now()`,
-    [m.replicaId, m.host, m.pid, m.version, m.role, m.adminUrl],
+       role = EXCLUDED.role, admin_url = EXCLUDED.admin_url, jobs = EXCLUDED.jobs, last_seen = now()`,
+    [m.replicaId, m.host, m.pid, m.version, m.role, m.adminUrl, [...m.jobs].sort()],
   );
 }
 
 export async function deleteMember(db: Queryable, t: Tables, replicaId: string): Promise<void> {
   await db.query(`DELETE FROM ${t.members} WHERE replica_id = $1`, [replicaId]);
+}
+
+/** Jobs defined by at least one member seen within `withinMs`; null when no member has said (a 0.1.0 replica, or none alive). */
+export async function jobsOfLiveMembers(db: Queryable, t: Tables, withinMs: number): Promise<Set<string> | null> {
+  const res = await db.query<{ jobs: string[] | null }>(`SELECT jobs FROM ${t.members} WHERE last_seen > now() - ($1::int * interval '1 millisecond')`, [withinMs]);
+  if (res.rows.length === 0 || res.rows.some((r) => r.jobs === null)) return null;
+  return new Set(res.rows.flatMap((r) => r.jobs ?? []));
 }

@@ -12,6 +12,8 @@ export interface MemberHeartbeatOptions {
   /** Current role, read on every beat. */
   role: () => string;
   version: string;
+  /** The names of the jobs this replica defines. */
+  jobs: readonly string[];
   /** This replica's admin base URL (http://host:port), if it serves one. */
   adminUrl?: string;
   intervalMs?: number;
@@ -66,6 +68,7 @@ export class MemberHeartbeat {
       host: hostname(),
       pid: process.pid,
       version: this.o.version,
+      jobs: this.o.jobs,
       role: this.o.role(),
       adminUrl: this.o.adminUrl ?? null,
     });

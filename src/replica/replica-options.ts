@@ -63,6 +63,12 @@ export interface ReplicaOptions {
    */
   redelivery?: { checkAfterMs?: number; intervalMs?: number; batchSize?: number };
   /**
+   * The leader settles `cancelled` the active runs of a job no live replica defines (removed from
+   * the code), looking every `intervalMs` (default 30 s); a member seen within `liveWithinMs`
+   * (default 60 s) counts as live.
+   */
+  removedJobs?: { intervalMs?: number; liveWithinMs?: number };
+  /**
    * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
    * a jump of this host's wall clock cannot make it fire early, late or twice.
    */

@@ -22,6 +22,7 @@ import { Ledger } from '../ledger/ledger.js';
 import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
+import { RemovedJobs } from '../scheduler/removed-jobs.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { forwardEvents } from './forward-events.js';
@@ -75,6 +76,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly clock: Clock;
   private readonly retention: RunRetention | undefined;
   private readonly sweeper: DeliverySweeper;
+  private readonly removedJobs: RemovedJobs;
   private stopped = false;
   /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
   private readonly warn: ReturnType<typeof limitedWarn>;
@@ -115,6 +117,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     if (this.ownsRedis) this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
     this.sweeper = new DeliverySweeper({ ledger: this.ledger.fires, delivery: this.delivery, clock, logger: this.logger, ...o.redelivery });
+    this.removedJobs = new RemovedJobs({ ledger: this.ledger.fires, db: this.pool, tables: this.ledger.tables, clock, logger: this.logger, ...o.removedJobs });
     const fenceResource = `scheduler/${this.leaseName}`;
 
     this.elector = new Elector(
@@ -227,6 +230,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       role: () => this.role,
       version: this.o.version ?? PACKAGE_VERSION,
+      jobs: this.registry.list().map((j) => j.name),
       adminUrl: this.adminUrl,
       logger: this.logger,
     });
@@ -268,6 +272,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     });
     void this.retention?.run(signal);
     void this.sweeper.run(signal);
+    void this.removedJobs.run(signal);
     await this.fireLoop.lead(signal);
   }
 

@@ -1,10 +1,8 @@
 /** In-process replicas with their admin servers, sharing one in-memory lease "server". */
 import { randomUUID } from 'node:crypto';
 import { pino } from 'pino';
-import { AdminServer } from '../../src/admin/server.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import { MemberHeartbeat } from '../../src/replica/member-heartbeat.js';
 import { Replica } from '../../src/replica/replica.js';
 import type { ElectorRole } from '../../src/scheduler/elector.js';
 
@@ -20,8 +18,6 @@ export function testJobs() {
 
 export interface Node {
   replica: Replica;
-  admin: AdminServer;
-  heartbeat: MemberHeartbeat;
   url: string;
   stop(): Promise<void>;
 }
@@ -49,25 +45,20 @@ export class Cluster {
       jobs: testJobs(),
       election: { ttlMs: 3000 },
       shutdownGraceMs: 1000,
+      // The replica serves the admin HTTP and keeps its member row, as `cronwarden start` does.
+      admin: { port: 0, token: ADMIN_TOKEN },
+      version: 'test',
       logger: pino({ level: 'silent' }),
     });
-    const admin = new AdminServer({ replica, backend, databaseUrl: this.databaseUrl, token: ADMIN_TOKEN, port: 0 });
     await replica.start();
-    const url = await admin.listen();
-    const heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, tables: replica.ledger.tables, replicaId: id, role: () => replica.role, version: 'test', adminUrl: url, intervalMs: 500 });
-    replica.on('role:changed', () => void heartbeat.beat());
-    await heartbeat.start();
+    const url = replica.adminUrl!;
     let stopped = false;
     const node: Node = {
       replica,
-      admin,
-      heartbeat,
       url,
       stop: async () => {
         if (stopped) return;
         stopped = true;
-        await heartbeat.stop();
-        await admin.close();
         await replica.stop();
       },
     };

@@ -15,7 +15,6 @@ import { pino } from 'pino';
 import { Queue } from 'bullmq';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { migrate as drizzleMigrate } from 'drizzle-orm/node-postgres/migrator';
-import { AdminServer } from '../../src/admin/server.js';
 import { migrateDatabase } from '../../src/db/migrate.js';
 import { schemaForNamespace, validateSchemaName } from '../../src/db/tables.js';
 import { InvalidConfigError, NamespaceMismatchError } from '../../src/errors.js';
@@ -25,7 +24,6 @@ import type { LeaseBackend } from '../../src/locks/lease.js';
 import { MemoryLeaseBackend } from '../../src/locks/memory.js';
 import { PostgresLeaseBackend } from '../../src/locks/postgres.js';
 import { RedisLeaseBackend } from '../../src/locks/redis.js';
-import { MemberHeartbeat } from '../../src/replica/member-heartbeat.js';
 import { Replica } from '../../src/replica/replica.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
@@ -63,8 +61,6 @@ async function regclass(pool: pg.Pool, name: string): Promise<string | null> {
 
 interface Node {
   replica: Replica;
-  admin: AdminServer;
-  heartbeat: MemberHeartbeat;
   url: string;
 }
 
@@ -116,14 +112,12 @@ class Deployment {
         jobs: this.jobs(id),
         election: { ttlMs: 3000 },
         shutdownGraceMs: 1000,
+        admin: { port: 0, token: TOKEN },
+        version: 'test',
         logger: pino({ level: 'silent' }),
       });
-      const admin = new AdminServer({ replica, backend, databaseUrl: this.db.url, token: TOKEN, port: 0 });
       await replica.start();
-      const url = await admin.listen();
-      const heartbeat = new MemberHeartbeat({ pool: replica.ledger.pool, tables: replica.ledger.tables, replicaId: id, role: () => replica.role, version: 'test', adminUrl: url, intervalMs: 500 });
-      await heartbeat.start();
-      this.nodes.push({ replica, admin, heartbeat, url });
+      this.nodes.push({ replica, url: replica.adminUrl! });
     }
   }
 
@@ -136,8 +130,6 @@ class Deployment {
   async stop(): Promise<void> {
     await Promise.all(
       this.nodes.map(async (n) => {
-        await n.heartbeat.stop();
-        await n.admin.close();
         await n.replica.stop();
       }),
     );

@@ -1,0 +1,1 @@
+ALTER TABLE "cw_members" ADD COLUMN "jobs" text[];

@@ -1,0 +1,53 @@
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
+import type { Tables } from '../db/tables.js';
+import type { FireLedger } from '../ledger/fire-ledger.js';
+import { jobsOfLiveMembers } from '../ledger/members.js';
+import type { Queryable } from '../ledger/transaction.js';
+
+export interface RemovedJobsOptions {
+  ledger: Pick<FireLedger, 'cancelRunsOfUndefinedJobs'>;
+  /** Where the members' job sets are read. */
+  db: Queryable;
+  tables: Tables;
+  clock: Clock;
+  logger: Logger;
+  /** How often the leader looks. Default 30 s. */
+  intervalMs?: number;
+  /** A member seen within this long counts as live. Default 60 s. */
+  liveWithinMs?: number;
+}
+
+/**
+ * A job removed from the code leaves runs behind (pending, or handed back by replicas that no
+ * longer define it). Once no live replica defines the job, the leader settles them `cancelled`
+ * with the reason, instead of letting them wait or fail as an error. During a rolling deploy the
+ * old replicas still define it, so nothing is settled until the last of them is gone.
+ * Unfenced on purpose: the statement is conditional on the run being active, so a stale leader
+ * repeating it does no harm.
+ */
+export class RemovedJobs {
+  constructor(private readonly o: RemovedJobsOptions) {}
+
+  async run(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      await this.o.clock.sleep(this.o.intervalMs ?? 30_000, signal).catch(() => undefined);
+      if (signal.aborted) return;
+      await this.settleOnce().catch((err: unknown) => this.o.logger.warn({ err }, 'could not settle the runs of removed jobs; trying again next round'));
+    }
+  }
+
+  /** One round; returns the runs settled. */
+  async settleOnce(): Promise<{ runId: bigint; job: string }[]> {
+    const liveWithinMs = this.o.liveWithinMs ?? 60_000;
+    const defined = await jobsOfLiveMembers(this.o.db, this.o.tables, liveWithinMs);
+    if (defined === null) return []; // no member, or one too old to say which jobs it defines
+    const reason = 'job removed: no live replica defines it';
+    const settled = await this.o.ledger.cancelRunsOfUndefinedJobs([...defined], reason, liveWithinMs);
+    for (const job of new Set(settled.map((r) => r.job))) {
+      const runs = settled.filter((r) => r.job === job).map((r) => r.runId.toString());
+      this.o.logger.warn({ job, runs }, `settled the runs of a removed job: ${reason}`);
+    }
+    return settled;
+  }
+}
