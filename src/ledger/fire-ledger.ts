@@ -270,6 +270,21 @@ export class FireLedger {
   }
 
   /**
+   * Forget the per-job state (last fire, pause flag) of jobs no live replica defines and that have
+   * no active run left: a removed job's row would otherwise stay for ever. Returns the jobs.
+   */
+  async forgetUndefinedJobs(defined: readonly string[]): Promise<string[]> {
+    const res = await this.pool.query<{ job: string }>(
+      `DELETE FROM ${this.t.jobState} s
+       WHERE s.job <> ALL($1::text[]) AND s.job NOT LIKE 'node-cron:%'
+         AND NOT EXISTS (SELECT 1 FROM ${this.t.runs} r WHERE r.job = s.job AND r.state IN ${ACTIVE_SQL})
+       RETURNING s.job`,
+      [[...defined]],
+    );
+    return res.rows.map((r) => r.job);
+  }
+
+  /**
    * Retention: delete up to `batch` finished runs (completed, failed, skipped, cancelled) created
    * more than `olderThanMs` ago, with their attempts (ON DELETE CASCADE). Returns how many went.
    * Safe for the schedule: reconciliation after an election reads cw_job_state, not old runs, so

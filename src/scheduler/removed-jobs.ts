@@ -6,7 +6,7 @@ import { jobsOfLiveMembers } from '../ledger/members.js';
 import type { Queryable } from '../ledger/transaction.js';
 
 export interface RemovedJobsOptions {
-  ledger: Pick<FireLedger, 'cancelRunsOfUndefinedJobs'>;
+  ledger: Pick<FireLedger, 'cancelRunsOfUndefinedJobs' | 'forgetUndefinedJobs'>;
   /** Where the members' job sets are read. */
   db: Queryable;
   tables: Tables;
@@ -21,7 +21,8 @@ export interface RemovedJobsOptions {
 /**
  * A job removed from the code leaves runs behind (pending, or handed back by replicas that no
  * longer define it). Once no live replica defines the job, the leader settles them `cancelled`
- * with the reason, instead of letting them wait or fail as an error. During a rolling deploy the
+ * with the reason, instead of letting them wait or fail as an error, and forgets the job's state
+ * row (last fire, pause flag). During a rolling deploy the
  * old replicas still define it, so nothing is settled until the last of them is gone.
  * Unfenced on purpose: the statement is conditional on the run being active, so a stale leader
  * repeating it does no harm.
@@ -48,6 +49,9 @@ export class RemovedJobs {
       const runs = settled.filter((r) => r.job === job).map((r) => r.runId.toString());
       this.o.logger.warn({ job, runs }, `settled the runs of a removed job: ${reason}`);
     }
+    // Its last fire and pause flag go too; its runs' history stays until retention.
+    const forgotten = await this.o.ledger.forgetUndefinedJobs([...defined]);
+    if (forgotten.length > 0) this.o.logger.info({ jobs: forgotten }, 'forgot the state of removed jobs');
     return settled;
   }
 }

@@ -99,6 +99,8 @@ it('a rolling replacement with a job added, one removed and one rescheduled: not
       assert.match(r.error ?? '', /job removed: no live replica defines it/);
     }
     assert.ok(states.rows.some((r) => r.job === 'added' && r.state === 'completed'), 'the added job fires once a replica that knows it leads');
+    const jobState = await db.pool.query<{ job: string }>(`SELECT job FROM ${tables.jobState} ORDER BY job`);
+    assert.deepEqual(jobState.rows.map((r) => r.job), ['added', 'changed', 'keep'], "the removed job's state row is gone");
 
     // The unchanged job: every slot once, completed, one effect each (I1, I2, I4).
     const t0 = (await db.pool.query<{ t: Date }>(`SELECT min(scheduled_at) AS t FROM ${tables.runs} WHERE job = 'keep'`)).rows[0]!.t.getTime();
