@@ -23,6 +23,8 @@ export class BullmqDelivery implements RunDelivery {
       /** The ledger the runs come from (its identity goes into every job id). */
       ledger: { identity(): Promise<string> };
       keepCompletedSeconds?: number;
+      /** The source of delivery jitter (a job's jitterMs); injectable so tests can fix it. Default Math.random. */
+      random?: () => number;
     },
   ) {
     this.queue = new Queue<RunJobData>(queueName(o.namespace), { connection: o.connection });
@@ -41,7 +43,7 @@ export class BullmqDelivery implements RunDelivery {
             jobId: bullmqJobId(ledgerId, run.runId),
             attempts: (job?.retries ?? 0) + 1,
             backoff: job ? { type: job.backoff.type, delay: job.backoff.delayMs } : undefined,
-            delay: job && job.jitterMs > 0 ? Math.floor(Math.random() * job.jitterMs) : undefined,
+            delay: job && job.jitterMs > 0 ? Math.floor((this.o.random ?? Math.random)() * job.jitterMs) : undefined,
             // Keep finished jobs for a while so a late duplicate enqueue of the same run id is
             // still recognised; the ledger refuses a re-run of a finished run in any case.
             removeOnComplete: { age: this.o.keepCompletedSeconds ?? 3600 },
