@@ -26,12 +26,24 @@ export class ReplicaMetrics {
     /** The replica's ledger tables (its schema). */
     private readonly tables: Tables,
   ) {
-    const registers = [this.registry];
     // No prefix: stock Node.js dashboards expect process_cpu_seconds_total, nodejs_heap_size_used_bytes, …
     collectDefaultMetrics({ register: this.registry });
     this.registry.setDefaultLabels({ replica: replica.replicaId, namespace: replica.namespace });
     this.watermark = new Date(replica.startedAt);
 
+    // Registered in this order so the exposition lists the families as it always has.
+    const lease = this.leaseMetrics();
+    const fires = this.fireMetrics();
+    const backendErrors = this.processMetrics();
+    const runs = this.runMetrics();
+    this.attempts = runs.attempts;
+    this.durations = runs.durations;
+    this.wireEvents(lease, fires, backendErrors);
+  }
+
+  /** Leadership: whether this replica leads, its token, renewal latency, tenures won and lost. */
+  private leaseMetrics() {
+    const registers = [this.registry];
     const isLeader = new Gauge({ name: 'cronwarden_is_leader', help: '1 while this replica holds the scheduler lease', registers });
     const token = new Gauge({ name: 'cronwarden_lease_token', help: 'Fencing token of the current (or last) tenure of this replica', registers });
     const renew = new Histogram({
@@ -42,6 +54,12 @@ export class ReplicaMetrics {
     });
     const acquired = new Counter({ name: 'cronwarden_leader_elections_total', help: 'Tenures won by this replica', registers });
     const lost = new Counter({ name: 'cronwarden_leader_losses_total', help: 'Tenures ended, by reason class', labelNames: ['reason'], registers });
+    return { isLeader, token, renew, acquired, lost };
+  }
+
+  /** Fires: committed, duplicate, refused by the fence, missed, skipped, their lateness, and failed enqueues. */
+  private fireMetrics() {
+    const registers = [this.registry];
     const fires = new Counter({ name: 'cronwarden_fires_total', help: 'Fires committed to the ledger by this replica', labelNames: ['job', 'trigger'], registers });
     const duplicates = new Counter({
       name: 'cronwarden_fires_duplicate_total',
@@ -63,6 +81,13 @@ export class ReplicaMetrics {
       registers,
     });
     const enqueueFailed = new Counter({ name: 'cronwarden_enqueue_failures_total', help: 'Committed fires whose BullMQ enqueue failed (retried by the outbox)', registers });
+    return { fires, duplicates, refused, missed, skipped, lateness, enqueueFailed };
+  }
+
+  /** The replica's surroundings: its host clock against the ledger's, and lease backend errors. Returns the latter's counter. */
+  private processMetrics(): Counter {
+    const registers = [this.registry];
+    const replica = this.replica;
     new Gauge({
       name: 'cronwarden_host_clock_offset_seconds',
       help: "This host's wall clock minus the ledger's clock (the scheduler keeps the ledger's time)",
@@ -72,14 +97,20 @@ export class ReplicaMetrics {
         if (offset !== undefined) this.set(offset / 1000);
       },
     });
-    const backendErrors = new Counter({ name: 'cronwarden_backend_errors_total', help: 'Lease backend errors seen by the elector', registers });
-    this.attempts = new Counter({
+    return new Counter({ name: 'cronwarden_backend_errors_total', help: 'Lease backend errors seen by the elector', registers });
+  }
+
+  /** Runs: attempts and durations (filled at scrape time from the ledger) and, on the leader, active runs. */
+  private runMetrics() {
+    const registers = [this.registry];
+    const { replica, pool, tables } = this;
+    const attempts = new Counter({
       name: 'cronwarden_run_attempts_total',
       help: 'Run attempts executed by this replica, by outcome (completed, failed, retrying, skipped, stale, cancelled)',
       labelNames: ['job', 'outcome'],
       registers,
     });
-    this.durations = new Histogram({
+    const durations = new Histogram({
       name: 'cronwarden_run_duration_seconds',
       help: 'Duration of run attempts executed by this replica',
       labelNames: ['job', 'outcome'],
@@ -97,25 +128,30 @@ export class ReplicaMetrics {
         for (const [state, n] of await activeRunCounts(pool, tables)) this.set({ state }, n);
       },
     });
-    isLeader.set(0);
+    return { attempts, durations };
+  }
 
-    replica.on('role:changed', (role) => isLeader.set(role === 'leader' ? 1 : 0));
-    replica.on('lease:acquired', (lease) => {
-      token.set(Number(lease.token));
-      acquired.inc();
+  /** Feeds the lease and fire metrics from the replica's typed events. */
+  private wireEvents(lease: LeaseMetrics, fires: FireMetrics, backendErrors: Counter): void {
+    const replica = this.replica;
+    lease.isLeader.set(0);
+    replica.on('role:changed', (role) => lease.isLeader.set(role === 'leader' ? 1 : 0));
+    replica.on('lease:acquired', (acquired) => {
+      lease.token.set(Number(acquired.token));
+      lease.acquired.inc();
     });
-    replica.on('lease:renewed', (_lease, ms) => renew.observe(ms / 1000));
-    replica.on('lease:lost', (_lease, reason) => lost.inc({ reason: reasonClass(reason) }));
+    replica.on('lease:renewed', (_lease, ms) => lease.renew.observe(ms / 1000));
+    replica.on('lease:lost', (_lease, reason) => lease.lost.inc({ reason: reasonClass(reason) }));
     replica.on('fire:committed', (fire, latenessMs, trigger) => {
       if (fire.state === 'skipped') return; // counted by fire:skipped
-      fires.inc({ job: fire.job, trigger });
-      lateness.observe({ trigger }, Math.max(0, latenessMs) / 1000);
+      fires.fires.inc({ job: fire.job, trigger });
+      fires.lateness.observe({ trigger }, Math.max(0, latenessMs) / 1000);
     });
-    replica.on('fire:duplicate', (count) => duplicates.inc(count));
-    replica.on('fire:refused', () => refused.inc());
-    replica.on('fire:missed', (job, _dates, _reason, count) => missed.inc({ job }, count));
-    replica.on('fire:skipped', (job) => skipped.inc({ job }));
-    replica.on('enqueue:failed', () => enqueueFailed.inc());
+    replica.on('fire:duplicate', (count) => fires.duplicates.inc(count));
+    replica.on('fire:refused', () => fires.refused.inc());
+    replica.on('fire:missed', (job, _dates, _reason, count) => fires.missed.inc({ job }, count));
+    replica.on('fire:skipped', (job) => fires.skipped.inc({ job }));
+    replica.on('enqueue:failed', () => fires.enqueueFailed.inc());
     replica.on('backend:error', () => backendErrors.inc());
   }
 
@@ -143,6 +179,9 @@ export class ReplicaMetrics {
     for (const [key, at] of this.counted) if (at <= this.watermark.getTime() - 5000) this.counted.delete(key);
   }
 }
+
+type LeaseMetrics = ReturnType<ReplicaMetrics['leaseMetrics']>;
+type FireMetrics = ReturnType<ReplicaMetrics['fireMetrics']>;
 
 function reasonClass(reason: string): string {
   if (reason === 'resigned' || reason === 'stopped') return reason;

@@ -113,9 +113,20 @@ export class AdminServer {
     this.hosts = hostPolicy({ bindHost: o.host ?? '127.0.0.1', advertisedUrl: o.advertisedUrl, allowedHosts: o.allowedHosts, machineName: hostname() });
     const monotonic = () => r.clock.monotonic();
     this.errorLog = new OncePerKind(monotonic);
+    this.ready = this.readinessCheck(monotonic);
+    this.app = boundedApp(o);
+    this.guardRequests();
+    this.handleErrors();
+    this.routes();
+  }
+
+  /** /readyz's check of the backend and the database, shared among concurrent callers. */
+  private readinessCheck(monotonic: () => number): SharedCheck<{ backend: string; database: string }> {
+    const { o } = this;
+    const r = o.replica;
     const readyMs = o.readyTimeoutMs ?? 2000;
     // The ledger pool is what the scheduler needs; one shared check takes at most one of its connections.
-    this.ready = new SharedCheck(
+    return new SharedCheck(
       async () => {
         const [backend, database] = await Promise.all([check(() => o.backend.current(r.leaseName), readyMs), check(() => r.pingLedger(), readyMs)]);
         return { backend, database };
@@ -123,17 +134,10 @@ export class AdminServer {
       monotonic,
       500,
     );
-    const idleMs = o.idleTimeoutMs ?? 10_000;
-    this.app = Fastify({
-      logger: false,
-      return503OnClosing: true,
-      connectionTimeout: idleMs,
-      keepAliveTimeout: Math.min(5000, idleMs),
-      requestTimeout: idleMs,
-      bodyLimit: 16 * 1024,
-      http: { headersTimeout: idleMs, connectionsCheckingInterval: Math.min(1000, idleMs) },
-    });
-    this.app.server.maxConnections = o.maxConnections ?? 512;
+  }
+
+  /** Every response gets the safety headers; a foreign Host, or a cross-origin change, is refused first. */
+  private guardRequests(): void {
     this.app.addHook('onRequest', async (req, reply) => {
       reply.header('x-content-type-options', 'nosniff').header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
       reply.header('content-security-policy', apiPolicy);
@@ -144,6 +148,11 @@ export class AdminServer {
         throw new HttpError(403, 'cross_origin', 'cross-origin requests may not change anything');
       }
     });
+  }
+
+  /** Errors answer as JSON `{ error, code }`; unexpected ones are logged, never served. */
+  private handleErrors(): void {
+    const r = this.o.replica;
     this.app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, req, reply) => {
       if (err instanceof HttpError) {
         if (err.status === 503) reply.header('retry-after', '1');
@@ -166,7 +175,6 @@ export class AdminServer {
       return reply.code(500).send({ error: 'internal error (logged by the replica)', code: 'internal' });
     });
     this.app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`, code: 'not_found' }));
-    this.routes();
   }
 
   /** Listen; resolves to the base URL (http://host:port). */
@@ -246,6 +254,14 @@ export class AdminServer {
   }
 
   private routes(): void {
+    this.pageAndHealthRoutes();
+    this.readRoutes();
+    this.jobRoutes();
+    this.leaderRoutes();
+  }
+
+  /** The status page and the probes: /healthz reads no database, /readyz shares one check. */
+  private pageAndHealthRoutes(): void {
     const app = this.app;
     const r = this.o.replica;
 
@@ -267,6 +283,12 @@ export class AdminServer {
       const ok = backend === 'ok' && database === 'ok';
       return reply.code(ok ? 200 : 503).send({ ok, backend, database });
     });
+  }
+
+  /** Open reads of the database, each under the read cap. */
+  private readRoutes(): void {
+    const app = this.app;
+    const r = this.o.replica;
 
     app.get('/metrics', this.capped(async (_req, reply) => reply.type(this.metrics.contentType).send(await this.metrics.exposition())));
 
@@ -277,27 +299,7 @@ export class AdminServer {
       return { members, agreement: memberAgreement(members) };
     }));
 
-    app.get('/api/jobs', this.capped(async () => {
-      const jobs = r.jobs();
-      const names = jobs.map((j) => j.name);
-      const [paused, last] = await Promise.all([this.reads.fires.pausedJobs(), lastRuns(this.pool, this.reads.tables, names)]);
-      const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
-      return {
-        jobs: jobs.map((j) => {
-          const next = j.schedule.nextAfter(now);
-          return {
-            name: j.name,
-            schedule: j.schedule.expression,
-            timezone: j.schedule.timezone,
-            misfire: j.misfire,
-            overlap: j.overlap,
-            paused: paused.has(j.name),
-            nextFireAt: next === null ? null : new Date(next).toISOString(),
-            lastRun: boundRun(last.get(j.name) ?? null),
-          };
-        }),
-      };
-    }));
+    app.get('/api/jobs', this.capped(async () => this.jobsStatus()));
 
     app.get('/api/runs', this.capped(async (req) => {
       const q = parse(runsQuery, req.query);
@@ -311,6 +313,36 @@ export class AdminServer {
       const q = parse(limitQuery, req.query);
       return { elections: await listElections(this.pool, this.reads.tables, r.leaseName, q.limit) };
     }));
+  }
+
+  /** The body of GET /api/jobs: each defined job with its pause flag, next fire and last run. */
+  private async jobsStatus() {
+    const r = this.o.replica;
+    const jobs = r.jobs();
+    const names = jobs.map((j) => j.name);
+    const [paused, last] = await Promise.all([this.reads.fires.pausedJobs(), lastRuns(this.pool, this.reads.tables, names)]);
+    const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
+    return {
+      jobs: jobs.map((j) => {
+        const next = j.schedule.nextAfter(now);
+        return {
+          name: j.name,
+          schedule: j.schedule.expression,
+          timezone: j.schedule.timezone,
+          misfire: j.misfire,
+          overlap: j.overlap,
+          paused: paused.has(j.name),
+          nextFireAt: next === null ? null : new Date(next).toISOString(),
+          lastRun: boundRun(last.get(j.name) ?? null),
+        };
+      }),
+    };
+  }
+
+  /** Job mutations (token required): trigger is leader-only, pause and resume work on any replica. */
+  private jobRoutes(): void {
+    const app = this.app;
+    const r = this.o.replica;
 
     app.post('/api/jobs/:name/trigger', { onRequest: this.requireToken }, async (req) => {
       const job = this.job(req.params);
@@ -333,8 +365,12 @@ export class AdminServer {
         return { job: job.name, paused: action === 'pause' };
       });
     }
+  }
 
-    app.post('/api/resign', { onRequest: this.requireToken }, async () => {
+  /** Leadership changes (token required, leader-only). */
+  private leaderRoutes(): void {
+    const r = this.o.replica;
+    this.app.post('/api/resign', { onRequest: this.requireToken }, async () => {
       const lease = r.lease();
       if (r.role !== 'leader' || !lease) return this.notLeader();
       const resigned = await r.resign();
@@ -343,6 +379,22 @@ export class AdminServer {
       return { resigned: true, replicaId: r.replicaId, token: lease.token.toString() };
     });
   }
+}
+
+/** Fastify with every timeout and size bounded, so slow or idle clients cannot hold sockets or memory. */
+function boundedApp(o: AdminServerOptions): FastifyInstance {
+  const idleMs = o.idleTimeoutMs ?? 10_000;
+  const app = Fastify({
+    logger: false,
+    return503OnClosing: true,
+    connectionTimeout: idleMs,
+    keepAliveTimeout: Math.min(5000, idleMs),
+    requestTimeout: idleMs,
+    bodyLimit: 16 * 1024,
+    http: { headersTimeout: idleMs, connectionsCheckingInterval: Math.min(1000, idleMs) },
+  });
+  app.server.maxConnections = o.maxConnections ?? 512;
+  return app;
 }
 
 /** A row with its handler text (error) cut to MAX_SERVED_TEXT. */

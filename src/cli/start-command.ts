@@ -2,7 +2,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
 import { pino } from 'pino';
-import { describeConfig, loadReplicaConfig, type SettingFlags } from '../config/replica-config.js';
+import { describeConfig, loadReplicaConfig, type AdminConfig, type SettingFlags } from '../config/replica-config.js';
 import { envName, optionSpecs, settingName, settingKeys, settings, type SettingDefinition } from '../config/settings.js';
 import { checkStartup } from '../config/startup-checks.js';
 import { settlesWithin } from '../settles-within.js';
@@ -17,66 +17,73 @@ export function registerStart(program: Command): void {
     .command('start')
     .description('run a replica: campaign for leadership, fire jobs while leading, execute runs always');
   for (const o of optionSpecs(settingKeys)) command.option(o.flags, o.description);
-  command
-    .addHelpText('after', `\nSet only in the environment or the config file: ${envOnly}.`)
-    .action(async (flags: SettingFlags) => {
-      const config = loadReplicaConfig(flags);
-      const jobs = await loadJobs(config.jobsModule);
-      const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
-      const schema = resolveSchema(config);
-      // The postgres lease backend keeps its cw_leases in the deployment's schema too.
-      const backend = await createLeaseBackend(config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend);
-      try {
-        await checkStartup(config, backend, schema);
-      } catch (err) {
-        await settlesWithin(backend.close(), 1000);
-        throw err;
-      }
-      const replica = new Replica({
-        replicaId: config.replicaId,
-        namespace: config.namespace,
-        schema,
-        backend,
-        databaseUrl: config.databaseUrl,
-        redisUrl: config.redisUrl,
-        jobs,
-        election: { ttlMs: config.ttlMs },
-        worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
-        shutdownGraceMs: config.shutdownGraceMs,
-        retentionMs: config.retentionDays * 24 * 3600 * 1000,
-        admin: config.admin.enabled ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url } : false,
-        logger,
-      });
-      replica.logger.info({ config: describeConfig(config) }, 'starting replica');
+  command.addHelpText('after', `\nSet only in the environment or the config file: ${envOnly}.`).action(startReplica);
+}
 
-      let stopping = false;
-      const onSignal = (signal: NodeJS.Signals) => {
-        if (stopping) {
-          replica.logger.warn({ signal }, 'second signal: exiting at once');
-          process.exit(1);
-        }
-        stopping = true;
-        replica.logger.info({ signal }, 'stopping: resigning leadership and draining running handlers');
-        replica.stop().then(
-          () => process.exit(0),
-          (err: Error) => {
-            replica.logger.error({ err }, 'graceful stop failed');
-            process.exit(1);
-          },
-        );
-      };
-      process.on('SIGTERM', onSignal);
-      process.on('SIGINT', onSignal);
+/** The start action: load and check everything, then run the replica until a signal stops it. */
+async function startReplica(flags: SettingFlags): Promise<void> {
+  const config = loadReplicaConfig(flags);
+  const jobs = await loadJobs(config.jobsModule);
+  const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
+  const schema = resolveSchema(config);
+  // The postgres lease backend keeps its cw_leases in the deployment's schema too.
+  const backend = await createLeaseBackend(config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend);
+  try {
+    await checkStartup(config, backend, schema);
+  } catch (err) {
+    await settlesWithin(backend.close(), 1000);
+    throw err;
+  }
+  const replica = new Replica({
+    replicaId: config.replicaId,
+    namespace: config.namespace,
+    schema,
+    backend,
+    databaseUrl: config.databaseUrl,
+    redisUrl: config.redisUrl,
+    jobs,
+    election: { ttlMs: config.ttlMs },
+    worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
+    shutdownGraceMs: config.shutdownGraceMs,
+    retentionMs: config.retentionDays * 24 * 3600 * 1000,
+    admin: config.admin.enabled ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url } : false,
+    logger,
+  });
+  replica.logger.info({ config: describeConfig(config) }, 'starting replica');
+  stopOnSignals(replica);
+  await replica.start();
+  if (replica.adminUrl) logAdmin(replica, config.admin);
+}
 
-      await replica.start();
-      if (replica.adminUrl) {
-        if (!config.admin.token) replica.logger.info('admin: no CRONWARDEN_ADMIN_TOKEN, so trigger/pause/resume/resign are refused');
-        if (!['127.0.0.1', 'localhost', '::1'].includes(config.admin.host) && !config.admin.token) {
-          replica.logger.warn({ host: config.admin.host }, 'admin HTTP listens beyond loopback; reads are open to that network');
-        }
-        replica.logger.info({ adminUrl: replica.adminUrl, statusPage: `${replica.adminUrl}/` }, 'admin HTTP listening');
-      }
-    });
+/** SIGTERM / SIGINT stop the replica gracefully and exit; a second signal exits at once. */
+function stopOnSignals(replica: Replica): void {
+  let stopping = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      replica.logger.warn({ signal }, 'second signal: exiting at once');
+      process.exit(1);
+    }
+    stopping = true;
+    replica.logger.info({ signal }, 'stopping: resigning leadership and draining running handlers');
+    replica.stop().then(
+      () => process.exit(0),
+      (err: Error) => {
+        replica.logger.error({ err }, 'graceful stop failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+}
+
+/** Where the admin HTTP listens, and what an operator should know about its exposure. */
+function logAdmin(replica: Replica, admin: AdminConfig): void {
+  if (!admin.token) replica.logger.info('admin: no CRONWARDEN_ADMIN_TOKEN, so trigger/pause/resume/resign are refused');
+  if (!['127.0.0.1', 'localhost', '::1'].includes(admin.host) && !admin.token) {
+    replica.logger.warn({ host: admin.host }, 'admin HTTP listens beyond loopback; reads are open to that network');
+  }
+  replica.logger.info({ adminUrl: replica.adminUrl, statusPage: `${replica.adminUrl}/` }, 'admin HTTP listening');
 }
 
 /** Settings without a flag, named in --help. */

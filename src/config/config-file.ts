@@ -107,71 +107,93 @@ function lineColumn(text: string, offset: number): string {
  * JSON.parse has already refused the text. Undefined if it finds no error (or nests too deep).
  */
 export function jsonErrorOffset(text: string): number | undefined {
-  let i = 0;
-  const fail = (): never => {
-    throw new JsonScanStop(i);
-  };
-  const ws = () => {
-    while (i < text.length && ' \t\n\r'.includes(text[i]!)) i++;
-  };
-  const expect = (ch: string) => {
-    ws();
-    if (text[i] !== ch) fail();
-    i++;
-  };
-  const sticky = (re: RegExp) => {
-    re.lastIndex = i;
-    const m = re.exec(text);
-    if (!m) fail();
-    i += m![0].length;
-  };
-  const string = () => {
-    i++; // the opening quote
-    for (;;) {
-      if (i >= text.length) fail();
-      const c = text.charCodeAt(i);
-      if (c === 0x22) return void i++;
-      if (c < 0x20) fail();
-      if (c === 0x5c) sticky(/\\(["\\/bfnrt]|u[0-9a-fA-F]{4})/y);
-      else i++;
-    }
-  };
-  const value = (): void => {
-    ws();
-    const c = text[i];
-    if (c === '"') return string();
-    if (c === '{' || c === '[') {
-      const close = c === '{' ? '}' : ']';
-      i++;
-      ws();
-      if (text[i] === close) return void i++;
-      for (;;) {
-        if (c === '{') {
-          ws();
-          if (text[i] !== '"') fail();
-          string();
-          expect(':');
-        }
-        value();
-        ws();
-        if (text[i] === ',') {
-          i++;
-          continue;
-        }
-        return expect(close);
-      }
-    }
-    sticky(/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null/y);
-  };
+  const scan = new JsonScanner(text);
   try {
-    value();
-    ws();
-    if (i < text.length) fail();
+    scan.document();
     return undefined;
   } catch (err) {
     if (err instanceof JsonScanStop) return err.offset;
     if (err instanceof RangeError) return undefined; // nested deeper than the stack
     throw err;
+  }
+}
+
+/** A recursive-descent walk over JSON text that throws JsonScanStop at the first offset it refuses. */
+class JsonScanner {
+  private i = 0;
+
+  constructor(private readonly text: string) {}
+
+  /** One value, then only whitespace to the end. */
+  document(): void {
+    this.value();
+    this.ws();
+    if (this.i < this.text.length) this.fail();
+  }
+
+  private fail(): never {
+    throw new JsonScanStop(this.i);
+  }
+
+  private ws(): void {
+    while (this.i < this.text.length && ' \t\n\r'.includes(this.text[this.i]!)) this.i++;
+  }
+
+  private expect(ch: string): void {
+    this.ws();
+    if (this.text[this.i] !== ch) this.fail();
+    this.i++;
+  }
+
+  /** Consume a match of the sticky `re` here, or fail. */
+  private sticky(re: RegExp): void {
+    re.lastIndex = this.i;
+    const m = re.exec(this.text);
+    if (!m) this.fail();
+    this.i += m[0].length;
+  }
+
+  private string(): void {
+    this.i++; // the opening quote
+    for (;;) {
+      if (this.i >= this.text.length) this.fail();
+      const c = this.text.charCodeAt(this.i);
+      if (c === 0x22) return void this.i++;
+      if (c < 0x20) this.fail();
+      if (c === 0x5c) this.sticky(/\\(["\\/bfnrt]|u[0-9a-fA-F]{4})/y);
+      else this.i++;
+    }
+  }
+
+  private value(): void {
+    this.ws();
+    const c = this.text[this.i];
+    if (c === '"') return this.string();
+    if (c === '{' || c === '[') return this.container(c);
+    this.sticky(/-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?|true|false|null/y);
+  }
+
+  /** An object or array, from its opening bracket: members (key: value in an object) split by commas. */
+  private container(open: '{' | '['): void {
+    const close = open === '{' ? '}' : ']';
+    this.i++;
+    this.ws();
+    if (this.text[this.i] === close) return void this.i++;
+    for (;;) {
+      if (open === '{') {
+        this.ws();
+        if (this.text[this.i] !== '"') this.fail();
+        this.string();
+        this.expect(':');
+      }
+      this.value();
+      this.ws();
+      if (this.text[this.i] === ',') {
+        this.i++;
+        continue;
+      }
+      return this.expect(close);
+    }
   }
 }
 

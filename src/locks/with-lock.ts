@@ -41,71 +41,113 @@ export async function withLock<T>(
   options: WithLockOptions,
   fn: (ctx: LockContext) => Promise<T>,
 ): Promise<T | undefined> {
-  const clock = options.clock ?? systemClock;
   const request = {
     name: options.name,
     holder: options.holder ?? `lock-${process.pid}-${Math.random().toString(36).slice(2, 10)}`,
     ttlMs: options.ttlMs,
     safetyMarginMs: options.safetyMarginMs,
   };
-  let lease: Lease | null =
+  const lease: Lease | null =
     options.wait === false ? await backend.tryAcquire(request) : await backend.acquire(request, options.signal);
   if (!lease) return undefined;
-  const renewEvery = options.renewEveryMs ?? Math.floor(lease.ttlMs / 3);
+  const renewEvery = await checkedRenewInterval(backend, lease, options.renewEveryMs);
+  const watchdog = new Watchdog(backend, lease, request.name, renewEvery, options.clock ?? systemClock, options.signal);
+
+  try {
+    const result = await fn({ token: lease.token, signal: watchdog.signal });
+    if (watchdog.lost) throw watchdog.lost;
+    return result;
+  } finally {
+    watchdog.stop();
+    if (!watchdog.lost) await releaseHeld(backend, watchdog.lease);
+  }
+}
+
+/**
+ * The renew interval (default a third of the TTL); one that could not renew before the local
+ * deadline releases the fresh lease and throws, so a bad option never leaves the lock held.
+ */
+async function checkedRenewInterval(backend: LeaseBackend, lease: Lease, renewEveryMs: number | undefined): Promise<number> {
+  const renewEvery = renewEveryMs ?? Math.floor(lease.ttlMs / 3);
   if (renewEvery <= 0 || renewEvery >= lease.ttlMs - lease.safetyMarginMs) {
     await backend.release(lease);
     throw new InvalidArgumentError(
       `renewEveryMs (${renewEvery}) must be above 0 and below ttlMs - safetyMarginMs (${lease.ttlMs - lease.safetyMarginMs})`,
     );
   }
+  return renewEvery;
+}
 
-  const controller = new AbortController();
-  let lost: LeaseLostError | undefined;
-  const loseLease = (reason: string) => {
-    if (controller.signal.aborted) return;
-    lost = new LeaseLostError(request.name, reason);
-    controller.abort(lost);
-  };
-  const onCallerAbort = () => controller.abort(options.signal?.reason);
-  options.signal?.addEventListener('abort', onCallerAbort, { once: true });
+/**
+ * Renews a held lease in the background and aborts `signal` when it is lost: at the local
+ * deadline (a timer, so a backend that never answers still ends the section), on a LeaseLostError
+ * from renew, or when the caller's signal aborts.
+ */
+class Watchdog {
+  /** The latest lease (renewals replace it); the one to release. */
+  lease: Lease;
+  /** Set when the lease was lost (not when the caller aborted). */
+  lost: LeaseLostError | undefined;
+  private readonly controller = new AbortController();
+  private stopped = false;
+  private deadlineTimer: TimerHandle | undefined;
+  private renewTimer: TimerHandle | undefined;
 
-  let deadlineTimer: TimerHandle | undefined;
-  const armDeadline = (l: Lease) => {
-    deadlineTimer?.cancel();
-    deadlineTimer = clock.setTimer(() => loseLease('local deadline passed before a renew succeeded'), l.deadline - clock.monotonic());
-  };
-  armDeadline(lease);
+  constructor(
+    private readonly backend: LeaseBackend,
+    lease: Lease,
+    private readonly name: string,
+    private readonly renewEvery: number,
+    private readonly clock: Clock,
+    private readonly callerSignal: AbortSignal | undefined,
+  ) {
+    this.lease = lease;
+    callerSignal?.addEventListener('abort', this.onCallerAbort, { once: true });
+    this.armDeadline(lease);
+    this.scheduleRenew();
+  }
 
-  let stopped = false;
-  let renewTimer: TimerHandle | undefined;
-  const scheduleRenew = () => {
-    renewTimer = clock.setTimer(() => void renewOnce(), renewEvery);
-  };
-  const renewOnce = async () => {
-      if (stopped || !lease) return;
-      try {
-        const renewed = await backend.renew(lease);
-        if (stopped || controller.signal.aborted) return;
-        lease = renewed;
-        armDeadline(renewed);
-      } catch (err) {
-        if (err instanceof LeaseLostError) return loseLease(err.message);
-        // A backend blip: keep trying; the deadline timer decides when it is too late.
-      }
-      if (!stopped && !controller.signal.aborted) scheduleRenew();
-  };
-  scheduleRenew();
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
 
-  try {
-    const result = await fn({ token: lease.token, signal: controller.signal });
-    if (lost) throw lost;
-    return result;
-  } finally {
-    stopped = true;
-    renewTimer?.cancel();
-    deadlineTimer?.cancel();
-    options.signal?.removeEventListener('abort', onCallerAbort);
-    if (!lost) await releaseHeld(backend, lease);
+  /** Stops renewing and watching; the caller releases (or not) the lease. */
+  stop(): void {
+    this.stopped = true;
+    this.renewTimer?.cancel();
+    this.deadlineTimer?.cancel();
+    this.callerSignal?.removeEventListener('abort', this.onCallerAbort);
+  }
+
+  private readonly onCallerAbort = () => this.controller.abort(this.callerSignal?.reason);
+
+  private loseLease(reason: string): void {
+    if (this.controller.signal.aborted) return;
+    this.lost = new LeaseLostError(this.name, reason);
+    this.controller.abort(this.lost);
+  }
+
+  private armDeadline(l: Lease): void {
+    this.deadlineTimer?.cancel();
+    this.deadlineTimer = this.clock.setTimer(() => this.loseLease('local deadline passed before a renew succeeded'), l.deadline - this.clock.monotonic());
+  }
+
+  private scheduleRenew(): void {
+    this.renewTimer = this.clock.setTimer(() => void this.renewOnce(), this.renewEvery);
+  }
+
+  private async renewOnce(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const renewed = await this.backend.renew(this.lease);
+      if (this.stopped || this.controller.signal.aborted) return;
+      this.lease = renewed;
+      this.armDeadline(renewed);
+    } catch (err) {
+      if (err instanceof LeaseLostError) return this.loseLease(err.message);
+      // A backend blip: keep trying; the deadline timer decides when it is too late.
+    }
+    if (!this.stopped && !this.controller.signal.aborted) this.scheduleRenew();
   }
 }
 

@@ -83,9 +83,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
 
   constructor(private readonly o: ReplicaOptions) {
     super();
-    if (!o.backend) throw new InvalidArgumentError('a lease backend is required');
-    if (!o.databaseUrl && !o.pool) throw new InvalidArgumentError('databaseUrl or pool is required (the ledger lives in PostgreSQL)');
-    if (!o.redisUrl && !o.redis) throw new InvalidArgumentError('redisUrl or redis is required (runs are delivered through BullMQ)');
+    requireConnections(o);
     this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
     this.namespace = o.namespace ?? DEFAULT_NAMESPACE;
     this.schema = resolveSchema({ schema: o.schema, namespace: this.namespace });
@@ -98,15 +96,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.pool = o.pool ?? new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
     if (this.ownsPool) this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool, this.schema);
-    this.ledgerClock = o.clock
-      ? undefined
-      : new LedgerClock({
-          readServerTime: () => this.ledger.serverTime(),
-          onSync: ({ hostOffsetMs, errorMs }) => {
-            if (Math.abs(hostOffsetMs) > HOST_CLOCK_WARN_MS) this.logger.warn({ hostOffsetMs, errorMs }, 'host clock differs from the ledger clock; scheduling by the ledger clock');
-          },
-          onError: (err) => this.logger.warn({ err: err.message }, 'could not read the ledger clock; keeping the last sync'),
-        });
+    this.ledgerClock = o.clock ? undefined : this.newLedgerClock();
     const clock = o.clock ?? this.ledgerClock!;
     this.clock = clock;
     const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
@@ -142,6 +132,17 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     });
     this.executor = new RunExecutor({ ledger: this.ledger.runs, registry: this.registry, replicaId: this.replicaId, logger: this.logger });
     forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
+  }
+
+  /** The scheduler's default clock: the ledger's time, with a warning when this host's differs much. */
+  private newLedgerClock(): LedgerClock {
+    return new LedgerClock({
+      readServerTime: () => this.ledger.serverTime(),
+      onSync: ({ hostOffsetMs, errorMs }) => {
+        if (Math.abs(hostOffsetMs) > HOST_CLOCK_WARN_MS) this.logger.warn({ hostOffsetMs, errorMs }, 'host clock differs from the ledger clock; scheduling by the ledger clock');
+      },
+      onError: (err) => this.logger.warn({ err: err.message }, 'could not read the ledger clock; keeping the last sync'),
+    });
   }
 
   get role(): ElectorRole {
@@ -297,4 +298,11 @@ function advertised(bound: string, host: string): string {
   if (host !== '0.0.0.0' && host !== '::') return bound;
   const port = new URL(bound.replace(/\[.*\]/, 'localhost')).port;
   return `http://${hostname()}:${port}`;
+}
+
+/** A replica needs a lease backend, the ledger's PostgreSQL and Redis (given as URLs or clients). */
+function requireConnections(o: ReplicaOptions): void {
+  if (!o.backend) throw new InvalidArgumentError('a lease backend is required');
+  if (!o.databaseUrl && !o.pool) throw new InvalidArgumentError('databaseUrl or pool is required (the ledger lives in PostgreSQL)');
+  if (!o.redisUrl && !o.redis) throw new InvalidArgumentError('redisUrl or redis is required (runs are delivered through BullMQ)');
 }

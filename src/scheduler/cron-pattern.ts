@@ -250,71 +250,99 @@ const DAY_MS = 86_400_000;
 export function nextWallMatch(p: CronPattern, wallMs: number): number | null {
   if (!Number.isFinite(wallMs)) return null;
   const start = new Date((Math.floor(wallMs / 1000) + 1) * 1000);
-  let year = start.getUTCFullYear();
-  let month = start.getUTCMonth() + 1;
-  let day = start.getUTCDate();
-  let hour = start.getUTCHours();
-  let minute = start.getUTCMinutes();
-  let second = start.getUTCSeconds();
-  const lastYear = year + 400;
+  const c: WallCursor = {
+    year: start.getUTCFullYear(),
+    month: start.getUTCMonth() + 1,
+    day: start.getUTCDate(),
+    hour: start.getUTCHours(),
+    minute: start.getUTCMinutes(),
+    second: start.getUTCSeconds(),
+  };
+  const lastYear = c.year + 400;
+  // Each step moves the cursor forward to its field's next allowed value; one that carries into
+  // a field above answers false, and the search looks again from the month.
   for (;;) {
-    // Month: jump to the next allowed one (next year if none is left).
-    const m = p.months[month]!;
-    if (m !== month) {
-      if (m === -1) {
-        year++;
-        if (year > lastYear) return null;
-        month = p.months[1]!;
-      } else month = m;
-      day = 1;
-      hour = minute = second = 0;
-    }
-    // Day: step through the month's days.
-    const length = daysInMonth(year, month);
-    let weekday = ((((Date.UTC(year, month - 1, day) / DAY_MS + 4) % 7) + 7) % 7) | 0;
-    if (!dayMatches(p, day, length, weekday)) {
-      hour = minute = second = 0;
-      do {
-        day++;
-        weekday = (weekday + 1) % 7;
-      } while (day <= length && !dayMatches(p, day, length, weekday));
-    }
-    if (day > length) {
-      month++;
-      day = 1;
-      continue;
-    }
-    // Time of day: each field jumps to its next allowed value or carries into the one above.
-    const h = p.hours[hour]!;
-    if (h === -1) {
-      day++;
-      hour = minute = second = 0;
-      if (day > length) {
-        month++;
-        day = 1;
-      }
-      continue;
-    }
-    if (h !== hour) {
-      hour = h;
-      minute = second = 0;
-    }
-    const mi = p.minutes[minute]!;
-    if (mi === -1) {
-      hour++;
-      minute = second = 0;
-      continue;
-    }
-    if (mi !== minute) {
-      minute = mi;
-      second = 0;
-    }
-    const s = p.seconds[second]!;
-    if (s === -1) {
-      minute++;
-      second = 0;
-      continue;
-    }
-    return Date.UTC(year, month - 1, day, hour, minute, s);
+    if (!alignMonth(p, c, lastYear)) return null;
+    const length = daysInMonth(c.year, c.month);
+    if (!alignDay(p, c, length)) continue;
+    if (alignTime(p, c, length)) return Date.UTC(c.year, c.month - 1, c.day, c.hour, c.minute, c.second);
   }
+}
+
+/** A wall-clock time being searched forward, field by field (month 1-12). */
+interface WallCursor {
+  year: number;
+  month: number;
+  day: number;
+  hour: number;
+  minute: number;
+  second: number;
+}
+
+/** Month: jump to the next allowed one (next year if none is left); false past lastYear. */
+function alignMonth(p: CronPattern, c: WallCursor, lastYear: number): boolean {
+  const m = p.months[c.month]!;
+  if (m === c.month) return true;
+  if (m === -1) {
+    c.year++;
+    if (c.year > lastYear) return false;
+    c.month = p.months[1]!;
+  } else c.month = m;
+  c.day = 1;
+  c.hour = c.minute = c.second = 0;
+  return true;
+}
+
+/** Day: step through the month's days; false when none is left (carried into the next month). */
+function alignDay(p: CronPattern, c: WallCursor, length: number): boolean {
+  let weekday = ((((Date.UTC(c.year, c.month - 1, c.day) / DAY_MS + 4) % 7) + 7) % 7) | 0;
+  if (!dayMatches(p, c.day, length, weekday)) {
+    c.hour = c.minute = c.second = 0;
+    do {
+      c.day++;
+      weekday = (weekday + 1) % 7;
+    } while (c.day <= length && !dayMatches(p, c.day, length, weekday));
+  }
+  if (c.day > length) {
+    c.month++;
+    c.day = 1;
+    return false;
+  }
+  return true;
+}
+
+/** Time of day: each field jumps to its next allowed value or carries into the one above (false). */
+function alignTime(p: CronPattern, c: WallCursor, length: number): boolean {
+  const h = p.hours[c.hour]!;
+  if (h === -1) {
+    c.day++;
+    c.hour = c.minute = c.second = 0;
+    if (c.day > length) {
+      c.month++;
+      c.day = 1;
+    }
+    return false;
+  }
+  if (h !== c.hour) {
+    c.hour = h;
+    c.minute = c.second = 0;
+  }
+  const mi = p.minutes[c.minute]!;
+  if (mi === -1) {
+    c.hour++;
+    c.minute = c.second = 0;
+    return false;
+  }
+  if (mi !== c.minute) {
+    c.minute = mi;
+    c.second = 0;
+  }
+  const s = p.seconds[c.second]!;
+  if (s === -1) {
+    c.minute++;
+    c.second = 0;
+    return false;
+  }
+  c.second = s;
+  return true;
 }
