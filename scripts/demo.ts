@@ -2,11 +2,19 @@
  * `npm run demo`: three cronwarden replicas on this machine, with the example jobs in
  * examples/jobs.ts. It stops the leader gracefully, then kills the next one with SIGKILL, and
  * prints who took over, how fast, and what the ledger says: every scheduled time fired once,
- * every effect written once. Backend: postgres by default (nothing else to install);
- * `npm run demo -- redis` uses Redis. `npm run demo -- --keep` leaves the two survivors running
- * (status page and admin API stay up) until Ctrl-C.
+ * every effect written once. Backend: postgres by default; `npm run demo -- redis` uses Redis.
  *
- * Exit code 0 when the ledger checks out; 1 (with what failed on stderr) otherwise.
+ * On this machine: if PostgreSQL (127.0.0.1:5432, user postgres, no password) and Redis
+ * (127.0.0.1:6379) answer, it touches nothing but its own database `cronwarden_demo` and its
+ * namespace's Redis keys, and removes both at the end. If they do not, it lists what it would
+ * install and change (scripts/demo-machine.ts), asks, and sets them up; `--yes` (or
+ * CRONWARDEN_DEMO_YES=1) skips the question, which is required without a terminal.
+ *
+ * `--keep`: the one surviving replica (the last leader; the demo stopped the other two) keeps
+ * running with its status page and admin API until Ctrl-C, and the database and Redis keys are
+ * left in place; the demo prints what it left and the commands that remove it.
+ *
+ * Exit code 0 when the ledger checks out; 1 (with what failed on stderr) otherwise; 130 on Ctrl-C.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
@@ -15,24 +23,34 @@ import pg from 'pg';
 import { migrateDatabase } from '../src/db/migrate.js';
 import { DEFAULT_SCHEMA } from '../src/db/tables.js';
 import { checkHistory, readHistory, type Violation } from '../src/drill/checker.js';
+import { AbortedError, InvalidArgumentError } from '../src/errors.js';
 import type { JobDefinition } from '../src/jobs/define-job.js';
 import * as exampleJobs from '../examples/jobs.js';
+import { cleanUp, countNamespaceKeys, DEFAULT_ADMIN_URL, DEFAULT_REDIS_URL, prepareMachine, removalCommands, type DemoTargets } from './demo-machine.js';
 
-const backend = process.argv.includes('redis') ? 'redis' : 'postgres';
-const keep = process.argv.includes('--keep');
+const args = process.argv.slice(2);
+const unknown = args.filter((a) => !['redis', 'postgres', '--keep', '--yes'].includes(a));
+const backend = args.includes('redis') ? 'redis' : 'postgres';
+const keep = args.includes('--keep');
+const assumeYes = args.includes('--yes') || process.env.CRONWARDEN_DEMO_YES === '1';
 const adminToken = process.env.CRONWARDEN_ADMIN_TOKEN ?? `demo-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`;
 // A fresh namespace per run: BullMQ job ids derive from ledger run ids, which restart with the
 // recreated demo database, and an earlier run's finished jobs in the shared Redis would swallow them.
 const namespace = `demo-${Date.now().toString(36)}`;
 const adminPorts = new Map([['demo-1', 8081], ['demo-2', 8082], ['demo-3', 8083]]);
 const adminUrlOf = (id: string) => `http://127.0.0.1:${adminPorts.get(id)}`;
-const adminUrl = process.env.CRONWARDEN_DEMO_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-const redisUrl = process.env.CRONWARDEN_REDIS_URL ?? 'redis://127.0.0.1:6379';
+const adminUrl = process.env.CRONWARDEN_DEMO_ADMIN_URL ?? DEFAULT_ADMIN_URL;
+const redisUrl = process.env.CRONWARDEN_REDIS_URL ?? DEFAULT_REDIS_URL;
 const dbName = 'cronwarden_demo';
 const databaseUrl = adminUrl.replace(/\/[^/]*$/, `/${dbName}`);
 const root = fileURLToPath(new URL('..', import.meta.url));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const say = (line: string) => console.log(`[demo] ${line}`);
+const targets: DemoTargets = { adminUrl, redisUrl, dbName, root, say };
+
+/** Ctrl-C (or SIGTERM): stop the replicas, clean up as usual, exit 130. With --keep, the way to end. */
+const interrupt = new AbortController();
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => interrupt.abort());
 
 const LEASE_TTL_MS = 3000;
 /**
@@ -66,7 +84,8 @@ const stopping = new Set<string>();
 function startReplica(id: string): Replica {
   const child = spawn(
     process.execPath,
-    ['bin/cronwarden.js', 'start', '--backend', backend, '--database-url', databaseUrl, '--redis-url', redisUrl, '--jobs', 'examples/jobs.ts',
+    // tsx for examples/jobs.ts, also when a built dist/ is there (bin/cronwarden.js then runs dist/).
+    ['--import', 'tsx', 'bin/cronwarden.js', 'start', '--backend', backend, '--database-url', databaseUrl, '--redis-url', redisUrl, '--jobs', 'examples/jobs.ts',
       '--replica-id', id, '--namespace', namespace, '--schema', DEFAULT_SCHEMA, '--lease-ttl-ms', String(LEASE_TTL_MS), '--worker-lock-ms', String(WORKER_LOCK_MS),
       '--shutdown-grace-ms', '2000', '--log-level', 'info', '--admin-port', String(adminPorts.get(id))],
     { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: adminToken } },
@@ -81,7 +100,7 @@ function startReplica(id: string): Replica {
   });
   const exited = new Promise<number | null>((r) =>
     child.once('exit', (code, signal) => {
-      if (!stopping.has(id)) crashed.push(`${id} exited on its own (${signal ?? `code ${code}`})`);
+      if (!stopping.has(id) && !interrupt.signal.aborted) crashed.push(`${id} exited on its own (${signal ?? `code ${code}`})`);
       r(code);
     }),
   );
@@ -94,6 +113,7 @@ function stop(r: Replica, signal: NodeJS.Signals): void {
 }
 
 function assertNoCrash(): void {
+  if (interrupt.signal.aborted) throw new AbortedError('the demo (Ctrl-C)');
   if (crashed.length > 0) throw new Error(`${crashed.join('; ')} (see its output above)`);
 }
 
@@ -132,6 +152,7 @@ async function drain(pool: pg.Pool, from: Date, to: Date): Promise<number> {
     if (!announced) say(`waiting for ${open} run(s) still in progress (a killed worker's run is re-delivered once its ${WORKER_LOCK_MS} ms lock expires)…`);
     announced = true;
     await sleep(250);
+    assertNoCrash();
   }
 }
 
@@ -147,65 +168,99 @@ async function connectAdmin(): Promise<pg.Client> {
   return admin;
 }
 
+/** How long the demo watches the replicas after each step; the ledger check covers all three spans. */
+const WATCH_MS = 6000;
+
 async function main(): Promise<boolean> {
+  say(`three replicas (lease backend: ${backend}), the leader stopped with SIGTERM, the next killed with SIGKILL, then a ledger check`);
+  await prepareMachine(targets, assumeYes);
+  say(`it creates database ${dbName} and Redis keys of namespace ${namespace}, runs replicas on ports 8081-8083,`);
+  say(keep ? '  and with --keep leaves the database, the keys and the last replica running (see the end)' : '  and removes the database and the keys at the end (--keep leaves them, and the last replica running)');
   const admin = await connectAdmin();
   await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
   await admin.query(`CREATE DATABASE ${dbName}`);
   await admin.end();
-  await migrateDatabase(databaseUrl);
-  // cronwarden's tables are in their own schema; the demo's own table goes to public.
-  const pool = new pg.Pool({ connectionString: databaseUrl, options: `-c search_path=public,${DEFAULT_SCHEMA}` });
-  await pool.query('CREATE TABLE demo_effects (job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL)');
-  say(`ledger: ${databaseUrl} (migrated); lease backend: ${backend}; delivery: BullMQ on ${redisUrl}`);
-
-  const replicas = ['demo-1', 'demo-2', 'demo-3'].map(startReplica);
-  const byId = (id: string) => replicas.find((r) => r.id === id)!;
+  let finished = false;
+  let pool: pg.Pool | undefined;
+  const replicas: Replica[] = [];
   try {
-    const first = await waitForLeader(0, 30_000);
-    say(`three replicas up; leader ${first.id} with fencing token ${first.token}`);
-    for (const r of replicas) say(`  ${r.id}: admin API ${adminUrlOf(r.id)}/api/lease   status page ${adminUrlOf(r.id)}/   metrics ${adminUrlOf(r.id)}/metrics`);
-    say(`  try: node bin/cronwarden.js status --url ${adminUrlOf('demo-1')}`);
-    say(`       CRONWARDEN_ADMIN_TOKEN=${adminToken} node bin/cronwarden.js trigger report --url ${adminUrlOf('demo-2')}`);
-    await watch(8000);
-    const from = new Date(Math.ceil(Date.now() / 1000) * 1000 - 6000);
-
-    const stopAt = Date.now();
-    say(`stopping the leader ${first.id} gracefully (SIGTERM)…`);
-    stop(byId(first.id), 'SIGTERM');
-    const second = await waitForLeader(stopAt, 15_000);
-    say(`${second.id} took over in ${second.at - stopAt} ms (token ${second.token}): the old leader released its lease`);
-    await watch(8000);
-
-    const killAt = Date.now();
-    say(`killing the new leader ${second.id} with SIGKILL (no release; its lease must expire, TTL ${LEASE_TTL_MS / 1000} s)…`);
-    stop(byId(second.id), 'SIGKILL');
-    const third = await waitForLeader(killAt, 20_000);
-    say(`${third.id} took over in ${third.at - killAt} ms (token ${third.token}) and caught up the fires missed meanwhile`);
-    await watch(8000);
-
-    // The window ends a little in the past so its last fires have been committed and delivered;
-    // then wait (bounded) until every run in it has finished, re-deliveries of the killed
-    // replica's runs included, instead of guessing a sleep.
-    const to = new Date(Math.floor(Date.now() / 1000) * 1000 - 2000);
-    const open = await drain(pool, from, to);
-    if (open > 0) say(`${open} run(s) still unfinished after ${DRAIN_TIMEOUT_MS / 1000} s`);
-    assertNoCrash();
-    const ok = await check(pool, from, to, open);
-    if (keep) {
-      const alive = replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null);
-      say(`--keep: ${alive.map((r) => `${r.id} (${adminUrlOf(r.id)}/)`).join(', ')} keep running; Ctrl-C to stop them`);
-      await new Promise<void>((resolve) => process.once('SIGINT', () => resolve()));
-    }
+    await migrateDatabase(databaseUrl);
+    // cronwarden's tables are in their own schema; the demo's own table goes to public.
+    pool = new pg.Pool({ connectionString: databaseUrl, options: `-c search_path=public,${DEFAULT_SCHEMA}` });
+    await pool.query('CREATE TABLE demo_effects (job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL)');
+    say(`ledger: ${databaseUrl} (migrated); delivery: BullMQ on ${redisUrl}`);
+    replicas.push(...['demo-1', 'demo-2', 'demo-3'].map(startReplica));
+    const ok = await run(pool, replicas);
+    if (keep) await keepSurvivor(replicas);
+    finished = true;
     return ok;
   } finally {
-    for (const r of replicas) if (r.child.exitCode === null && r.child.signalCode === null) stop(r, 'SIGTERM');
-    const killer = setTimeout(() => {
-      for (const r of replicas) r.child.kill('SIGKILL');
-    }, 10_000);
-    await Promise.all(replicas.map((r) => r.exited));
-    clearTimeout(killer);
-    await pool.end();
+    await stopAll(replicas);
+    await pool?.end();
+    if (!keep) {
+      const keys = await cleanUp(targets, namespace);
+      say(`cleaned up: dropped database ${dbName}, deleted ${keys} Redis keys of namespace ${namespace}`);
+      if (finished) say('to look around afterwards: `npm run demo -- --keep` leaves the last replica running until Ctrl-C');
+    } else {
+      const keys = await countNamespaceKeys(redisUrl, namespace);
+      say(`left (--keep): database ${dbName} and ${keys} Redis keys of namespace ${namespace}; to remove them:`);
+      for (const c of removalCommands(targets, namespace)) say(`  ${c}`);
+    }
   }
+}
+
+/** The failovers and the check; true when the ledger checks out. */
+async function run(pool: pg.Pool, replicas: Replica[]): Promise<boolean> {
+  const byId = (id: string) => replicas.find((r) => r.id === id)!;
+  const first = await waitForLeader(0, 30_000);
+  say(`three replicas up; leader ${first.id} with fencing token ${first.token}`);
+  say(`  status pages while they run: ${replicas.map((r) => `${adminUrlOf(r.id)}/`).join('  ')}`);
+  await watch(WATCH_MS);
+  const from = new Date(Math.ceil(Date.now() / 1000) * 1000 - WATCH_MS + 2000);
+
+  const stopAt = Date.now();
+  say(`stopping the leader ${first.id} gracefully (SIGTERM)…`);
+  stop(byId(first.id), 'SIGTERM');
+  const second = await waitForLeader(stopAt, 15_000);
+  say(`${second.id} took over in ${second.at - stopAt} ms (token ${second.token}): the old leader released its lease`);
+  await watch(WATCH_MS);
+
+  const killAt = Date.now();
+  say(`killing the new leader ${second.id} with SIGKILL (no release; its lease must expire, TTL ${LEASE_TTL_MS / 1000} s)…`);
+  stop(byId(second.id), 'SIGKILL');
+  const third = await waitForLeader(killAt, 20_000);
+  say(`${third.id} took over in ${third.at - killAt} ms (token ${third.token}) and caught up the fires missed meanwhile`);
+  await watch(WATCH_MS);
+
+  // The window ends a little in the past so its last fires have been committed and delivered;
+  // then wait (bounded) until every run in it has finished, re-deliveries of the killed
+  // replica's runs included, instead of guessing a sleep.
+  const to = new Date(Math.floor(Date.now() / 1000) * 1000 - 2000);
+  const open = await drain(pool, from, to);
+  if (open > 0) say(`${open} run(s) still unfinished after ${DRAIN_TIMEOUT_MS / 1000} s`);
+  assertNoCrash();
+  return check(pool, from, to, open);
+}
+
+/** --keep: the survivor (the leader now) runs until Ctrl-C; the hints name it, not a stopped one. */
+async function keepSurvivor(replicas: Replica[]): Promise<void> {
+  const alive = replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null);
+  for (const r of alive) {
+    say(`--keep: ${r.id} keeps running until Ctrl-C: status page ${adminUrlOf(r.id)}/, metrics ${adminUrlOf(r.id)}/metrics`);
+    say(`  try: node bin/cronwarden.js status --url ${adminUrlOf(r.id)}`);
+    say(`       CRONWARDEN_ADMIN_TOKEN=${adminToken} node bin/cronwarden.js trigger report --url ${adminUrlOf(r.id)}`);
+  }
+  say(`  Ctrl-C stops it and leaves database ${dbName} and namespace ${namespace}'s Redis keys (removal commands then)`);
+  if (!interrupt.signal.aborted) await new Promise<void>((resolve) => interrupt.signal.addEventListener('abort', () => resolve(), { once: true }));
+}
+
+async function stopAll(replicas: Replica[]): Promise<void> {
+  for (const r of replicas) if (r.child.exitCode === null && r.child.signalCode === null) stop(r, 'SIGTERM');
+  const killer = setTimeout(() => {
+    for (const r of replicas) r.child.kill('SIGKILL');
+  }, 10_000);
+  await Promise.all(replicas.map((r) => r.exited));
+  clearTimeout(killer);
 }
 
 /**
@@ -273,10 +328,15 @@ async function check(pool: pg.Pool, from: Date, to: Date, open: number): Promise
   return false;
 }
 
-let ok = false;
+let code = 1;
 try {
-  ok = await main();
+  if (unknown.length > 0) throw new InvalidArgumentError(`unknown argument ${unknown.join(' ')}; use [redis|postgres] [--keep] [--yes]`);
+  code = (await main()) ? 0 : 1;
+  if (interrupt.signal.aborted && !keep) code = 130;
 } catch (err) {
-  console.error(`[demo] FAILED: ${err instanceof Error ? err.message : String(err)}`);
+  if (err instanceof AbortedError) {
+    say('interrupted');
+    code = 130;
+  } else console.error(`[demo] FAILED: ${err instanceof Error ? err.message : String(err)}`);
 }
-process.exit(ok ? 0 : 1);
+process.exit(code);

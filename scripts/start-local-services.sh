@@ -9,7 +9,17 @@
 # none. This script is for throwaway dev/CI machines: there it starts the cluster and puts loopback
 # "trust" lines at the top of that cluster's pg_hba.conf (once; a backup is kept next to it).
 # Do not run it against a PostgreSQL that other people use.
+#
+# It also creates the tests' database "test" if missing, except with --demo (`npm run demo` needs
+# only the server: it creates and drops its own database). Servers it starts keep running.
 set -euo pipefail
+demo=0
+for arg in "$@"; do
+  case "$arg" in
+    --demo) demo=1 ;;
+    *) echo "start-local-services: unknown argument $arg (only --demo)" >&2; exit 2 ;;
+  esac
+done
 
 PG_PORT="${CRONWARDEN_LOCAL_PG_PORT:-5432}"   # only to try this script on a scratch cluster
 HBA_MARKER='# cronwarden dev/CI: trust loopback (added by scripts/start-local-services.sh)'
@@ -74,8 +84,10 @@ if ! err="$(pg_probe)"; then
   say "PostgreSQL asked for a password on 127.0.0.1: added loopback trust lines at the top of $hba (throwaway dev/CI box; backup $hba.cronwarden-backup) and reloaded"
 fi
 echo "127.0.0.1:$PG_PORT - accepting connections (user postgres)"
-psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -w -tAc "SELECT 1 FROM pg_database WHERE datname='test'" postgres | grep -q 1 \
-  || psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -w -c "CREATE DATABASE test" postgres
+if [ "$demo" -eq 0 ]; then
+  psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -w -tAc "SELECT 1 FROM pg_database WHERE datname='test'" postgres | grep -q 1 \
+    || psql -h 127.0.0.1 -p "$PG_PORT" -U postgres -w -c "CREATE DATABASE test" postgres
+fi
 
 # --- Redis ------------------------------------------------------------------------------------
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
@@ -84,6 +96,7 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   mkdir -p "$dir"
   log=/var/log/redis/ci.log
   [ "$dir" = /var/lib/redis ] || log="$dir/redis.log"
+  say "starting redis-server on 127.0.0.1:6379 (no persistence; dir $dir)"
   redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no --dir "$dir" --logfile "$log"
   for _ in $(seq 1 50); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.2; done
 fi
