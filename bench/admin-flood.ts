@@ -34,7 +34,10 @@ export async function benchAdminFlood(): Promise<Record<string, unknown>> {
   for (const [label, root] of roots) {
     const r = await measure(root);
     results[label] = r;
-    for (const [phase, p] of [['no flood', r.baseline], ['2,000 readers', r.flood]] as const) {
+    for (const [phase, p] of [
+      ['no flood', r.baseline],
+      ['2,000 readers', r.flood],
+    ] as const) {
       rows.push({
         code: label,
         phase,
@@ -48,27 +51,69 @@ export async function benchAdminFlood(): Promise<Record<string, unknown>> {
       });
     }
     const f = r.readers;
-    rows.push({ code: label, phase: `readers: ${f.requests} answered, ${f.ok} 2xx, ${f.non2xx} other, ${f.errors} errors, ${f.timeouts} timeouts, p99 ${f.p99} ms`, '/healthz p50 ms': '', '/healthz p99 ms': '', 'p99 ratio': '', '/healthz failed': '', 'fire late p99 ms': '', 'late ratio': '', fires: '' });
+    rows.push({
+      code: label,
+      phase: `readers: ${f.requests} answered, ${f.ok} 2xx, ${f.non2xx} other, ${f.errors} errors, ${f.timeouts} timeouts, p99 ${f.p99} ms`,
+      '/healthz p50 ms': '',
+      '/healthz p99 ms': '',
+      'p99 ratio': '',
+      '/healthz failed': '',
+      'fire late p99 ms': '',
+      'late ratio': '',
+      fires: '',
+    });
   }
-  table('Admin flood: /healthz and fire lateness, 100 jobs every second, without and with 2,000 concurrent readers for 10 s', rows);
+  table(
+    'Admin flood: /healthz and fire lateness, 100 jobs every second, without and with 2,000 concurrent readers for 10 s',
+    rows,
+  );
   return results;
 }
 
-interface Phase { health: ReturnType<typeof summarize>; healthFailed: number; lateness: ReturnType<typeof summarize> }
+interface Phase {
+  health: ReturnType<typeof summarize>;
+  healthFailed: number;
+  lateness: ReturnType<typeof summarize>;
+}
 
 async function measure(root: string) {
   const db = await createTestDatabase();
   const namespace = `flood${randomUUID().slice(0, 8)}`;
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const child = spawn(process.execPath, [`${root}/bin/cronwarden.js`, 'start', '--backend', 'memory', '--jobs', jobsModule, '--namespace', namespace, '--schema', db.schema,
-    '--admin-port', String(port), '--log-level', 'error', '--concurrency', '50', '--retention-days', '0'], {
-    cwd: root,
-    env: { ...process.env, CRONWARDEN_DATABASE_URL: db.url, CRONWARDEN_REDIS_URL: REDIS_URL },
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    [
+      `${root}/bin/cronwarden.js`,
+      'start',
+      '--backend',
+      'memory',
+      '--jobs',
+      jobsModule,
+      '--namespace',
+      namespace,
+      '--schema',
+      db.schema,
+      '--admin-port',
+      String(port),
+      '--log-level',
+      'error',
+      '--concurrency',
+      '50',
+      '--retention-days',
+      '0',
+    ],
+    {
+      cwd: root,
+      env: { ...process.env, CRONWARDEN_DATABASE_URL: db.url, CRONWARDEN_REDIS_URL: REDIS_URL },
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
   try {
-    await until(async () => ((await probe(`${url}/api/lease`, 2000)).body as { role?: string } | undefined)?.role === 'leader', 30_000);
+    await until(
+      async () => ((await probe(`${url}/api/lease`, 2000)).body as { role?: string } | undefined)?.role === 'leader',
+      30_000,
+    );
     await sleep(3000); // warm up
     const baseline = await phase(db.pool, url, async () => {
       await sleep(PHASE_MS);
@@ -89,7 +134,11 @@ async function measure(root: string) {
 }
 
 /** Probes /healthz every 100 ms while `during` runs, then reads the lateness of fires scheduled meanwhile. */
-async function phase(pool: { query: (sql: string, args: unknown[]) => Promise<{ rows: { ms: number }[] }> }, url: string, during: () => Promise<void>): Promise<Phase> {
+async function phase(
+  pool: { query: (sql: string, args: unknown[]) => Promise<{ rows: { ms: number }[] }> },
+  url: string,
+  during: () => Promise<void>,
+): Promise<Phase> {
   const from = new Date();
   let running = true;
   const latencies: number[] = [];
@@ -119,8 +168,19 @@ async function phase(pool: { query: (sql: string, args: unknown[]) => Promise<{ 
 /** 2,000 concurrent readers for PHASE_MS: two autocannon processes of 1,000 connections each. */
 async function flood(url: string) {
   const run = (path: string) =>
-    new Promise<{ requests: { total: number }; '2xx': number; non2xx: number; errors: number; timeouts: number; latency: { p99: number } }>((resolve, reject) => {
-      const p: ChildProcess = spawn(process.execPath, [autocannonBin, '-c', '1000', '-d', String(PHASE_MS / 1000), '-t', '10', '-j', `${url}${path}`], { stdio: ['ignore', 'pipe', 'ignore'] });
+    new Promise<{
+      requests: { total: number };
+      '2xx': number;
+      non2xx: number;
+      errors: number;
+      timeouts: number;
+      latency: { p99: number };
+    }>((resolve, reject) => {
+      const p: ChildProcess = spawn(
+        process.execPath,
+        [autocannonBin, '-c', '1000', '-d', String(PHASE_MS / 1000), '-t', '10', '-j', `${url}${path}`],
+        { stdio: ['ignore', 'pipe', 'ignore'] },
+      );
       let out = '';
       p.stdout!.on('data', (d: Buffer) => (out += d.toString()));
       p.once('exit', () => {

@@ -16,7 +16,8 @@ function option(name: string, env: string): string | undefined {
 export async function benchCronDifferential(): Promise<Record<string, unknown>> {
   const count = Number(option('count', 'CRONWARDEN_CRON_DIFFERENTIAL') ?? 200_000);
   const seed = Number(option('seed', 'CRONWARDEN_CRON_SEED') ?? Math.floor(Math.random() * 2 ** 31));
-  if (!Number.isInteger(count) || count < 1 || !Number.isInteger(seed)) throw new Error('--count and --seed must be whole numbers');
+  if (!Number.isInteger(count) || count < 1 || !Number.isInteger(seed))
+    throw new Error('--count and --seed must be whole numbers');
   const t = performance.now();
   const r = runDifferential(count, seed);
   const seconds = (performance.now() - t) / 1000;
@@ -32,6 +33,7 @@ export async function benchCronDifferential(): Promise<Record<string, unknown>> 
     { measure: 'seconds', value: fmt(seconds, 1) },
   ]);
   for (const m of r.mismatches) console.log(`MISMATCH ${m}`);
-  if (r.mismatchCount > 0) throw new Error(`${r.mismatchCount} cron mismatches (seed ${seed}); first: ${r.mismatches[0]}`);
+  if (r.mismatchCount > 0)
+    throw new Error(`${r.mismatchCount} cron mismatches (seed ${seed}); first: ${r.mismatches[0]}`);
   return { count, seed, seconds, ...r };
 }

@@ -23,11 +23,15 @@ import { findLibfaketime } from '../src/drill/skewed-clock.js';
 import { fmt, summarize, table } from './stats.js';
 
 const TTL_MS = 2000;
-const backends = (process.env.BENCH_DRILL_BACKENDS ?? 'etcd,redis,postgres').split(',') as ('etcd' | 'redis' | 'postgres')[];
+const backends = (process.env.BENCH_DRILL_BACKENDS ?? 'etcd,redis,postgres').split(',') as (
+  'etcd' | 'redis' | 'postgres'
+)[];
 const perKind = Number(process.env.BENCH_DRILL_FAULTS ?? 20);
 const databaseUrl = process.env.CRONWARDEN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const redisUrl = process.env.CRONWARDEN_REDIS_URL ?? 'redis://127.0.0.1:6379';
-const longFaults = Number(process.argv.find((a) => a.startsWith('--long-faults='))?.split('=')[1] ?? process.env.BENCH_DRILL_LONG_FAULTS ?? 0);
+const longFaults = Number(
+  process.argv.find((a) => a.startsWith('--long-faults='))?.split('=')[1] ?? process.env.BENCH_DRILL_LONG_FAULTS ?? 0,
+);
 
 export async function benchDrill(): Promise<Record<string, unknown>> {
   const rows: Record<string, string | number>[] = [];
@@ -65,10 +69,25 @@ export async function benchDrill(): Promise<Record<string, unknown>> {
         target,
         met: met ? 'yes' : 'NO',
       });
-      results.push({ backend, kind, ttlMs: TTL_MS, seed, handover, nextFire, handoverOverTtl: { p50: handover.p50 / TTL_MS, max: handover.max / TTL_MS }, met });
+      results.push({
+        backend,
+        kind,
+        ttlMs: TTL_MS,
+        seed,
+        handover,
+        nextFire,
+        handoverOverTtl: { p50: handover.p50 / TTL_MS, max: handover.max / TTL_MS },
+        met,
+      });
     }
     if (!report.ok) console.log(`${backend}: the drill found violations: ${report.violations.slice(0, 5).join('; ')}`);
-    results.push({ backend, drillOk: report.ok, fires: report.check.expected, duplicated: report.check.duplicated, missed: report.check.missed });
+    results.push({
+      backend,
+      drillOk: report.ok,
+      fires: report.check.expected,
+      duplicated: report.check.duplicated,
+      missed: report.check.missed,
+    });
   }
   table(`Failover gap, ${perKind} faults per kind, TTL ${TTL_MS} ms, 3 replicas (baseline: the TTL)`, rows);
   const long = longFaults > 0 ? await longDrills(longFaults) : null;
@@ -76,17 +95,32 @@ export async function benchDrill(): Promise<Record<string, unknown>> {
 }
 
 /** Faults on what is not the lease (the queue, the ledger, the host). */
-const otherServerFaults: FaultKind[] = ['queue-restart', 'queue-flush', 'ledger-restart', 'ledger-failover', 'cpu-starve'];
+const otherServerFaults: FaultKind[] = [
+  'queue-restart',
+  'queue-flush',
+  'ledger-restart',
+  'ledger-failover',
+  'cpu-starve',
+];
 
 async function longDrills(count: number): Promise<Record<string, unknown>[]> {
   const rows: Record<string, string | number>[] = [];
   const out: Record<string, unknown>[] = [];
   for (const backend of backends) {
     const drills: { label: string; faults: FaultKind[]; count: number }[] = [
-      { label: backend, faults: [...applicableFaults(backend, findLibfaketime() !== undefined), ...otherServerFaults], count },
+      {
+        label: backend,
+        faults: [...applicableFaults(backend, findLibfaketime() !== undefined), ...otherServerFaults],
+        count,
+      },
     ];
     // Through Sentinel the link proxies cannot stand in: its own drill, a tenth of the count.
-    if (backend === 'redis') drills.push({ label: 'redis+sentinel', faults: ['redis-sentinel-failover', 'kill', 'term', 'cpu-starve'], count: Math.max(4, Math.round(count / 10)) });
+    if (backend === 'redis')
+      drills.push({
+        label: 'redis+sentinel',
+        faults: ['redis-sentinel-failover', 'kill', 'term', 'cpu-starve'],
+        count: Math.max(4, Math.round(count / 10)),
+      });
     for (const d of drills) {
       const report = await runDrill({
         backend,
@@ -102,7 +136,13 @@ async function longDrills(count: number): Promise<Record<string, unknown>[]> {
         log: (line) => process.stderr.write(`${d.label}: ${line}\n`),
       });
       rows.push(...kindRows(d.label, report));
-      out.push({ drill: d.label, ok: report.ok, check: report.check, violations: report.violations.slice(0, 50), faults: report.faults });
+      out.push({
+        drill: d.label,
+        ok: report.ok,
+        check: report.check,
+        violations: report.violations.slice(0, 50),
+        faults: report.faults,
+      });
     }
   }
   table(`Long drills, ${count} faults per backend, TTL ${TTL_MS} ms, 3 replicas, 4 jobs/s`, rows);
@@ -114,10 +154,12 @@ function kindRows(label: string, report: DrillReport): Record<string, string | n
   const rows: Record<string, string | number>[] = [];
   for (const kind of [...new Set(report.faults.map((f) => f.kind))]) {
     const faults = report.faults.filter((f) => f.kind === kind);
-    const sum = (pick: (w: NonNullable<(typeof faults)[number]['fires']>) => number) => faults.reduce((n, f) => n + (f.fires ? pick(f.fires) : 0), 0);
+    const sum = (pick: (w: NonNullable<(typeof faults)[number]['fires']>) => number) =>
+      faults.reduce((n, f) => n + (f.fires ? pick(f.fires) : 0), 0);
     const handover = summarize(faults.map((f) => f.handoverMs).filter((v): v is number => v !== null));
     const gap = summarize(faults.map((f) => f.gapMs).filter((v): v is number => v !== null));
-    const ms = (s: { p50: number; p99: number; max: number; n: number }) => (s.n ? `${Math.round(s.p50)} / ${Math.round(s.p99)} / ${Math.round(s.max)}` : '-');
+    const ms = (s: { p50: number; p99: number; max: number; n: number }) =>
+      s.n ? `${Math.round(s.p50)} / ${Math.round(s.p99)} / ${Math.round(s.max)}` : '-';
     rows.push({
       drill: label,
       fault: kind,
@@ -129,7 +171,8 @@ function kindRows(label: string, report: DrillReport): Record<string, string | n
       unsettled: sum((w) => w.unsettled),
       missed: sum((w) => w.missed),
       doubled: sum((w) => w.duplicated),
-      'stale accepted (whole drill)': report.check.staleWritesLanded + report.check.staleEffects + report.check.writesLostByLedger,
+      'stale accepted (whole drill)':
+        report.check.staleWritesLanded + report.check.staleEffects + report.check.writesLostByLedger,
       'handover p50/p99/max ms': ms(handover),
       'first fire p50/p99/max ms': ms(gap),
     });

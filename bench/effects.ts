@@ -57,7 +57,12 @@ interface EffectCounts {
   seconds: number;
 }
 
-async function countEffects(pool: pg.Pool, tableName: string, from: Date, to: Date): Promise<Omit<EffectCounts, 'kills' | 'seconds'>> {
+async function countEffects(
+  pool: pg.Pool,
+  tableName: string,
+  from: Date,
+  to: Date,
+): Promise<Omit<EffectCounts, 'kills' | 'seconds'>> {
   const { rows } = await pool.query<{ slots: number; effects: number; doubled: number }>(
     `SELECT count(*)::int AS slots, coalesce(sum(n), 0)::int AS effects, (count(*) FILTER (WHERE n > 1))::int AS doubled
      FROM (SELECT job, scheduled_at, count(*) AS n FROM ${tableName}
@@ -66,7 +71,13 @@ async function countEffects(pool: pg.Pool, tableName: string, from: Date, to: Da
   );
   const r = rows[0]!;
   const expected = JOBS * (Math.round((to.getTime() - from.getTime()) / 1000) + 1);
-  return { slots: expected, effects: r.effects, doubledSlots: r.doubled, extraEffects: r.effects - r.slots, missedSlots: expected - r.slots };
+  return {
+    slots: expected,
+    effects: r.effects,
+    doubledSlots: r.doubled,
+    extraEffects: r.effects - r.slots,
+    missedSlots: expected - r.slots,
+  };
 }
 
 /** Start, let it warm up, kill a worker every KILL_EVERY_MS across the window, let it settle, count. */
@@ -167,7 +178,10 @@ function cronwarden(databaseUrl: string, pool: pg.Pool): Contender {
       replicas[index] = new ReplicaChild(config());
     },
     async settled(to) {
-      const { rows } = await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM cw_runs WHERE scheduled_at <= $1 AND state <> 'completed'`, [to]);
+      const { rows } = await pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM cw_runs WHERE scheduled_at <= $1 AND state <> 'completed'`,
+        [to],
+      );
       return rows[0]!.n === 0;
     },
     async close() {
@@ -179,7 +193,9 @@ function cronwarden(databaseUrl: string, pool: pg.Pool): Contender {
 export async function benchEffects(): Promise<Record<string, unknown>> {
   const db = await createTestDatabase();
   try {
-    await db.pool.query('CREATE TABLE peer_effects (job text NOT NULL, scheduled_at timestamptz NOT NULL, worker text NOT NULL)');
+    await db.pool.query(
+      'CREATE TABLE peer_effects (job text NOT NULL, scheduled_at timestamptz NOT NULL, worker text NOT NULL)',
+    );
     await db.pool.query(
       'CREATE TABLE cw_test_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)',
     );

@@ -85,7 +85,13 @@ export async function benchLocks(): Promise<Record<string, unknown>> {
       const b = summarize(raw[op]);
       const opsOurs = 1000 / (mine[op].reduce((x, y) => x + y, 0) / mine[op].length);
       const opsRaw = 1000 / (raw[op].reduce((x, y) => x + y, 0) / raw[op].length);
-      (results[backend] as Record<string, unknown>)[op] = { p50: a.p50, p99: a.p99, opsPerSecond: opsOurs, raw: { p50: b.p50, p99: b.p99, opsPerSecond: opsRaw }, ratio: opsOurs / opsRaw };
+      (results[backend] as Record<string, unknown>)[op] = {
+        p50: a.p50,
+        p99: a.p99,
+        opsPerSecond: opsOurs,
+        raw: { p50: b.p50, p99: b.p99, opsPerSecond: opsRaw },
+        ratio: opsOurs / opsRaw,
+      };
       rows.push({
         backend,
         op,
@@ -118,11 +124,20 @@ export async function benchLocks(): Promise<Record<string, unknown>> {
     const backend = new PostgresLeaseBackend({ connectionString: db.url });
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
-    await client.query(`CREATE TABLE raw_lease (name text PRIMARY KEY, holder text, token bigint, expires_at timestamptz)`);
+    await client.query(
+      `CREATE TABLE raw_lease (name text PRIMARY KEY, holder text, token bigint, expires_at timestamptz)`,
+    );
     await client.query(`INSERT INTO raw_lease VALUES ('x', NULL, 0, NULL)`);
     const update = (holder: string | null) =>
-      client.query(`UPDATE raw_lease SET holder = $1, token = token + 1, expires_at = now() + interval '10 seconds' WHERE name = 'x' RETURNING token`, [holder]);
-    const { mine, raw: base } = await measurePair(ours(backend), { acquire: (i) => update(`h${i}`), renew: (i) => update(`h${i}`), release: () => update(null) });
+      client.query(
+        `UPDATE raw_lease SET holder = $1, token = token + 1, expires_at = now() + interval '10 seconds' WHERE name = 'x' RETURNING token`,
+        [holder],
+      );
+    const { mine, raw: base } = await measurePair(ours(backend), {
+      acquire: (i) => update(`h${i}`),
+      renew: (i) => update(`h${i}`),
+      release: () => update(null),
+    });
     report('postgres', mine, base, 'one UPDATE … RETURNING');
     await backend.close();
     await client.end();

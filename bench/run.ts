@@ -19,7 +19,10 @@ mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
 for (const name of names) {
   const result = await all[name]!();
   const file = new URL(`./results/${name}.json`, import.meta.url);
-  writeFileSync(file, JSON.stringify({ at: new Date().toISOString(), node: process.version, ...result }, bigintJson, 2));
+  writeFileSync(
+    file,
+    JSON.stringify({ at: new Date().toISOString(), node: process.version, ...result }, bigintJson, 2),
+  );
   console.log(`\nwrote bench/results/${name}.json`);
 }
 process.exit(0);

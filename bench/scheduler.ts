@@ -50,7 +50,14 @@ async function throughput() {
   const rawQueue = new Queue(`raw-${ns}`, { connection: redis });
   const base = Date.UTC(2026, 0, 1);
   const clock = new ManualClock(base - 500);
-  const lease: Lease = { name: 'bench', holder: 'bench', token: 1n, ttlMs: 10_000, safetyMarginMs: 1000, deadline: Infinity };
+  const lease: Lease = {
+    name: 'bench',
+    holder: 'bench',
+    token: 1n,
+    ttlMs: 10_000,
+    safetyMarginMs: 1000,
+    deadline: Infinity,
+  };
   const loop = new FireLoop({
     registry,
     ledger: ledger.fires,
@@ -93,7 +100,13 @@ async function throughput() {
     if (fired !== jobs * rounds) throw new Error(`the fire loop committed ${fired} fires, expected ${jobs * rounds}`);
     const raw = (jobs * rounds) / rawSeconds;
     const ours = (jobs * rounds) / oursSeconds;
-    const row = { path: 'cronwarden FireLoop (policies + ledger + BullMQ)', 'fires/s': fmt(ours, 0), 'raw addBulk/s': fmt(raw, 0), ratio: fmt(ours / raw), target: '>= 0.50' };
+    const row = {
+      path: 'cronwarden FireLoop (policies + ledger + BullMQ)',
+      'fires/s': fmt(ours, 0),
+      'raw addBulk/s': fmt(raw, 0),
+      ratio: fmt(ours / raw),
+      target: '>= 0.50',
+    };
     table('Fires into BullMQ, 1,000 jobs per tick, 10 ticks', [row]);
     return { firesPerSecond: ours, rawAddBulkPerSecond: raw, ratio: ours / raw };
   } finally {
@@ -109,7 +122,9 @@ async function throughput() {
 
 async function lateness() {
   const db = await createTestDatabase();
-  const jobs = Array.from({ length: 1000 }, (_, i) => defineJob({ name: `j${i}`, schedule: '* * * * * *', handler: () => {} }));
+  const jobs = Array.from({ length: 1000 }, (_, i) =>
+    defineJob({ name: `j${i}`, schedule: '* * * * * *', handler: () => {} }),
+  );
   const replica = new Replica({
     replicaId: 'bench',
     namespace: `late${randomUUID().slice(0, 8)}`,
@@ -177,7 +192,8 @@ function memory() {
   const rawNextAllMs = performance.now() - t2;
   raw.keep = [];
   // Worst case: no two schedules share an expression, so none shares a parsed pattern.
-  const distinct = (i: number) => `${i % 60} ${Math.floor(i / 60) % 60} ${Math.floor(i / 3600) % 24} ${1 + (Math.floor(i / 86400) % 28)} * *`;
+  const distinct = (i: number) =>
+    `${i % 60} ${Math.floor(i / 60) % 60} ${Math.floor(i / 3600) % 24} ${1 + (Math.floor(i / 86400) % 28)} * *`;
   const worst = measure((i) => CronSchedule.parse(distinct(i), i % 2 ? 'Europe/Berlin' : 'UTC'));
   worst.keep = [];
   // What a leader really holds per job: the validated definition, its registry slot, and its entry
@@ -187,11 +203,14 @@ function memory() {
     gc();
     const before = process.memoryUsage().heapUsed;
     const registry = new JobRegistry(
-      Array.from({ length: n }, (_, i) => defineJob({ name: `job-${i}`, schedule: distinct(i), timezone: i % 2 ? 'Europe/Berlin' : 'UTC', handler })),
+      Array.from({ length: n }, (_, i) =>
+        defineJob({ name: `job-${i}`, schedule: distinct(i), timezone: i % 2 ? 'Europe/Berlin' : 'UTC', handler }),
+      ),
     );
     const queue = new FireQueue();
     const now = Date.now();
-    for (const job of registry.list()) queue.push({ at: job.schedule.nextAfter(now) ?? now, job: job.name, after: now });
+    for (const job of registry.list())
+      queue.push({ at: job.schedule.nextAfter(now) ?? now, job: job.name, after: now });
     gc();
     const bytes = (process.memoryUsage().heapUsed - before) / n;
     return { bytes, size: queue.size + registry.list().length };
@@ -218,7 +237,13 @@ function memory() {
       ratio: fmt(loaded.bytes / raw.bytes),
       target: '< 2048 bytes',
     },
-    { measure: 'next fire for all (ms)', cronwarden: fmt(nextAllMs, 0), 'raw croner': fmt(rawNextAllMs, 0), ratio: fmt(nextAllMs / rawNextAllMs), target: '' },
+    {
+      measure: 'next fire for all (ms)',
+      cronwarden: fmt(nextAllMs, 0),
+      'raw croner': fmt(rawNextAllMs, 0),
+      ratio: fmt(nextAllMs / rawNextAllMs),
+      target: '',
+    },
   ]);
   return {
     heapBytesPerSchedule: ours.bytes,

@@ -42,7 +42,12 @@ async function probePostgres(url: string): Promise<string | null> {
 }
 
 function redisClient(url: string): Redis {
-  const redis = new Redis(url, { lazyConnect: true, connectTimeout: PROBE_TIMEOUT_MS, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: PROBE_TIMEOUT_MS,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
   redis.on('error', () => undefined); // reported by the command that fails
   return redis;
 }
@@ -64,11 +69,19 @@ async function probeRedis(url: string): Promise<string | null> {
 }
 
 /** Run a script of ours; its output lines go through `say` (indented), or to stderr on failure. */
-function runScript(t: DemoTargets, args: string[], capture: boolean): Promise<{ code: number | null; lines: string[] }> {
+function runScript(
+  t: DemoTargets,
+  args: string[],
+  capture: boolean,
+): Promise<{ code: number | null; lines: string[] }> {
   return new Promise((resolve, reject) => {
-    const child = spawn('bash', args, { cwd: t.root, stdio: ['inherit', capture ? 'pipe' : 'inherit', capture ? 'pipe' : 'inherit'] });
+    const child = spawn('bash', args, {
+      cwd: t.root,
+      stdio: ['inherit', capture ? 'pipe' : 'inherit', capture ? 'pipe' : 'inherit'],
+    });
     const lines: string[] = [];
-    if (capture) for (const s of [child.stdout!, child.stderr!]) createInterface({ input: s }).on('line', (l) => lines.push(l));
+    if (capture)
+      for (const s of [child.stdout!, child.stderr!]) createInterface({ input: s }).on('line', (l) => lines.push(l));
     child.once('error', reject);
     child.once('close', (code) => resolve({ code, lines }));
   });
@@ -100,22 +113,40 @@ export async function prepareMachine(t: DemoTargets, assumeYes: boolean): Promis
     return;
   }
   const notOurs = [
-    pgWhy !== null && t.adminUrl !== DEFAULT_ADMIN_URL ? `PostgreSQL at ${masked(t.adminUrl)} (CRONWARDEN_DEMO_ADMIN_URL): ${pgWhy}` : '',
-    redisWhy !== null && t.redisUrl !== DEFAULT_REDIS_URL ? `Redis at ${masked(t.redisUrl)} (CRONWARDEN_REDIS_URL): ${redisWhy}` : '',
+    pgWhy !== null && t.adminUrl !== DEFAULT_ADMIN_URL
+      ? `PostgreSQL at ${masked(t.adminUrl)} (CRONWARDEN_DEMO_ADMIN_URL): ${pgWhy}`
+      : '',
+    redisWhy !== null && t.redisUrl !== DEFAULT_REDIS_URL
+      ? `Redis at ${masked(t.redisUrl)} (CRONWARDEN_REDIS_URL): ${redisWhy}`
+      : '',
   ].filter(Boolean);
-  if (notOurs.length > 0) throw new Error(`cannot reach ${notOurs.join('; ')}; the demo sets up only the local defaults`);
+  if (notOurs.length > 0)
+    throw new Error(`cannot reach ${notOurs.join('; ')}; the demo sets up only the local defaults`);
 
   const missing = (await runScript(t, ['scripts/install-deps.sh', '--demo', '--list'], true)).lines.join(' ').trim();
   t.say('to run, the demo must change this machine:');
-  if (missing) t.say(`  - install ${missing} (Debian packages, no recommends) with apt-get${process.getuid?.() === 0 ? '' : ' through sudo'}`);
+  if (missing)
+    t.say(
+      `  - install ${missing} (Debian packages, no recommends) with apt-get${process.getuid?.() === 0 ? '' : ' through sudo'}`,
+    );
   if (pgWhy !== null) {
     t.say(`  - PostgreSQL 127.0.0.1:5432 (${pgWhy}): start its Debian cluster if it is down (pg_ctlcluster);`);
-    t.say('    if it asks user postgres for a password on 127.0.0.1, add "trust" lines for 127.0.0.1 and ::1 at the top');
-    t.say('    of its pg_hba.conf (backup: pg_hba.conf.cronwarden-backup) and reload. It keeps running after the demo.');
+    t.say(
+      '    if it asks user postgres for a password on 127.0.0.1, add "trust" lines for 127.0.0.1 and ::1 at the top',
+    );
+    t.say(
+      '    of its pg_hba.conf (backup: pg_hba.conf.cronwarden-backup) and reload. It keeps running after the demo.',
+    );
   }
-  if (redisWhy !== null) t.say(`  - Redis 127.0.0.1:6379 (${redisWhy}): start redis-server, no persistence. It keeps running after the demo.`);
+  if (redisWhy !== null)
+    t.say(
+      `  - Redis 127.0.0.1:6379 (${redisWhy}): start redis-server, no persistence. It keeps running after the demo.`,
+    );
   if (!assumeYes) {
-    if (!process.stdin.isTTY) throw new Error('not changing the machine without consent: run `npm run demo -- --yes` (or set CRONWARDEN_DEMO_YES=1) to allow the changes above');
+    if (!process.stdin.isTTY)
+      throw new Error(
+        'not changing the machine without consent: run `npm run demo -- --yes` (or set CRONWARDEN_DEMO_YES=1) to allow the changes above',
+      );
     if (!(await ask('[demo] go ahead? [y/N] '))) throw new Error('stopped: nothing was changed');
   }
   if (missing) {
@@ -124,9 +155,13 @@ export async function prepareMachine(t: DemoTargets, assumeYes: boolean): Promis
   }
   const start = await runScript(t, ['scripts/start-local-services.sh', '--demo'], true);
   for (const line of start.lines.filter((l) => l.startsWith('start-local-services:'))) t.say(`  ${line}`);
-  if (start.code !== 0) throw new Error(`scripts/start-local-services.sh --demo failed: ${start.lines.slice(-5).join(' | ')}`);
+  if (start.code !== 0)
+    throw new Error(`scripts/start-local-services.sh --demo failed: ${start.lines.slice(-5).join(' | ')}`);
   [pgWhy, redisWhy] = await Promise.all([probePostgres(t.adminUrl), probeRedis(t.redisUrl)]);
-  if (pgWhy !== null || redisWhy !== null) throw new Error(`still unreachable after the set-up: ${[pgWhy && `PostgreSQL: ${pgWhy}`, redisWhy && `Redis: ${redisWhy}`].filter(Boolean).join('; ')}`);
+  if (pgWhy !== null || redisWhy !== null)
+    throw new Error(
+      `still unreachable after the set-up: ${[pgWhy && `PostgreSQL: ${pgWhy}`, redisWhy && `Redis: ${redisWhy}`].filter(Boolean).join('; ')}`,
+    );
 }
 
 /** The Redis key patterns of one namespace: BullMQ's queue, cronwarden's own, the Redis lease's. */
@@ -138,7 +173,9 @@ export function namespacePatterns(namespace: string): string[] {
 
 /** Shell commands that remove what a --keep run left. */
 export function removalCommands(t: DemoTargets, namespace: string): string[] {
-  const patterns = namespacePatterns(namespace).map((p) => `'${p}'`).join(' ');
+  const patterns = namespacePatterns(namespace)
+    .map((p) => `'${p}'`)
+    .join(' ');
   return [
     `psql '${t.adminUrl}' -c 'DROP DATABASE IF EXISTS ${t.dbName} WITH (FORCE)'`,
     `for p in ${patterns}; do redis-cli -u ${t.redisUrl} --scan --pattern "$p" | xargs -r redis-cli -u ${t.redisUrl} unlink; done`,
@@ -156,7 +193,8 @@ async function namespaceKeys(redisUrl: string, namespace: string, remove: boolea
     await redis.connect();
     const keys: string[] = [];
     for (const pattern of namespacePatterns(namespace)) {
-      for await (const batch of redis.scanStream({ match: pattern, count: 500 }) as AsyncIterable<string[]>) keys.push(...batch);
+      for await (const batch of redis.scanStream({ match: pattern, count: 500 }) as AsyncIterable<string[]>)
+        keys.push(...batch);
     }
     if (remove && keys.length > 0) await redis.unlink(...keys);
     return keys;

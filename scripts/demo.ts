@@ -26,18 +26,32 @@ import { checkHistory, readHistory, type Violation } from '../src/drill/checker.
 import { AbortedError, InvalidArgumentError } from '../src/errors.js';
 import type { JobDefinition } from '../src/jobs/define-job.js';
 import * as exampleJobs from '../examples/jobs.js';
-import { cleanUp, countNamespaceKeys, DEFAULT_ADMIN_URL, DEFAULT_REDIS_URL, prepareMachine, removalCommands, type DemoTargets } from './demo-machine.js';
+import {
+  cleanUp,
+  countNamespaceKeys,
+  DEFAULT_ADMIN_URL,
+  DEFAULT_REDIS_URL,
+  prepareMachine,
+  removalCommands,
+  type DemoTargets,
+} from './demo-machine.js';
 
 const args = process.argv.slice(2);
 const unknown = args.filter((a) => !['redis', 'postgres', '--keep', '--yes'].includes(a));
 const backend = args.includes('redis') ? 'redis' : 'postgres';
 const keep = args.includes('--keep');
 const assumeYes = args.includes('--yes') || process.env.CRONWARDEN_DEMO_YES === '1';
-const adminToken = process.env.CRONWARDEN_ADMIN_TOKEN ?? `demo-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`;
+const adminToken =
+  process.env.CRONWARDEN_ADMIN_TOKEN ??
+  `demo-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`;
 // A fresh namespace per run: BullMQ job ids derive from ledger run ids, which restart with the
 // recreated demo database, and an earlier run's finished jobs in the shared Redis would swallow them.
 const namespace = `demo-${Date.now().toString(36)}`;
-const adminPorts = new Map([['demo-1', 8081], ['demo-2', 8082], ['demo-3', 8083]]);
+const adminPorts = new Map([
+  ['demo-1', 8081],
+  ['demo-2', 8082],
+  ['demo-3', 8083],
+]);
 const adminUrlOf = (id: string) => `http://127.0.0.1:${adminPorts.get(id)}`;
 const adminUrl = process.env.CRONWARDEN_DEMO_ADMIN_URL ?? DEFAULT_ADMIN_URL;
 const redisUrl = process.env.CRONWARDEN_REDIS_URL ?? DEFAULT_REDIS_URL;
@@ -85,9 +99,36 @@ function startReplica(id: string): Replica {
   const child = spawn(
     process.execPath,
     // tsx for examples/jobs.ts, also when a built dist/ is there (bin/cronwarden.js then runs dist/).
-    ['--import', 'tsx', 'bin/cronwarden.js', 'start', '--backend', backend, '--database-url', databaseUrl, '--redis-url', redisUrl, '--jobs', 'examples/jobs.ts',
-      '--replica-id', id, '--namespace', namespace, '--schema', DEFAULT_SCHEMA, '--lease-ttl-ms', String(LEASE_TTL_MS), '--worker-lock-ms', String(WORKER_LOCK_MS),
-      '--shutdown-grace-ms', '2000', '--log-level', 'info', '--admin-port', String(adminPorts.get(id))],
+    [
+      '--import',
+      'tsx',
+      'bin/cronwarden.js',
+      'start',
+      '--backend',
+      backend,
+      '--database-url',
+      databaseUrl,
+      '--redis-url',
+      redisUrl,
+      '--jobs',
+      'examples/jobs.ts',
+      '--replica-id',
+      id,
+      '--namespace',
+      namespace,
+      '--schema',
+      DEFAULT_SCHEMA,
+      '--lease-ttl-ms',
+      String(LEASE_TTL_MS),
+      '--worker-lock-ms',
+      String(WORKER_LOCK_MS),
+      '--shutdown-grace-ms',
+      '2000',
+      '--log-level',
+      'info',
+      '--admin-port',
+      String(adminPorts.get(id)),
+    ],
     { cwd: root, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: adminToken } },
   );
   createInterface({ input: child.stdout }).on('line', (line) => {
@@ -100,7 +141,8 @@ function startReplica(id: string): Replica {
   });
   const exited = new Promise<number | null>((r) =>
     child.once('exit', (code, signal) => {
-      if (!stopping.has(id) && !interrupt.signal.aborted) crashed.push(`${id} exited on its own (${signal ?? `code ${code}`})`);
+      if (!stopping.has(id) && !interrupt.signal.aborted)
+        crashed.push(`${id} exited on its own (${signal ?? `code ${code}`})`);
       r(code);
     }),
   );
@@ -149,7 +191,10 @@ async function drain(pool: pg.Pool, from: Date, to: Date): Promise<number> {
     );
     const open = res.rows[0]!.n;
     if (open === 0 || Date.now() > deadline) return open;
-    if (!announced) say(`waiting for ${open} run(s) still in progress (a killed worker's run is re-delivered once its ${WORKER_LOCK_MS} ms lock expires)…`);
+    if (!announced)
+      say(
+        `waiting for ${open} run(s) still in progress (a killed worker's run is re-delivered once its ${WORKER_LOCK_MS} ms lock expires)…`,
+      );
     announced = true;
     await sleep(250);
     assertNoCrash();
@@ -163,7 +208,9 @@ async function connectAdmin(): Promise<pg.Client> {
   } catch (err) {
     const e = err as Error & { code?: string; errors?: Error[] };
     const why = e.message || e.errors?.[0]?.message || e.code || String(err);
-    throw new Error(`cannot connect to PostgreSQL at ${adminUrl.replace(/:[^:@/]*@/, ':*****@')}: ${why} (run scripts/start-local-services.sh, or set CRONWARDEN_DEMO_ADMIN_URL)`);
+    throw new Error(
+      `cannot connect to PostgreSQL at ${adminUrl.replace(/:[^:@/]*@/, ':*****@')}: ${why} (run scripts/start-local-services.sh, or set CRONWARDEN_DEMO_ADMIN_URL)`,
+    );
   }
   return admin;
 }
@@ -172,10 +219,16 @@ async function connectAdmin(): Promise<pg.Client> {
 const WATCH_MS = 6000;
 
 async function main(): Promise<boolean> {
-  say(`three replicas (lease backend: ${backend}), the leader stopped with SIGTERM, the next killed with SIGKILL, then a ledger check`);
+  say(
+    `three replicas (lease backend: ${backend}), the leader stopped with SIGTERM, the next killed with SIGKILL, then a ledger check`,
+  );
   await prepareMachine(targets, assumeYes);
   say(`it creates database ${dbName} and Redis keys of namespace ${namespace}, runs replicas on ports 8081-8083,`);
-  say(keep ? '  and with --keep leaves the database, the keys and the last replica running (see the end)' : '  and removes the database and the keys at the end (--keep leaves them, and the last replica running)');
+  say(
+    keep
+      ? '  and with --keep leaves the database, the keys and the last replica running (see the end)'
+      : '  and removes the database and the keys at the end (--keep leaves them, and the last replica running)',
+  );
   const admin = await connectAdmin();
   await admin.query(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
   await admin.query(`CREATE DATABASE ${dbName}`);
@@ -187,7 +240,9 @@ async function main(): Promise<boolean> {
     await migrateDatabase(databaseUrl);
     // cronwarden's tables are in their own schema; the demo's own table goes to public.
     pool = new pg.Pool({ connectionString: databaseUrl, options: `-c search_path=public,${DEFAULT_SCHEMA}` });
-    await pool.query('CREATE TABLE demo_effects (job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL)');
+    await pool.query(
+      'CREATE TABLE demo_effects (job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL)',
+    );
     say(`ledger: ${databaseUrl} (migrated); delivery: BullMQ on ${redisUrl}`);
     replicas.push(...['demo-1', 'demo-2', 'demo-3'].map(startReplica));
     const ok = await run(pool, replicas);
@@ -200,7 +255,8 @@ async function main(): Promise<boolean> {
     if (!keep) {
       const keys = await cleanUp(targets, namespace);
       say(`cleaned up: dropped database ${dbName}, deleted ${keys} Redis keys of namespace ${namespace}`);
-      if (finished) say('to look around afterwards: `npm run demo -- --keep` leaves the last replica running until Ctrl-C');
+      if (finished)
+        say('to look around afterwards: `npm run demo -- --keep` leaves the last replica running until Ctrl-C');
     } else {
       const keys = await countNamespaceKeys(redisUrl, namespace);
       say(`left (--keep): database ${dbName} and ${keys} Redis keys of namespace ${namespace}; to remove them:`);
@@ -226,10 +282,14 @@ async function run(pool: pg.Pool, replicas: Replica[]): Promise<boolean> {
   await watch(WATCH_MS);
 
   const killAt = Date.now();
-  say(`killing the new leader ${second.id} with SIGKILL (no release; its lease must expire, TTL ${LEASE_TTL_MS / 1000} s)…`);
+  say(
+    `killing the new leader ${second.id} with SIGKILL (no release; its lease must expire, TTL ${LEASE_TTL_MS / 1000} s)…`,
+  );
   stop(byId(second.id), 'SIGKILL');
   const third = await waitForLeader(killAt, 20_000);
-  say(`${third.id} took over in ${third.at - killAt} ms (token ${third.token}) and caught up the fires missed meanwhile`);
+  say(
+    `${third.id} took over in ${third.at - killAt} ms (token ${third.token}) and caught up the fires missed meanwhile`,
+  );
   await watch(WATCH_MS);
 
   // The window ends a little in the past so its last fires have been committed and delivered;
@@ -246,12 +306,17 @@ async function run(pool: pg.Pool, replicas: Replica[]): Promise<boolean> {
 async function keepSurvivor(replicas: Replica[]): Promise<void> {
   const alive = replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null);
   for (const r of alive) {
-    say(`--keep: ${r.id} keeps running until Ctrl-C: status page ${adminUrlOf(r.id)}/, metrics ${adminUrlOf(r.id)}/metrics`);
+    say(
+      `--keep: ${r.id} keeps running until Ctrl-C: status page ${adminUrlOf(r.id)}/, metrics ${adminUrlOf(r.id)}/metrics`,
+    );
     say(`  try: node bin/cronwarden.js status --url ${adminUrlOf(r.id)}`);
     say(`       CRONWARDEN_ADMIN_TOKEN=${adminToken} node bin/cronwarden.js trigger report --url ${adminUrlOf(r.id)}`);
   }
-  say(`  Ctrl-C stops it and leaves database ${dbName} and namespace ${namespace}'s Redis keys (removal commands then)`);
-  if (!interrupt.signal.aborted) await new Promise<void>((resolve) => interrupt.signal.addEventListener('abort', () => resolve(), { once: true }));
+  say(
+    `  Ctrl-C stops it and leaves database ${dbName} and namespace ${namespace}'s Redis keys (removal commands then)`,
+  );
+  if (!interrupt.signal.aborted)
+    await new Promise<void>((resolve) => interrupt.signal.addEventListener('abort', () => resolve(), { once: true }));
 }
 
 async function stopAll(replicas: Replica[]): Promise<void> {
@@ -285,11 +350,16 @@ async function check(pool: pg.Pool, from: Date, to: Date, open: number): Promise
      WHERE e.scheduled_at BETWEEN $1 AND $2`,
     [from, to],
   );
-  history.effects = effects.rows.filter((e) => e.run_id !== null).map((e) => ({ runId: BigInt(e.run_id!), token: BigInt(e.token) }));
+  history.effects = effects.rows
+    .filter((e) => e.run_id !== null)
+    .map((e) => ({ runId: BigInt(e.run_id!), token: BigInt(e.token) }));
   const report = checkHistory(history, { expected });
   const violations: Violation[] = [...report.violations];
   for (const e of effects.rows.filter((x) => x.run_id === null)) {
-    violations.push({ invariant: 'I4', message: `effect for ${e.job}@${e.scheduled_at.toISOString()} without a run in the ledger` });
+    violations.push({
+      invariant: 'I4',
+      message: `effect for ${e.job}@${e.scheduled_at.toISOString()} without a run in the ledger`,
+    });
   }
 
   // Completion, as each job's overlap policy allows.
@@ -305,19 +375,34 @@ async function check(pool: pg.Pool, from: Date, to: Date, open: number): Promise
     const at = `${r.job}@${r.scheduled_at.toISOString()}`;
     const overlap = policy.get(r.job);
     if (r.state === 'completed') completed++;
-    else if (r.state === 'skipped' && (overlap === 'skip' || overlap === 'queue')) skipped.push(`${at} (${r.error ?? 'no reason recorded'})`);
-    else if (r.state === 'cancelled' && overlap === 'replace') skipped.push(`${at} (cancelled: ${r.error ?? 'replaced'})`);
+    else if (r.state === 'skipped' && (overlap === 'skip' || overlap === 'queue'))
+      skipped.push(`${at} (${r.error ?? 'no reason recorded'})`);
+    else if (r.state === 'cancelled' && overlap === 'replace')
+      skipped.push(`${at} (cancelled: ${r.error ?? 'replaced'})`);
     else violations.push({ invariant: 'completion', message: `${at} is ${r.state}${r.error ? `: ${r.error}` : ''}` });
-    if (r.state !== 'completed' && effectRuns.has(r.id)) violations.push({ invariant: 'I4', message: `${at} is ${r.state} but wrote an effect` });
+    if (r.state !== 'completed' && effectRuns.has(r.id))
+      violations.push({ invariant: 'I4', message: `${at} is ${r.state} but wrote an effect` });
   }
 
-  const perJob = jobs.map((j) => `${j.name} (${j.schedule.toString()}, overlap ${j.overlap}) ${expected.get(j.name)?.length ?? 'unchecked'}`).join(', ');
+  const perJob = jobs
+    .map(
+      (j) =>
+        `${j.name} (${j.schedule.toString()}, overlap ${j.overlap}) ${expected.get(j.name)?.length ?? 'unchecked'}`,
+    )
+    .join(', ');
   say(`window ${from.toISOString()} .. ${to.toISOString()}: ${report.expected} scheduled fires expected: ${perJob}`);
-  say(`committed ${report.committed}, duplicated ${report.duplicated}, missed ${report.missed}, completed ${completed}, skipped by policy ${skipped.length}, still unfinished ${open}`);
+  say(
+    `committed ${report.committed}, duplicated ${report.duplicated}, missed ${report.missed}, completed ${completed}, skipped by policy ${skipped.length}, still unfinished ${open}`,
+  );
   for (const s of skipped) say(`  skipped on record: ${s}`);
-  if (unchecked.length > 0) say(`  (not checked for gaps: ${unchecked.join(', ')}: their misfire policy may drop times missed during a failover)`);
+  if (unchecked.length > 0)
+    say(
+      `  (not checked for gaps: ${unchecked.join(', ')}: their misfire policy may drop times missed during a failover)`,
+    );
   const doubled = report.effectsDuplicated;
-  say(`effects written: ${history.effects.length} for ${completed} completed runs, ${doubled} duplicated, ${report.effectsMissing} missing, ${report.staleEffects} from a stale attempt`);
+  say(
+    `effects written: ${history.effects.length} for ${completed} completed runs, ${doubled} duplicated, ${report.effectsMissing} missing, ${report.staleEffects} from a stale attempt`,
+  );
   if (violations.length === 0) {
     say('no run was duplicated or lost; every effect was written once.');
     return true;
@@ -330,7 +415,8 @@ async function check(pool: pg.Pool, from: Date, to: Date, open: number): Promise
 
 let code = 1;
 try {
-  if (unknown.length > 0) throw new InvalidArgumentError(`unknown argument ${unknown.join(' ')}; use [redis|postgres] [--keep] [--yes]`);
+  if (unknown.length > 0)
+    throw new InvalidArgumentError(`unknown argument ${unknown.join(' ')}; use [redis|postgres] [--keep] [--yes]`);
   code = (await main()) ? 0 : 1;
   if (interrupt.signal.aborted && !keep) code = 130;
 } catch (err) {

@@ -8,5 +8,9 @@ import { settingsTable } from '../src/config/settings.js';
 const path = new URL('../README.md', import.meta.url);
 const readme = readFileSync(path, 'utf8');
 const block = /(<!-- settings-table:start -->)[\s\S]*?(<!-- settings-table:end -->)/;
-if (!block.test(readme)) throw new Error('README.md has no <!-- settings-table:start --> … <!-- settings-table:end --> block');
-writeFileSync(path, readme.replace(block, (_, start: string, end: string) => `${start}\n${settingsTable()}\n${end}`));
+if (!block.test(readme))
+  throw new Error('README.md has no <!-- settings-table:start --> … <!-- settings-table:end --> block');
+writeFileSync(
+  path,
+  readme.replace(block, (_, start: string, end: string) => `${start}\n${settingsTable()}\n${end}`),
+);

@@ -1,5 +1,11 @@
 /** cronwarden's public API. */
-export { defineJob, type JobOptions, type JobDefinition, type MisfirePolicy, type OverlapPolicy } from './jobs/define-job.js';
+export {
+  defineJob,
+  type JobOptions,
+  type JobDefinition,
+  type MisfirePolicy,
+  type OverlapPolicy,
+} from './jobs/define-job.js';
 export type { JobContext, JobHandler, TransactionClient } from './jobs/job-context.js';
 export { JobRegistry, UnknownJobError } from './jobs/job-registry.js';
 export { NodeCronCoordinator } from './jobs/node-cron-coordinator.js';

@@ -29,7 +29,11 @@ export class OncePerKind {
  * A warn() that says the first line of each kind, then at most one a minute per kind with how many
  * it left out: reconnect storms and flapping backends stay readable, and a healthy cluster is quiet.
  */
-export function limitedWarn(logger: Logger, now: () => number, everyMs = 60_000): (kind: string, fields: object, message: string) => void {
+export function limitedWarn(
+  logger: Logger,
+  now: () => number,
+  everyMs = 60_000,
+): (kind: string, fields: object, message: string) => void {
   const limiter = new OncePerKind(now, everyMs);
   return (kind, fields, message) => {
     const suppressed = limiter.shouldLog(kind);

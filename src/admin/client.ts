@@ -21,7 +21,8 @@ export function parseAdminUrl(url: string): URL {
   } catch {
     throw new InvalidArgumentError('must be an http:// or https:// URL such as http://127.0.0.1:8080');
   }
-  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new InvalidArgumentError('must be an http:// or https:// URL such as http://127.0.0.1:8080');
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw new InvalidArgumentError('must be an http:// or https:// URL such as http://127.0.0.1:8080');
   return u;
 }
 
@@ -59,17 +60,23 @@ export class AdminClient {
 
   /** POST a mutation; follows a 409 not_leader to the leader once. Returns the body and who answered. */
   async mutate<T>(path: string): Promise<{ body: T; via: string }> {
-    if (!this.o.token) throw new AdminRequestError(401, 'CRONWARDEN_ADMIN_TOKEN: is required for this command (the admin bearer token)');
+    if (!this.o.token)
+      throw new AdminRequestError(401, 'CRONWARDEN_ADMIN_TOKEN: is required for this command (the admin bearer token)');
     try {
       return { body: await this.call<T>(this.baseUrl, 'POST', path), via: this.baseUrl };
     } catch (err) {
       if (!(err instanceof NotLeaderResponse)) throw err;
-      if (!err.leaderAdminUrl) throw new AdminRequestError(409, `${this.baseUrl} is not the leader and the leader (${err.leader ?? 'none'}) has no known admin URL`);
+      if (!err.leaderAdminUrl)
+        throw new AdminRequestError(
+          409,
+          `${this.baseUrl} is not the leader and the leader (${err.leader ?? 'none'}) has no known admin URL`,
+        );
       const leaderUrl = await this.trustedLeaderUrl(err.leaderAdminUrl, err.leader);
       try {
         return { body: await this.call<T>(leaderUrl, 'POST', path), via: leaderUrl };
       } catch (again) {
-        if (again instanceof NotLeaderResponse) throw new AdminRequestError(409, `leadership is moving (${leaderUrl} is no longer the leader); try again`);
+        if (again instanceof NotLeaderResponse)
+          throw new AdminRequestError(409, `leadership is moving (${leaderUrl} is no longer the leader); try again`);
         throw again;
       }
     }
@@ -89,9 +96,16 @@ export class AdminClient {
       );
     const target = normalized(named);
     if (target === null) throw refuse('that is not a URL');
-    if (new URL(target).protocol !== new URL(this.baseUrl).protocol) throw refuse(`it is not ${new URL(this.baseUrl).protocol.slice(0, -1)} like ${this.baseUrl}`);
-    const { members } = await this.call<{ members?: { replicaId: string; adminUrl: string | null }[] }>(this.baseUrl, 'GET', '/api/members');
-    const known = (members ?? []).some((m) => m.adminUrl !== null && normalized(m.adminUrl) === target && (leader === null || m.replicaId === leader));
+    if (new URL(target).protocol !== new URL(this.baseUrl).protocol)
+      throw refuse(`it is not ${new URL(this.baseUrl).protocol.slice(0, -1)} like ${this.baseUrl}`);
+    const { members } = await this.call<{ members?: { replicaId: string; adminUrl: string | null }[] }>(
+      this.baseUrl,
+      'GET',
+      '/api/members',
+    );
+    const known = (members ?? []).some(
+      (m) => m.adminUrl !== null && normalized(m.adminUrl) === target && (leader === null || m.replicaId === leader),
+    );
     if (!known) throw refuse(`no member${leader === null ? '' : ` "${leader}"`} advertises it`);
     return target;
   }
@@ -108,7 +122,10 @@ export class AdminClient {
       });
     } catch (err) {
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-      throw new AdminRequestError(null, `cannot reach ${base}: ${cause?.code ?? cause?.message ?? (err as Error).message}`);
+      throw new AdminRequestError(
+        null,
+        `cannot reach ${base}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+      );
     }
     const text = await res.text();
     let body: unknown;
@@ -119,7 +136,8 @@ export class AdminClient {
     }
     if (res.ok) return body as T;
     const b = body as { error?: string; code?: string; leader?: string | null; leaderAdminUrl?: string | null };
-    if (res.status === 409 && b.code === 'not_leader') throw new NotLeaderResponse(b.leader ?? null, b.leaderAdminUrl ?? null);
+    if (res.status === 409 && b.code === 'not_leader')
+      throw new NotLeaderResponse(b.leader ?? null, b.leaderAdminUrl ?? null);
     throw new AdminRequestError(res.status, `${method} ${path}: ${res.status} ${b.error ?? res.statusText}`);
   }
 }

@@ -22,7 +22,10 @@ export function boundText(text: string | null, max = MAX_SERVED_TEXT): string | 
 /** The host name of a Host header value, lower-case, without port, brackets or a trailing dot. */
 export function hostName(header: string): string | null {
   try {
-    return new URL(`http://${header}`).hostname.replace(/^\[|\]$/g, '').replace(/\.$/, '').toLowerCase();
+    return new URL(`http://${header}`).hostname
+      .replace(/^\[|\]$/g, '')
+      .replace(/\.$/, '')
+      .toLowerCase();
   } catch {
     return null;
   }
@@ -40,7 +43,12 @@ export interface HostPolicy {
  * the operator. The port is not compared: a name the attacker controls is refused whatever the port,
  * and a port-forward (`kubectl port-forward 9999:8080` sends `localhost:9999`) must keep working.
  */
-export function hostPolicy(o: { bindHost: string; advertisedUrl?: string; allowedHosts?: string[]; machineName?: string }): HostPolicy {
+export function hostPolicy(o: {
+  bindHost: string;
+  advertisedUrl?: string;
+  allowedHosts?: string[];
+  machineName?: string;
+}): HostPolicy {
   const names = new Set<string>(['localhost']);
   const add = (h: string | null | undefined) => {
     const n = h ? hostName(h) : null;
@@ -89,7 +97,9 @@ export function sameOrigin(origin: string | undefined, host: string | undefined)
  */
 export function pagePolicy(html: string): string {
   const hashes = (tag: string) =>
-    [...html.matchAll(new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`, 'g'))].map((m) => `'sha256-${createHash('sha256').update(m[1]!).digest('base64')}'`);
+    [...html.matchAll(new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`, 'g'))].map(
+      (m) => `'sha256-${createHash('sha256').update(m[1]!).digest('base64')}'`,
+    );
   const scripts = hashes('script');
   const styles = hashes('style');
   return [

@@ -12,7 +12,9 @@ export interface MemberAgreement {
   missing: Record<string, string[]>;
 }
 
-export function memberAgreement(members: readonly { replicaId: string; version: string; jobs: readonly string[] | null }[]): MemberAgreement {
+export function memberAgreement(
+  members: readonly { replicaId: string; version: string; jobs: readonly string[] | null }[],
+): MemberAgreement {
   const versions = [...new Set(members.map((m) => m.version))].sort();
   const known = members.filter((m): m is typeof m & { jobs: readonly string[] } => m.jobs !== null);
   const all = new Set(known.flatMap((m) => m.jobs));

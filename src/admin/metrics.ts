@@ -5,7 +5,10 @@ import { activeRunCounts, attemptsFinishedSince } from '../ledger/admin-reads.js
 import type { Tables } from '../db/tables.js';
 
 /** What the metrics read of a replica: its events, identity and clock offset. */
-export type MetricsSource = Pick<ReplicaView, 'on' | 'replicaId' | 'namespace' | 'startedAt' | 'logger' | 'role' | 'hostOffsetMs'>;
+export type MetricsSource = Pick<
+  ReplicaView,
+  'on' | 'replicaId' | 'namespace' | 'startedAt' | 'logger' | 'role' | 'hostOffsetMs'
+>;
 
 /**
  * Prometheus metrics for one replica, fed by the Replica's typed events; run outcomes and
@@ -44,23 +47,45 @@ export class ReplicaMetrics {
   /** Leadership: whether this replica leads, its token, renewal latency, tenures won and lost. */
   private leaseMetrics() {
     const registers = [this.registry];
-    const isLeader = new Gauge({ name: 'cronwarden_is_leader', help: '1 while this replica holds the scheduler lease', registers });
-    const token = new Gauge({ name: 'cronwarden_lease_token', help: 'Fencing token of the current (or last) tenure of this replica', registers });
+    const isLeader = new Gauge({
+      name: 'cronwarden_is_leader',
+      help: '1 while this replica holds the scheduler lease',
+      registers,
+    });
+    const token = new Gauge({
+      name: 'cronwarden_lease_token',
+      help: 'Fencing token of the current (or last) tenure of this replica',
+      registers,
+    });
     const renew = new Histogram({
       name: 'cronwarden_lease_renew_latency_seconds',
       help: 'Round trip of successful lease renewals',
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
       registers,
     });
-    const acquired = new Counter({ name: 'cronwarden_leader_elections_total', help: 'Tenures won by this replica', registers });
-    const lost = new Counter({ name: 'cronwarden_leader_losses_total', help: 'Tenures ended, by reason class', labelNames: ['reason'], registers });
+    const acquired = new Counter({
+      name: 'cronwarden_leader_elections_total',
+      help: 'Tenures won by this replica',
+      registers,
+    });
+    const lost = new Counter({
+      name: 'cronwarden_leader_losses_total',
+      help: 'Tenures ended, by reason class',
+      labelNames: ['reason'],
+      registers,
+    });
     return { isLeader, token, renew, acquired, lost };
   }
 
   /** Fires: committed, duplicate, refused by the fence, missed, skipped, their lateness, and failed enqueues. */
   private fireMetrics() {
     const registers = [this.registry];
-    const fires = new Counter({ name: 'cronwarden_fires_total', help: 'Fires committed to the ledger by this replica', labelNames: ['job', 'trigger'], registers });
+    const fires = new Counter({
+      name: 'cronwarden_fires_total',
+      help: 'Fires committed to the ledger by this replica',
+      labelNames: ['job', 'trigger'],
+      registers,
+    });
     const duplicates = new Counter({
       name: 'cronwarden_fires_duplicate_total',
       help: 'Fires refused by the unique (job, scheduled_at) key: already committed',
@@ -71,8 +96,18 @@ export class ReplicaMetrics {
       help: 'Fire batches refused by the fence: this replica led with a stale token',
       registers,
     });
-    const missed = new Counter({ name: 'cronwarden_fires_missed_total', help: 'Scheduled times not fired (misfire policy)', labelNames: ['job'], registers });
-    const skipped = new Counter({ name: 'cronwarden_fires_skipped_total', help: 'Fires skipped by the pause or overlap policy', labelNames: ['job'], registers });
+    const missed = new Counter({
+      name: 'cronwarden_fires_missed_total',
+      help: 'Scheduled times not fired (misfire policy)',
+      labelNames: ['job'],
+      registers,
+    });
+    const skipped = new Counter({
+      name: 'cronwarden_fires_skipped_total',
+      help: 'Fires skipped by the pause or overlap policy',
+      labelNames: ['job'],
+      registers,
+    });
     const lateness = new Histogram({
       name: 'cronwarden_fire_lateness_seconds',
       help: 'Commit time minus scheduled time of each fire',
@@ -80,7 +115,11 @@ export class ReplicaMetrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
       registers,
     });
-    const enqueueFailed = new Counter({ name: 'cronwarden_enqueue_failures_total', help: 'Committed fires whose BullMQ enqueue failed (retried by the outbox)', registers });
+    const enqueueFailed = new Counter({
+      name: 'cronwarden_enqueue_failures_total',
+      help: 'Committed fires whose BullMQ enqueue failed (retried by the outbox)',
+      registers,
+    });
     return { fires, duplicates, refused, missed, skipped, lateness, enqueueFailed };
   }
 
@@ -97,7 +136,11 @@ export class ReplicaMetrics {
         if (offset !== undefined) this.set(offset / 1000);
       },
     });
-    return new Counter({ name: 'cronwarden_backend_errors_total', help: 'Lease backend errors seen by the elector', registers });
+    return new Counter({
+      name: 'cronwarden_backend_errors_total',
+      help: 'Lease backend errors seen by the elector',
+      registers,
+    });
   }
 
   /** Runs: attempts and durations (filled at scrape time from the ledger) and, on the leader, active runs. */
@@ -157,7 +200,9 @@ export class ReplicaMetrics {
 
   /** Prometheus text exposition; first folds in attempts this replica finished since the last scrape. */
   async exposition(): Promise<string> {
-    await this.countAttempts().catch((err: Error) => this.replica.logger.warn({ err: err.message }, 'metrics: could not read run attempts'));
+    await this.countAttempts().catch((err: Error) =>
+      this.replica.logger.warn({ err: err.message }, 'metrics: could not read run attempts'),
+    );
     return this.registry.metrics();
   }
 
@@ -167,7 +212,12 @@ export class ReplicaMetrics {
 
   private async countAttempts(): Promise<void> {
     // Re-read a 5 s overlap (attempts whose transaction committed late) and skip what was counted.
-    const rows = await attemptsFinishedSince(this.pool, this.tables, this.replica.replicaId, new Date(this.watermark.getTime() - 5000));
+    const rows = await attemptsFinishedSince(
+      this.pool,
+      this.tables,
+      this.replica.replicaId,
+      new Date(this.watermark.getTime() - 5000),
+    );
     for (const row of rows) {
       const key = `${row.runId}/${row.attempt}`;
       if (this.counted.has(key)) continue;

@@ -14,7 +14,17 @@ import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-
 import { bearerMatches } from './auth.js';
 import { memberAgreement } from './member-agreement.js';
 import { OncePerKind } from '../once-per-kind.js';
-import { ConcurrencyCap, SharedCheck, apiPolicy, boundText, hostAllowed, hostPolicy, pagePolicy, sameOrigin, type HostPolicy } from './guards.js';
+import {
+  ConcurrencyCap,
+  SharedCheck,
+  apiPolicy,
+  boundText,
+  hostAllowed,
+  hostPolicy,
+  pagePolicy,
+  sameOrigin,
+  type HostPolicy,
+} from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
 import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
 
@@ -54,14 +64,26 @@ const MAX_RUN_ID = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
 const runsQuery = z.object({
   job: jobName.optional(),
   state: z.enum(runStates, `must be one of ${runStates.join(', ')}`).optional(),
-  limit: z.coerce.number().int('must be a whole number').min(1, 'must be at least 1').max(500, 'must be at most 500').default(50),
+  limit: z.coerce
+    .number()
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(500, 'must be at most 500')
+    .default(50),
   before: z
     .string()
     .regex(/^[1-9][0-9]{0,18}$/, 'must be a run id')
     .refine((v) => BigInt(v) <= MAX_RUN_ID, `must be a run id (at most ${MAX_RUN_ID})`)
     .optional(),
 });
-const limitQuery = z.object({ limit: z.coerce.number().int('must be a whole number').min(1, 'must be at least 1').max(500, 'must be at most 500').default(20) });
+const limitQuery = z.object({
+  limit: z.coerce
+    .number()
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(500, 'must be at most 500')
+    .default(20),
+});
 
 class HttpError extends Error {
   constructor(
@@ -81,7 +103,10 @@ function parse<T>(schema: z.ZodType<T>, value: unknown): T {
   throw new HttpError(400, 'bad_request', `${issue.path.join('.') || 'value'}: ${issue.message}`);
 }
 
-const pageCandidates = [new URL('./status.html', import.meta.url), new URL('../../src/admin/status.html', import.meta.url)].map((u) => fileURLToPath(u));
+const pageCandidates = [
+  new URL('./status.html', import.meta.url),
+  new URL('../../src/admin/status.html', import.meta.url),
+].map((u) => fileURLToPath(u));
 
 /**
  * The admin HTTP server of one replica. Reads are open (bind to loopback unless you mean it);
@@ -110,7 +135,12 @@ export class AdminServer {
     this.reads = new Ledger(this.pool, r.schema);
     this.metrics = new ReplicaMetrics(r, this.pool, this.reads.tables);
     this.cap = new ConcurrencyCap(o.maxConcurrentReads ?? 8);
-    this.hosts = hostPolicy({ bindHost: o.host ?? '127.0.0.1', advertisedUrl: o.advertisedUrl, allowedHosts: o.allowedHosts, machineName: hostname() });
+    this.hosts = hostPolicy({
+      bindHost: o.host ?? '127.0.0.1',
+      advertisedUrl: o.advertisedUrl,
+      allowedHosts: o.allowedHosts,
+      machineName: hostname(),
+    });
     const monotonic = () => r.clock.monotonic();
     this.errorLog = new OncePerKind(monotonic);
     this.ready = this.readinessCheck(monotonic);
@@ -128,7 +158,10 @@ export class AdminServer {
     // The ledger pool is what the scheduler needs; one shared check takes at most one of its connections.
     return new SharedCheck(
       async () => {
-        const [backend, database] = await Promise.all([check(() => o.backend.current(r.leaseName), readyMs), check(() => r.pingLedger(), readyMs)]);
+        const [backend, database] = await Promise.all([
+          check(() => o.backend.current(r.leaseName), readyMs),
+          check(() => r.pingLedger(), readyMs),
+        ]);
         return { backend, database };
       },
       monotonic,
@@ -139,10 +172,17 @@ export class AdminServer {
   /** Every response gets the safety headers; a foreign Host, or a cross-origin change, is refused first. */
   private guardRequests(): void {
     this.app.addHook('onRequest', async (req, reply) => {
-      reply.header('x-content-type-options', 'nosniff').header('referrer-policy', 'no-referrer').header('x-frame-options', 'DENY');
+      reply
+        .header('x-content-type-options', 'nosniff')
+        .header('referrer-policy', 'no-referrer')
+        .header('x-frame-options', 'DENY');
       reply.header('content-security-policy', apiPolicy);
       if (!hostAllowed(this.hosts, req.headers.host)) {
-        throw new HttpError(403, 'forbidden_host', `host "${String(req.headers.host).slice(0, 100)}" is not served here; use the bind address, localhost, the advertised admin URL, or add the name to the allowed hosts`);
+        throw new HttpError(
+          403,
+          'forbidden_host',
+          `host "${String(req.headers.host).slice(0, 100)}" is not served here; use the bind address, localhost, the advertised admin URL, or add the name to the allowed hosts`,
+        );
       }
       if (req.method !== 'GET' && req.method !== 'HEAD' && !sameOrigin(req.headers.origin, req.headers.host)) {
         throw new HttpError(403, 'cross_origin', 'cross-origin requests may not change anything');
@@ -166,15 +206,24 @@ export class AdminServer {
       const kind = `${busy ? 'busy' : 'internal'}:${err.code ?? err.name}`;
       const suppressed = this.errorLog.shouldLog(kind);
       if (suppressed !== undefined) {
-        r.logger[busy ? 'warn' : 'error']({ err, route: req.routeOptions.url, suppressedSinceLast: suppressed }, busy ? 'admin request: database busy or unreachable' : 'admin request failed');
+        r.logger[busy ? 'warn' : 'error'](
+          { err, route: req.routeOptions.url, suppressedSinceLast: suppressed },
+          busy ? 'admin request: database busy or unreachable' : 'admin request failed',
+        );
       }
       if (busy) {
         reply.header('retry-after', '1');
-        return reply.code(503).send({ error: 'the ledger database is busy or unreachable; try again', code: 'unavailable' });
+        return reply
+          .code(503)
+          .send({ error: 'the ledger database is busy or unreachable; try again', code: 'unavailable' });
       }
       return reply.code(500).send({ error: 'internal error (logged by the replica)', code: 'internal' });
     });
-    this.app.setNotFoundHandler((req, reply) => reply.code(404).send({ error: `no route ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`, code: 'not_found' }));
+    this.app.setNotFoundHandler((req, reply) =>
+      reply
+        .code(404)
+        .send({ error: `no route ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`, code: 'not_found' }),
+    );
   }
 
   /** Listen; resolves to the base URL (http://host:port). */
@@ -217,7 +266,11 @@ export class AdminServer {
 
   private requireToken = async (req: FastifyRequest): Promise<void> => {
     if (!bearerMatches(req.headers.authorization, this.o.token)) {
-      throw new HttpError(401, 'unauthorized', this.o.token ? 'missing or wrong bearer token' : 'mutations are disabled: no admin token configured');
+      throw new HttpError(
+        401,
+        'unauthorized',
+        this.o.token ? 'missing or wrong bearer token' : 'mutations are disabled: no admin token configured',
+      );
     }
   };
 
@@ -231,8 +284,13 @@ export class AdminServer {
   private async notLeader(): Promise<never> {
     const r = this.o.replica;
     const cur = await this.o.backend.current(r.leaseName).catch(() => null);
-    const leaderAdminUrl = cur ? await memberAdminUrl(this.pool, this.reads.tables, cur.holder).catch(() => null) : null;
-    throw new HttpError(409, 'not_leader', `replica "${r.replicaId}" is not the leader`, { leader: cur?.holder ?? null, leaderAdminUrl });
+    const leaderAdminUrl = cur
+      ? await memberAdminUrl(this.pool, this.reads.tables, cur.holder).catch(() => null)
+      : null;
+    throw new HttpError(409, 'not_leader', `replica "${r.replicaId}" is not the leader`, {
+      leader: cur?.holder ?? null,
+      leaderAdminUrl,
+    });
   }
 
   async leaseStatus() {
@@ -267,13 +325,19 @@ export class AdminServer {
 
     app.get('/', async (_req, reply) => {
       const page = await this.statusPage();
-      return reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').header('content-security-policy', page.csp).send(page.html);
+      return reply
+        .type('text/html; charset=utf-8')
+        .header('cache-control', 'no-store')
+        .header('content-security-policy', page.csp)
+        .send(page.html);
     });
 
     app.get('/healthz', async (_req, reply) => {
       // client-go's healthz adaptor: unhealthy when we believe we lead but our lease deadline passed.
       if (r.role === 'leader' && !r.lease()) {
-        return reply.code(503).send({ ok: false, error: 'leading past the lease deadline without a renew', role: r.role });
+        return reply
+          .code(503)
+          .send({ ok: false, error: 'leading past the lease deadline without a renew', role: r.role });
       }
       return { ok: true, role: r.role, replicaId: r.replicaId };
     });
@@ -290,29 +354,52 @@ export class AdminServer {
     const app = this.app;
     const r = this.o.replica;
 
-    app.get('/metrics', this.capped(async (_req, reply) => reply.type(this.metrics.contentType).send(await this.metrics.exposition())));
+    app.get(
+      '/metrics',
+      this.capped(async (_req, reply) => reply.type(this.metrics.contentType).send(await this.metrics.exposition())),
+    );
 
-    app.get('/api/lease', this.capped(async () => this.leaseStatus()));
+    app.get(
+      '/api/lease',
+      this.capped(async () => this.leaseStatus()),
+    );
 
-    app.get('/api/members', this.capped(async () => {
-      const members = await listMembers(this.pool, this.reads.tables);
-      return { members, agreement: memberAgreement(members) };
-    }));
+    app.get(
+      '/api/members',
+      this.capped(async () => {
+        const members = await listMembers(this.pool, this.reads.tables);
+        return { members, agreement: memberAgreement(members) };
+      }),
+    );
 
-    app.get('/api/jobs', this.capped(async () => this.jobsStatus()));
+    app.get(
+      '/api/jobs',
+      this.capped(async () => this.jobsStatus()),
+    );
 
-    app.get('/api/runs', this.capped(async (req) => {
-      const q = parse(runsQuery, req.query);
-      // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
-      const page = await listRuns(this.pool, this.reads.tables, { job: q.job, state: q.state, limit: q.limit, before: q.before === undefined ? undefined : BigInt(q.before) });
-      // Handler text is served bounded, whatever the ledger holds.
-      return { ...page, runs: page.runs.map((run) => ({ ...boundRun(run), attempts: run.attempts.map(boundRun) })) };
-    }));
+    app.get(
+      '/api/runs',
+      this.capped(async (req) => {
+        const q = parse(runsQuery, req.query);
+        // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
+        const page = await listRuns(this.pool, this.reads.tables, {
+          job: q.job,
+          state: q.state,
+          limit: q.limit,
+          before: q.before === undefined ? undefined : BigInt(q.before),
+        });
+        // Handler text is served bounded, whatever the ledger holds.
+        return { ...page, runs: page.runs.map((run) => ({ ...boundRun(run), attempts: run.attempts.map(boundRun) })) };
+      }),
+    );
 
-    app.get('/api/elections', this.capped(async (req) => {
-      const q = parse(limitQuery, req.query);
-      return { elections: await listElections(this.pool, this.reads.tables, r.leaseName, q.limit) };
-    }));
+    app.get(
+      '/api/elections',
+      this.capped(async (req) => {
+        const q = parse(limitQuery, req.query);
+        return { elections: await listElections(this.pool, this.reads.tables, r.leaseName, q.limit) };
+      }),
+    );
   }
 
   /** The body of GET /api/jobs: each defined job with its pause flag, next fire and last run. */
@@ -320,7 +407,10 @@ export class AdminServer {
     const r = this.o.replica;
     const jobs = r.jobs();
     const names = jobs.map((j) => j.name);
-    const [paused, last] = await Promise.all([this.reads.fires.pausedJobs(), lastRuns(this.pool, this.reads.tables, names)]);
+    const [paused, last] = await Promise.all([
+      this.reads.fires.pausedJobs(),
+      lastRuns(this.pool, this.reads.tables, names),
+    ]);
     const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
     return {
       jobs: jobs.map((j) => {
@@ -350,7 +440,13 @@ export class AdminServer {
       try {
         const fire = await r.trigger(job.name);
         r.logger.info({ job: job.name, runId: fire.runId.toString() }, 'admin: job triggered');
-        return { triggered: true, job: job.name, runId: fire.runId.toString(), scheduledAt: fire.scheduledAt.toISOString(), leader: r.replicaId };
+        return {
+          triggered: true,
+          job: job.name,
+          runId: fire.runId.toString(),
+          scheduledAt: fire.scheduledAt.toISOString(),
+          leader: r.replicaId,
+        };
       } catch (err) {
         if (err instanceof NotLeaderError) return this.notLeader();
         throw err;
@@ -418,4 +514,3 @@ async function check(fn: () => Promise<unknown>, ms: number): Promise<string> {
     clearTimeout(timer);
   }
 }
-

@@ -5,7 +5,11 @@ import { InvalidConfigError } from '../errors.js';
 /** --url / --timeout-ms shared by every command that talks to a replica's admin HTTP. */
 export function adminOptions(cmd: Command): Command {
   return cmd
-    .option('--url <url>', 'admin URL of any replica (env CRONWARDEN_ADMIN_URL)', process.env.CRONWARDEN_ADMIN_URL ?? 'http://127.0.0.1:8080')
+    .option(
+      '--url <url>',
+      'admin URL of any replica (env CRONWARDEN_ADMIN_URL)',
+      process.env.CRONWARDEN_ADMIN_URL ?? 'http://127.0.0.1:8080',
+    )
     .option('--timeout-ms <ms>', 'request timeout', '5000');
 }
 
@@ -15,18 +19,32 @@ export function clientFrom(opts: { url: string; timeoutMs: string }): AdminClien
   } catch (err) {
     throw new InvalidConfigError('--url (env CRONWARDEN_ADMIN_URL)', (err as Error).message);
   }
-  return new AdminClient({ url: opts.url, token: process.env.CRONWARDEN_ADMIN_TOKEN || undefined, timeoutMs: Number(opts.timeoutMs) || 5000 });
+  return new AdminClient({
+    url: opts.url,
+    token: process.env.CRONWARDEN_ADMIN_TOKEN || undefined,
+    timeoutMs: Number(opts.timeoutMs) || 5000,
+  });
 }
 
-const tokenHelp = '\nNeeds the admin bearer token in CRONWARDEN_ADMIN_TOKEN. Any replica may be addressed: a follower answers\n409 with the leader\'s admin URL and the command follows it.';
+const tokenHelp =
+  "\nNeeds the admin bearer token in CRONWARDEN_ADMIN_TOKEN. Any replica may be addressed: a follower answers\n409 with the leader's admin URL and the command follows it.";
 
 /** trigger / pause / resume / resign. */
 export function registerControl(program: Command): void {
-  adminOptions(program.command('trigger').argument('<job>', 'job name').description('fire a job now (a manual run), through the leader'))
+  adminOptions(
+    program
+      .command('trigger')
+      .argument('<job>', 'job name')
+      .description('fire a job now (a manual run), through the leader'),
+  )
     .addHelpText('after', tokenHelp)
     .action(async (job: string, opts: { url: string; timeoutMs: string }) => {
-      const { body, via } = await clientFrom(opts).mutate<{ runId: string; scheduledAt: string; leader: string }>(`/api/jobs/${encodeURIComponent(job)}/trigger`);
-      process.stdout.write(`triggered ${job}: run ${body.runId} at ${body.scheduledAt} (leader ${body.leader}, ${via})\n`);
+      const { body, via } = await clientFrom(opts).mutate<{ runId: string; scheduledAt: string; leader: string }>(
+        `/api/jobs/${encodeURIComponent(job)}/trigger`,
+      );
+      process.stdout.write(
+        `triggered ${job}: run ${body.runId} at ${body.scheduledAt} (leader ${body.leader}, ${via})\n`,
+      );
     });
 
   for (const action of ['pause', 'resume'] as const) {
@@ -34,7 +52,11 @@ export function registerControl(program: Command): void {
       program
         .command(action)
         .argument('<job>', 'job name')
-        .description(action === 'pause' ? 'stop firing a job on schedule (manual triggers still run)' : 'fire a paused job on schedule again'),
+        .description(
+          action === 'pause'
+            ? 'stop firing a job on schedule (manual triggers still run)'
+            : 'fire a paused job on schedule again',
+        ),
     )
       .addHelpText('after', tokenHelp)
       .action(async (job: string, opts: { url: string; timeoutMs: string }) => {
@@ -43,7 +65,9 @@ export function registerControl(program: Command): void {
       });
   }
 
-  adminOptions(program.command('resign').description('make the leader give up its lease now; another replica takes over'))
+  adminOptions(
+    program.command('resign').description('make the leader give up its lease now; another replica takes over'),
+  )
     .addHelpText('after', tokenHelp)
     .action(async (opts: { url: string; timeoutMs: string }) => {
       const { body } = await clientFrom(opts).mutate<{ replicaId: string; token: string }>('/api/resign');

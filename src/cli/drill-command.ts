@@ -29,32 +29,67 @@ export function registerDrill(program: Command): void {
     .option('--backend <kind>', 'etcd | redis | postgres (the drill starts a throwaway server for it)', 'postgres')
     .option('--replicas <n>', 'replica processes', '3')
     .option('--jobs <n>', 'jobs due every second', '10')
-    .option('--faults <kinds>', `comma-separated: ${faultKinds.join(', ')} (default: all that apply but ${[...topologyFaults].join(' and ')}; clock-skew needs libfaketime)`)
+    .option(
+      '--faults <kinds>',
+      `comma-separated: ${faultKinds.join(', ')} (default: all that apply but ${[...topologyFaults].join(' and ')}; clock-skew needs libfaketime)`,
+    )
     .option('--fault-count <n>', 'faults to strike in all (each chosen kind equally often, at least once)', '5')
     .option('--interval <seconds>', 'quiet time between faults', '6')
     .option('--ttl-ms <ms>', 'lease TTL of the replicas', '2000')
-    .option('--delay-ms <ms>', 'link-slow: one-way delay on the leader\'s link', '75')
+    .option('--delay-ms <ms>', "link-slow: one-way delay on the leader's link", '75')
     .option('--jitter-ms <ms>', 'link-slow: ± spread of that delay', '50')
-    .option('--loss <share>', 'link-lossy: share of segments lost, each costing a 200 ms retransmission timeout', '0.05')
+    .option(
+      '--loss <share>',
+      'link-lossy: share of segments lost, each costing a 200 ms retransmission timeout',
+      '0.05',
+    )
     .option('--ledger-async', 'ledger-failover: make the standby asynchronous (breaks the guarantee on purpose)')
-    .option('--ledger-lag-ms <ms>', 'ledger-failover: the standby is cut off this long before the primary is killed', '1000')
-    .option('--sentinel-lag-ms <ms>', 'redis-sentinel-failover: the replica is cut off this long before the primary is killed', '0')
-    .option('--seed <n>', 'seed of the fault schedule (printed, to replay a run)', String(Math.floor(Math.random() * 1e9)))
-    .option('--database-url <url>', 'PostgreSQL server for the ledger (a database is created and dropped)', process.env.CRONWARDEN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres')
-    .option('--redis-url <url>', 'Redis for BullMQ delivery', process.env.CRONWARDEN_REDIS_URL ?? 'redis://127.0.0.1:6379')
+    .option(
+      '--ledger-lag-ms <ms>',
+      'ledger-failover: the standby is cut off this long before the primary is killed',
+      '1000',
+    )
+    .option(
+      '--sentinel-lag-ms <ms>',
+      'redis-sentinel-failover: the replica is cut off this long before the primary is killed',
+      '0',
+    )
+    .option(
+      '--seed <n>',
+      'seed of the fault schedule (printed, to replay a run)',
+      String(Math.floor(Math.random() * 1e9)),
+    )
+    .option(
+      '--database-url <url>',
+      'PostgreSQL server for the ledger (a database is created and dropped)',
+      process.env.CRONWARDEN_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres',
+    )
+    .option(
+      '--redis-url <url>',
+      'Redis for BullMQ delivery',
+      process.env.CRONWARDEN_REDIS_URL ?? 'redis://127.0.0.1:6379',
+    )
     .option('--report <file>', 'write the JSON report here')
     .action(async (raw: Record<string, string | boolean | undefined>) => {
       const parsed = optionsSchema.safeParse(raw);
       if (!parsed.success) {
         const issue = parsed.error.issues[0]!;
-        throw new InvalidConfigError(`--${String(issue.path[0]).replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`, issue.message);
+        throw new InvalidConfigError(
+          `--${String(issue.path[0]).replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`,
+          issue.message,
+        );
       }
       const o = parsed.data;
-      const faults = ((raw.faults as string | undefined)?.split(',').map((s) => s.trim()) ?? applicableFaults(o.backend, findLibfaketime() !== undefined)) as FaultKind[];
-      for (const f of faults) if (!faultKinds.includes(f)) throw new InvalidConfigError('--faults', `unknown fault "${f}"; expected ${faultKinds.join(', ')}`);
+      const faults = ((raw.faults as string | undefined)?.split(',').map((s) => s.trim()) ??
+        applicableFaults(o.backend, findLibfaketime() !== undefined)) as FaultKind[];
+      for (const f of faults)
+        if (!faultKinds.includes(f))
+          throw new InvalidConfigError('--faults', `unknown fault "${f}"; expected ${faultKinds.join(', ')}`);
       const conflict = faultConflict(o.backend, faults);
       if (conflict) throw new InvalidConfigError('--faults', conflict);
-      console.log(`drill: backend ${o.backend}, ${o.replicas} replicas, ${o.jobs} jobs/s, faults ${faults.join(',')} x${o.faultCount}, seed ${o.seed}`);
+      console.log(
+        `drill: backend ${o.backend}, ${o.replicas} replicas, ${o.jobs} jobs/s, faults ${faults.join(',')} x${o.faultCount}, seed ${o.seed}`,
+      );
       const report = await runDrill({
         backend: o.backend,
         replicas: o.replicas,
@@ -74,7 +109,11 @@ export function registerDrill(program: Command): void {
         log: (line) => console.log(line),
       });
       printReport(report);
-      if (typeof raw.report === 'string') writeFileSync(raw.report, JSON.stringify(report, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2));
+      if (typeof raw.report === 'string')
+        writeFileSync(
+          raw.report,
+          JSON.stringify(report, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2),
+        );
       if (!report.ok) process.exitCode = 1;
     });
 }
@@ -82,8 +121,12 @@ export function registerDrill(program: Command): void {
 function printReport(r: DrillReport): void {
   const c = r.check;
   console.log(`\nwindow ${r.window.from} .. ${r.window.to}`);
-  console.log(`fires expected ${c.expected}, committed ${c.committed}, duplicated ${c.duplicated}, missed ${c.missed}, early ${c.early}, unfinished ${c.incomplete}`);
-  console.log(`effects doubled ${c.effectsDuplicated}, missing ${c.effectsMissing}, written by a stale attempt ${c.staleEffects}; stale attempts refused ${r.staleAttemptsRefused}`);
+  console.log(
+    `fires expected ${c.expected}, committed ${c.committed}, duplicated ${c.duplicated}, missed ${c.missed}, early ${c.early}, unfinished ${c.incomplete}`,
+  );
+  console.log(
+    `effects doubled ${c.effectsDuplicated}, missing ${c.effectsMissing}, written by a stale attempt ${c.staleEffects}; stale attempts refused ${r.staleAttemptsRefused}`,
+  );
   console.log(`leader tokens out of commit order: ${c.tokenRegressions}`);
   const st = c.settlement;
   console.log(
@@ -91,7 +134,9 @@ function printReport(r: DrillReport): void {
       `unsettled ${st.unsettled}${st.unsettled ? ` ${JSON.stringify(st.unsettledByState)}` : ''}`,
   );
   if (c.attemptLog) {
-    console.log(`attempt log: ${c.attemptLog.committed} writes committed, ${c.staleWritesRefused} stale refused, ${c.staleWritesLanded} stale landed, ${c.writesCommittedTwice} doubled, ${c.writesLostByLedger} lost by the ledger; ${c.attemptLog.failed} attempts failed`);
+    console.log(
+      `attempt log: ${c.attemptLog.committed} writes committed, ${c.staleWritesRefused} stale refused, ${c.staleWritesLanded} stale landed, ${c.writesCommittedTwice} doubled, ${c.writesLostByLedger} lost by the ledger; ${c.attemptLog.failed} attempts failed`,
+    );
   }
   if (r.unexpectedExits.length) console.log(`replicas that exited by themselves: ${r.unexpectedExits.join(', ')}`);
   for (const f of r.faults) {
@@ -102,8 +147,12 @@ function printReport(r: DrillReport): void {
     console.log(`  ${''.padEnd(20)} ${f.detail}`);
     if (f.fires) {
       const w = f.fires;
-      console.log(`  ${''.padEnd(20)} until the next fault: fires expected ${w.expected}, committed ${w.committed}, duplicated ${w.duplicated}, missed ${w.missed}, stale attempts refused ${w.staleRefused}`);
+      console.log(
+        `  ${''.padEnd(20)} until the next fault: fires expected ${w.expected}, committed ${w.committed}, duplicated ${w.duplicated}, missed ${w.missed}, stale attempts refused ${w.staleRefused}`,
+      );
     }
   }
-  console.log(r.ok ? '\nOK: no violation' : `\nVIOLATIONS (${r.violations.length}):\n  ${r.violations.slice(0, 20).join('\n  ')}`);
+  console.log(
+    r.ok ? '\nOK: no violation' : `\nVIOLATIONS (${r.violations.length}):\n  ${r.violations.slice(0, 20).join('\n  ')}`,
+  );
 }

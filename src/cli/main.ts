@@ -15,7 +15,9 @@ import { registerControl } from './control-command.js';
  */
 export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
 
-const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const version = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 const program = new Command('cronwarden')
   .description('Exactly-once cron across a cluster: leader election, fencing tokens, BullMQ delivery.')
@@ -32,7 +34,9 @@ registerControl(program);
 // a second line) become one line naming the help to read. Set per command, so the hint names it.
 for (const cmd of [program, ...program.commands]) {
   const helpHint = cmd === program ? 'cronwarden --help' : `cronwarden ${cmd.name()} --help`;
-  cmd.configureOutput({ outputError: (str, write) => write(`cronwarden: ${oneLine(str.replace(/^error: /, ''))} (see ${helpHint})\n`) });
+  cmd.configureOutput({
+    outputError: (str, write) => write(`cronwarden: ${oneLine(str.replace(/^error: /, ''))} (see ${helpHint})\n`),
+  });
 }
 
 /** Collapse a message to one line (stack-less, no embedded newlines). */

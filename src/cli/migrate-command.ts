@@ -6,7 +6,13 @@ import { AccessDeniedError } from '../errors.js';
 import { resolveSchema } from '../db/tables.js';
 
 /** The settings migrate reads, from the same flags, environment and config file as start. */
-const migrateKeys = ['config', 'databaseUrl', 'namespace', 'schema', 'connectTimeoutMs'] as const satisfies readonly SettingKey[];
+const migrateKeys = [
+  'config',
+  'databaseUrl',
+  'namespace',
+  'schema',
+  'connectTimeoutMs',
+] as const satisfies readonly SettingKey[];
 
 export function registerMigrate(program: Command): void {
   const command = program
@@ -20,7 +26,9 @@ export function registerMigrate(program: Command): void {
     const { databaseUrl, namespace, schema: chosen, connectTimeoutMs } = loadSettings(migrateKeys, flags);
     const schema = resolveSchema({ schema: chosen, namespace });
     const result = await migrateDatabase(databaseUrl, { connectTimeoutMs, schema }).catch((err: unknown) => {
-      throw err instanceof AccessDeniedError ? new AccessDeniedError(err.service, `${err.reason}; check ${settingName("databaseUrl")}`, { cause: err }) : err;
+      throw err instanceof AccessDeniedError
+        ? new AccessDeniedError(err.service, `${err.reason}; check ${settingName('databaseUrl')}`, { cause: err })
+        : err;
     });
     if (result.movedFromPublic) process.stdout.write(`moved the 0.1.0 ledger from public into schema "${schema}"\n`);
     process.stdout.write('migrations applied\n');

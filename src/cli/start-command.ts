@@ -3,7 +3,14 @@ import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
 import { pino } from 'pino';
 import { describeConfig, loadReplicaConfig, type AdminConfig, type SettingFlags } from '../config/replica-config.js';
-import { envName, optionSpecs, settingName, settingKeys, settings, type SettingDefinition } from '../config/settings.js';
+import {
+  envName,
+  optionSpecs,
+  settingName,
+  settingKeys,
+  settings,
+  type SettingDefinition,
+} from '../config/settings.js';
 import { checkStartup } from '../config/startup-checks.js';
 import { settlesWithin } from '../settles-within.js';
 import { InvalidConfigError } from '../errors.js';
@@ -27,7 +34,9 @@ async function startReplica(flags: SettingFlags): Promise<void> {
   const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
   const schema = resolveSchema(config);
   // The postgres lease backend keeps its cw_leases in the deployment's schema too.
-  const backend = await createLeaseBackend(config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend);
+  const backend = await createLeaseBackend(
+    config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend,
+  );
   try {
     await checkStartup(config, backend, schema);
   } catch (err) {
@@ -46,7 +55,9 @@ async function startReplica(flags: SettingFlags): Promise<void> {
     worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
     shutdownGraceMs: config.shutdownGraceMs,
     retentionMs: config.retentionDays * 24 * 3600 * 1000,
-    admin: config.admin.enabled ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url } : false,
+    admin: config.admin.enabled
+      ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url }
+      : false,
     logger,
   });
   replica.logger.info({ config: describeConfig(config) }, 'starting replica');
@@ -92,7 +103,6 @@ const envOnly = settingKeys
   .map((k) => `${envName(k)}${(settings[k] as SettingDefinition).secret ? ' (a secret: flags show in ps)' : ''}`)
   .join(', ');
 
-
 /** Import the user's jobs module; it must export JobDefinitions (named exports or a default array). */
 async function loadJobs(path: string): Promise<JobDefinition[]> {
   let mod: Record<string, unknown>;
@@ -108,8 +118,13 @@ async function loadJobs(path: string): Promise<JobDefinition[]> {
     }
     throw new InvalidConfigError(settingName('jobs'), `cannot load "${path}": ${(err as Error).message}`);
   }
-  const values = Array.isArray(mod.default) ? (mod.default as unknown[]) : Object.values(mod).flatMap((v): unknown[] => (Array.isArray(v) ? (v as unknown[]) : [v]));
-  const jobs = values.filter((v): v is JobDefinition => typeof v === 'object' && v !== null && 'schedule' in v && 'handler' in v && 'name' in v);
-  if (jobs.length === 0) throw new InvalidConfigError(settingName('jobs'), `"${path}" exports no job definitions (use defineJob)`);
+  const values = Array.isArray(mod.default)
+    ? (mod.default as unknown[])
+    : Object.values(mod).flatMap((v): unknown[] => (Array.isArray(v) ? (v as unknown[]) : [v]));
+  const jobs = values.filter(
+    (v): v is JobDefinition => typeof v === 'object' && v !== null && 'schedule' in v && 'handler' in v && 'name' in v,
+  );
+  if (jobs.length === 0)
+    throw new InvalidConfigError(settingName('jobs'), `"${path}" exports no job definitions (use defineJob)`);
   return jobs;
 }

@@ -2,12 +2,41 @@ import type { Command } from 'commander';
 import type { MemberAgreement } from '../admin/member-agreement.js';
 import { adminOptions, clientFrom } from './control-command.js';
 
-interface Lease { backend: string; leaseName: string; holder: string | null; token: string | null; ttlMs: number; expiresInMs: number | null; leaderSince: string | null; replicaId: string; role: string }
-interface Member { replicaId: string; role: string; host: string; pid: number; version: string; lastSeenAgoMs: number; adminUrl: string | null }
-interface Job { name: string; schedule: string; timezone: string; paused: boolean; nextFireAt: string | null; lastRun: { scheduledAt: string; state: string; trigger: string } | null }
+interface Lease {
+  backend: string;
+  leaseName: string;
+  holder: string | null;
+  token: string | null;
+  ttlMs: number;
+  expiresInMs: number | null;
+  leaderSince: string | null;
+  replicaId: string;
+  role: string;
+}
+interface Member {
+  replicaId: string;
+  role: string;
+  host: string;
+  pid: number;
+  version: string;
+  lastSeenAgoMs: number;
+  adminUrl: string | null;
+}
+interface Job {
+  name: string;
+  schedule: string;
+  timezone: string;
+  paused: boolean;
+  nextFireAt: string | null;
+  lastRun: { scheduledAt: string; state: string; trigger: string } | null;
+}
 
 export function registerStatus(program: Command): void {
-  adminOptions(program.command('status').description('show the leader, its token and TTL left, members and jobs (reads the admin endpoint)'))
+  adminOptions(
+    program
+      .command('status')
+      .description('show the leader, its token and TTL left, members and jobs (reads the admin endpoint)'),
+  )
     .option('--json', 'print the raw JSON')
     .action(async (opts: { url: string; timeoutMs: string; json?: boolean }) => {
       const client = clientFrom(opts);
@@ -17,18 +46,48 @@ export function registerStatus(program: Command): void {
         client.get<{ jobs: Job[] }>('/api/jobs'),
       ]);
       if (opts.json) {
-        process.stdout.write(`${JSON.stringify({ lease, members: members.members, agreement: members.agreement, jobs: jobs.jobs }, null, 2)}\n`);
+        process.stdout.write(
+          `${JSON.stringify({ lease, members: members.members, agreement: members.agreement, jobs: jobs.jobs }, null, 2)}\n`,
+        );
         return;
       }
       const out: string[] = [];
       out.push(`lease     ${lease.leaseName} (${lease.backend}, TTL ${lease.ttlMs} ms)`);
-      out.push(`leader    ${lease.holder ?? 'none'}${lease.holder ? `  token ${lease.token}  expires in ${lease.expiresInMs} ms  since ${lease.leaderSince ?? '?'}` : ''}`);
+      out.push(
+        `leader    ${lease.holder ?? 'none'}${lease.holder ? `  token ${lease.token}  expires in ${lease.expiresInMs} ms  since ${lease.leaderSince ?? '?'}` : ''}`,
+      );
       out.push(`asked     ${lease.replicaId} (${lease.role}) at ${client.baseUrl}`);
       out.push('', 'MEMBERS');
-      out.push(...table(['REPLICA', 'ROLE', 'HOST', 'PID', 'VERSION', 'LAST SEEN', 'ADMIN'], members.members.map((m) => [m.replicaId, m.role, m.host, String(m.pid), m.version, `${(m.lastSeenAgoMs / 1000).toFixed(1)}s ago`, m.adminUrl ?? '-'])));
+      out.push(
+        ...table(
+          ['REPLICA', 'ROLE', 'HOST', 'PID', 'VERSION', 'LAST SEEN', 'ADMIN'],
+          members.members.map((m) => [
+            m.replicaId,
+            m.role,
+            m.host,
+            String(m.pid),
+            m.version,
+            `${(m.lastSeenAgoMs / 1000).toFixed(1)}s ago`,
+            m.adminUrl ?? '-',
+          ]),
+        ),
+      );
       out.push(...disagreement(members.agreement));
       out.push('', 'JOBS');
-      out.push(...table(['JOB', 'SCHEDULE', 'TZ', 'NEXT FIRE', 'LAST RUN', 'OUTCOME', 'PAUSED'], jobs.jobs.map((j) => [j.name, j.schedule, j.timezone, j.nextFireAt ?? '-', j.lastRun?.scheduledAt ?? '-', j.lastRun ? `${j.lastRun.state} (${j.lastRun.trigger})` : '-', j.paused ? 'yes' : 'no'])));
+      out.push(
+        ...table(
+          ['JOB', 'SCHEDULE', 'TZ', 'NEXT FIRE', 'LAST RUN', 'OUTCOME', 'PAUSED'],
+          jobs.jobs.map((j) => [
+            j.name,
+            j.schedule,
+            j.timezone,
+            j.nextFireAt ?? '-',
+            j.lastRun?.scheduledAt ?? '-',
+            j.lastRun ? `${j.lastRun.state} (${j.lastRun.trigger})` : '-',
+            j.paused ? 'yes' : 'no',
+          ]),
+        ),
+      );
       process.stdout.write(`${out.join('\n')}\n`);
     });
 }
@@ -38,11 +97,17 @@ function disagreement(a: MemberAgreement | undefined): string[] {
   if (!a) return [];
   const lines: string[] = [];
   if (a.versions.length > 1) lines.push(`versions  replicas disagree: ${a.versions.join(', ')}`);
-  for (const [replica, jobs] of Object.entries(a.missing)) lines.push(`jobs      ${replica} does not define ${jobs.join(', ')}`);
+  for (const [replica, jobs] of Object.entries(a.missing))
+    lines.push(`jobs      ${replica} does not define ${jobs.join(', ')}`);
   return lines;
 }
 
 function table(head: string[], rows: string[][]): string[] {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
-  return [head, ...rows].map((r) => r.map((c, i) => c.padEnd(widths[i] ?? 0)).join('  ').trimEnd());
+  return [head, ...rows].map((r) =>
+    r
+      .map((c, i) => c.padEnd(widths[i] ?? 0))
+      .join('  ')
+      .trimEnd(),
+  );
 }

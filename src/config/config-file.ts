@@ -53,10 +53,14 @@ export function readConfigFile(path: string): Record<string, unknown> {
 function describeUnknownKey(key: string): string {
   // A key is not a secret, but a garbled file could put anything there: quote only key-like text.
   const shown = /^[A-Za-z0-9_.-]{1,64}$/.test(key) ? `"${key}"` : 'a key';
-  const renamed = (Object.keys(settings) as SettingKey[]).find((k) => (settings[k] as SettingDefinition).formerFileKey === key);
+  const renamed = (Object.keys(settings) as SettingKey[]).find(
+    (k) => (settings[k] as SettingDefinition).formerFileKey === key,
+  );
   if (renamed) return `unknown key ${shown}: it is now "${renamed}"`;
   const near = nearestKey(key);
-  return near ? `unknown key ${shown} (did you mean "${near}"?)` : `unknown key ${shown} (known keys: ${fileKeys.join(', ')})`;
+  return near
+    ? `unknown key ${shown} (did you mean "${near}"?)`
+    : `unknown key ${shown} (known keys: ${fileKeys.join(', ')})`;
 }
 
 /**
@@ -64,7 +68,11 @@ function describeUnknownKey(key: string): string {
  * (`CRONWARDEN_ADMIN_PORT`, `admin-port`), or within a few edits (`namespce`, `adminToke`).
  */
 export function nearestKey(key: string): string | undefined {
-  const norm = (s: string) => s.toLowerCase().replace(/^cronwarden/, '').replace(/[^a-z0-9]/g, '');
+  const norm = (s: string) =>
+    s
+      .toLowerCase()
+      .replace(/^cronwarden/, '')
+      .replace(/[^a-z0-9]/g, '');
   const exact = fileKeys.find((k) => norm(k) === norm(key));
   if (exact) return exact;
   let best: { key: string; d: number } | undefined;
@@ -81,7 +89,9 @@ export function nearestKey(key: string): string | undefined {
  * suggester is not exported.
  */
 function editDistance(a: string, b: string): number {
-  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
+  const d = Array.from({ length: a.length + 1 }, (_, i) =>
+    Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)),
+  );
   for (let i = 1; i <= a.length; i++) {
     for (let j = 1; j <= b.length; j++) {
       const cost = a[i - 1] === b[j - 1] ? 0 : 1;

@@ -66,7 +66,11 @@ export type SettingFlags = Partial<Record<SettingKey, string>>;
  * CRONWARDEN_CONFIG). An empty environment variable counts as unset, so it does not hide the
  * file's value. Defaults fill the rest; a required setting left unset is refused.
  */
-export function loadSettings<K extends SettingKey>(keys: readonly K[], flags: SettingFlags, env: NodeJS.ProcessEnv = process.env): SettingValues<K> {
+export function loadSettings<K extends SettingKey>(
+  keys: readonly K[],
+  flags: SettingFlags,
+  env: NodeJS.ProcessEnv = process.env,
+): SettingValues<K> {
   const fromEnv = (key: SettingKey) => (env[envName(key)] === '' ? undefined : env[envName(key)]);
   const configPath = flags.config ?? fromEnv('config');
   const file = configPath === undefined ? {} : readConfigFile(configPath);
@@ -75,7 +79,10 @@ export function loadSettings<K extends SettingKey>(keys: readonly K[], flags: Se
     const def: SettingDefinition = settings[key];
     const fromFlag = def.arg ? flags[key] : undefined;
     const raw = fromFlag ?? fromEnv(key) ?? file[key];
-    const name = fromFlag === undefined && fromEnv(key) === undefined && key in file ? `${key} in ${configPath}` : settingName(key);
+    const name =
+      fromFlag === undefined && fromEnv(key) === undefined && key in file
+        ? `${key} in ${configPath}`
+        : settingName(key);
     if (raw === undefined) {
       if (def.required) throw new InvalidConfigError(name, `is required${requiredHint(key)}`);
       out[key] = def.default;
@@ -97,8 +104,27 @@ function requiredHint(key: SettingKey): string {
 }
 
 const replicaKeys = [
-  'backend', 'backendUrl', 'etcdEndpoints', 'databaseUrl', 'redisUrl', 'jobs', 'replicaId', 'namespace', 'schema', 'leaseTtlMs', 'concurrency',
-  'workerLockMs', 'shutdownGraceMs', 'retentionDays', 'connectTimeoutMs', 'logLevel', 'adminHost', 'adminPort', 'adminUrl', 'adminToken', 'adminEnabled',
+  'backend',
+  'backendUrl',
+  'etcdEndpoints',
+  'databaseUrl',
+  'redisUrl',
+  'jobs',
+  'replicaId',
+  'namespace',
+  'schema',
+  'leaseTtlMs',
+  'concurrency',
+  'workerLockMs',
+  'shutdownGraceMs',
+  'retentionDays',
+  'connectTimeoutMs',
+  'logLevel',
+  'adminHost',
+  'adminPort',
+  'adminUrl',
+  'adminToken',
+  'adminEnabled',
 ] as const satisfies readonly SettingKey[];
 
 export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = process.env): ReplicaConfig {
@@ -124,7 +150,12 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
 
 /** The configuration as it may be logged or shown: passwords and the admin token masked. */
 export function describeConfig(c: ReplicaConfig): Record<string, unknown> {
-  const backend = c.backend.kind === 'etcd' ? { kind: 'etcd', endpoints: c.backend.endpoints.map(redactUrl) } : 'url' in c.backend ? { kind: c.backend.kind, url: redactUrl(c.backend.url) } : c.backend;
+  const backend =
+    c.backend.kind === 'etcd'
+      ? { kind: 'etcd', endpoints: c.backend.endpoints.map(redactUrl) }
+      : 'url' in c.backend
+        ? { kind: c.backend.kind, url: redactUrl(c.backend.url) }
+        : c.backend;
   return {
     ...c,
     backend,
@@ -138,19 +169,27 @@ export function describeConfig(c: ReplicaConfig): Record<string, unknown> {
  * The lease backend: its own URL, or by default the database (postgres) or the Redis (redis).
  * The URL's scheme must fit the backend: an http:// URL for redis would never connect.
  */
-function backendConfig(c: SettingValues<'backend' | 'backendUrl' | 'etcdEndpoints' | 'databaseUrl' | 'redisUrl'>): BackendConfig {
+function backendConfig(
+  c: SettingValues<'backend' | 'backendUrl' | 'etcdEndpoints' | 'databaseUrl' | 'redisUrl'>,
+): BackendConfig {
   const backendUrl = (schemes: readonly string[]) => {
-    if (c.backendUrl !== undefined && !isUrl(c.backendUrl, schemes)) throw new InvalidConfigError(settingName('backendUrl'), `${urlMessage(schemes)} for the ${c.backend} backend`);
+    if (c.backendUrl !== undefined && !isUrl(c.backendUrl, schemes))
+      throw new InvalidConfigError(settingName('backendUrl'), `${urlMessage(schemes)} for the ${c.backend} backend`);
     return c.backendUrl;
   };
   switch (c.backend) {
     case 'etcd': {
       if (c.etcdEndpoints === undefined && c.backendUrl !== undefined) {
         const endpoints = splitEndpoints(c.backendUrl);
-        if (endpoints.length === 0 || !endpoints.every((e) => isUrl(e, ETCD_SCHEMES))) throw new InvalidConfigError(settingName('backendUrl'), `${endpointsMessage} for the etcd backend`);
+        if (endpoints.length === 0 || !endpoints.every((e) => isUrl(e, ETCD_SCHEMES)))
+          throw new InvalidConfigError(settingName('backendUrl'), `${endpointsMessage} for the etcd backend`);
         return { kind: 'etcd', endpoints };
       }
-      if (c.etcdEndpoints === undefined) throw new InvalidConfigError(settingName('etcdEndpoints'), 'is required for the etcd backend (comma-separated http:// URLs)');
+      if (c.etcdEndpoints === undefined)
+        throw new InvalidConfigError(
+          settingName('etcdEndpoints'),
+          'is required for the etcd backend (comma-separated http:// URLs)',
+        );
       return { kind: 'etcd', endpoints: splitEndpoints(c.etcdEndpoints) };
     }
     case 'redis':
@@ -160,7 +199,8 @@ function backendConfig(c: SettingValues<'backend' | 'backendUrl' | 'etcdEndpoint
     case 'postgres':
       return { kind: 'postgres', url: backendUrl(POSTGRES_SCHEMES) ?? c.databaseUrl };
     case 'memory':
-      if (c.backendUrl !== undefined) throw new InvalidConfigError(settingName('backendUrl'), 'is not used by the memory backend (it has no server)');
+      if (c.backendUrl !== undefined)
+        throw new InvalidConfigError(settingName('backendUrl'), 'is not used by the memory backend (it has no server)');
       return { kind: 'memory' };
   }
 }

@@ -54,7 +54,10 @@ export const ETCD_SCHEMES = ['http', 'https'] as const;
 
 /** Comma-separated etcd client URLs; empty entries are dropped. */
 export function splitEndpoints(value: string): string[] {
-  return value.split(',').map((s) => s.trim()).filter(Boolean);
+  return value
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
 }
 export const endpointsMessage = `must be comma-separated URLs starting with ${schemeList(ETCD_SCHEMES)}`;
 
@@ -66,12 +69,18 @@ export const endpointsMessage = `must be comma-separated URLs starting with ${sc
 const int = (min: number, max: number) =>
   z.preprocess(
     (v) => (typeof v === 'string' && /^\s*-?\d+\s*$/.test(v) ? Number(v) : v),
-    z.number({ error: MESSAGE.int }).int(MESSAGE.int).min(min, `must be at least ${min}`).max(max, `must be at most ${max}`),
+    z
+      .number({ error: MESSAGE.int })
+      .int(MESSAGE.int)
+      .min(min, `must be at least ${min}`)
+      .max(max, `must be at most ${max}`),
   );
 
-const bool = () => z.preprocess((v) => (v === 'true' ? true : v === 'false' ? false : v), z.boolean({ error: MESSAGE.bool }));
+const bool = () =>
+  z.preprocess((v) => (v === 'true' ? true : v === 'false' ? false : v), z.boolean({ error: MESSAGE.bool }));
 
-const oneOf = <const T extends readonly [string, ...string[]]>(values: T) => z.enum(values, { error: `must be one of ${values.join(', ')}` });
+const oneOf = <const T extends readonly [string, ...string[]]>(values: T) =>
+  z.enum(values, { error: `must be one of ${values.join(', ')}` });
 
 export const backendKindValues = ['etcd', 'redis', 'postgres', 'memory'] as const;
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -96,10 +105,14 @@ export const settings = {
   backendUrl: {
     schema: text(),
     arg: 'url',
-    description: 'lease backend URL (redis://, redis-sentinel://host:port,…/name or postgres://); default: the Redis URL (redis) or the database URL (postgres)',
+    description:
+      'lease backend URL (redis://, redis-sentinel://host:port,…/name or postgres://); default: the Redis URL (redis) or the database URL (postgres)',
   },
   etcdEndpoints: {
-    schema: text().refine((v) => splitEndpoints(v).length > 0 && splitEndpoints(v).every((e) => isUrl(e, ETCD_SCHEMES)), endpointsMessage),
+    schema: text().refine(
+      (v) => splitEndpoints(v).length > 0 && splitEndpoints(v).every((e) => isUrl(e, ETCD_SCHEMES)),
+      endpointsMessage,
+    ),
     arg: 'urls',
     description: 'required for etcd: comma-separated client URLs (http:// or https://)',
   },
@@ -134,9 +147,13 @@ export const settings = {
     description: 'separates deployments sharing servers',
   },
   schema: {
-    schema: text().regex(/^[a-z_][a-z0-9_]{0,62}$/, 'may contain only lower-case letters, digits and _ (at most 63), not starting with a digit'),
+    schema: text().regex(
+      /^[a-z_][a-z0-9_]{0,62}$/,
+      'may contain only lower-case letters, digits and _ (at most 63), not starting with a digit',
+    ),
     arg: 'name',
-    description: 'PostgreSQL schema of the ledger; default `cronwarden`, or `cronwarden_<namespace>` for another namespace',
+    description:
+      'PostgreSQL schema of the ledger; default `cronwarden`, or `cronwarden_<namespace>` for another namespace',
   },
   leaseTtlMs: {
     schema: int(1000, 600_000),
@@ -177,7 +194,8 @@ export const settings = {
     schema: int(100, 600_000),
     arg: 'ms',
     default: 10_000,
-    description: 'start-up and `migrate` give up on PostgreSQL, Redis and the lease backend after this, with one line and exit 1',
+    description:
+      'start-up and `migrate` give up on PostgreSQL, Redis and the lease backend after this, with one line and exit 1',
   },
   logLevel: {
     schema: oneOf(logLevels),
@@ -206,7 +224,10 @@ export const settings = {
     schema: text()
       .min(TOKEN_MIN, `must be at least ${TOKEN_MIN} characters (use e.g. \`openssl rand -hex 32\`)`)
       .max(1024, 'must be at most 1024 characters')
-      .regex(/^[\x21-\x7e]+$/, 'may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)'),
+      .regex(
+        /^[\x21-\x7e]+$/,
+        'may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)',
+      ),
     secret: true,
     description: `bearer token for trigger/pause/resume/resign; none: they are refused. At least ${TOKEN_MIN} printable ASCII characters, no spaces`,
   },
@@ -221,8 +242,7 @@ export type SettingKey = keyof typeof settings;
 type Def<K extends SettingKey> = (typeof settings)[K];
 /** A setting's value after parsing; optional unless it is required or has a default. */
 export type SettingValue<K extends SettingKey> =
-  | z.output<Def<K>['schema']>
-  | (Def<K> extends { required: true } | { default: unknown } ? never : undefined);
+  z.output<Def<K>['schema']> | (Def<K> extends { required: true } | { default: unknown } ? never : undefined);
 export type SettingValues<K extends SettingKey = SettingKey> = { [P in K]: SettingValue<P> };
 
 export const settingKeys = Object.keys(settings) as SettingKey[];
@@ -248,7 +268,12 @@ export function optionSpecs(keys: readonly SettingKey[]): { flags: string; descr
     const def: SettingDefinition = settings[key];
     if (!def.arg) return [];
     const extra = [`env ${envName(key)}`, ...(def.default === undefined ? [] : [`default ${String(def.default)}`])];
-    return [{ flags: `${flagName(key)} <${def.arg}>`, description: `${def.description.replace(/`/g, '')} (${extra.join(', ')})` }];
+    return [
+      {
+        flags: `${flagName(key)} <${def.arg}>`,
+        description: `${def.description.replace(/`/g, '')} (${extra.join(', ')})`,
+      },
+    ];
   });
 }
 

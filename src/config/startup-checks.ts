@@ -1,5 +1,12 @@
 import { Redis } from 'ioredis';
-import { AccessDeniedError, BackendUnavailableError, CronwardenError, InvalidConfigError, NotMigratedError, TimedOutError } from '../errors.js';
+import {
+  AccessDeniedError,
+  BackendUnavailableError,
+  CronwardenError,
+  InvalidConfigError,
+  NotMigratedError,
+  TimedOutError,
+} from '../errors.js';
 import { assertMigrated, connectLedger } from '../db/migrate.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import type { ReplicaConfig } from './replica-config.js';
@@ -42,13 +49,27 @@ async function checkLedger(url: string, schema: string, ms: number): Promise<voi
 async function checkRedis(url: string, ms: number): Promise<void> {
   const name = settingName('redisUrl');
   // No retries and no offline queue: one attempt, bounded, and then one line.
-  const redis = new Redis(url, { lazyConnect: true, connectTimeout: ms, maxRetriesPerRequest: 0, retryStrategy: () => null, enableOfflineQueue: false });
+  const redis = new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: ms,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+    enableOfflineQueue: false,
+  });
   let lastError: Error | undefined;
   redis.on('error', (err: Error) => (lastError = err));
   try {
-    await within(redis.connect().then(() => redis.ping()), ms, 'PING');
+    await within(
+      redis.connect().then(() => redis.ping()),
+      ms,
+      'PING',
+    );
   } catch (err) {
-    throw startupError('Redis', lastError && !(err instanceof TimedOutError) && !authFailure(err) ? lastError : err, name);
+    throw startupError(
+      'Redis',
+      lastError && !(err instanceof TimedOutError) && !authFailure(err) ? lastError : err,
+      name,
+    );
   } finally {
     redis.disconnect();
   }
@@ -97,7 +118,8 @@ const AUTH_SQLSTATES = ['28P01', '28000', '3D000'];
 function authFailure(err: unknown): string | undefined {
   for (let e = err; e instanceof Error; e = e.cause) {
     if (e instanceof AccessDeniedError) return e.reason;
-    if (AUTH.test(e.message) || AUTH_SQLSTATES.includes(String((e as { code?: unknown }).code))) return oneLine(e.message);
+    if (AUTH.test(e.message) || AUTH_SQLSTATES.includes(String((e as { code?: unknown }).code)))
+      return oneLine(e.message);
   }
   return undefined;
 }
@@ -112,7 +134,8 @@ function startupError(service: string, err: unknown, setting: string): Cronwarde
   if (err instanceof NotMigratedError) return err;
   // A backend's own configuration error (postgres: a refused login, tables missing) names the
   // backend's internal setting: name the operator's instead.
-  if (err instanceof InvalidConfigError) return new InvalidConfigError(setting, err.message.slice(err.setting.length + 2));
+  if (err instanceof InvalidConfigError)
+    return new InvalidConfigError(setting, err.message.slice(err.setting.length + 2));
   const denied = authFailure(err);
   if (denied) return new AccessDeniedError(service, `${denied}; check ${setting}`, { cause: err });
   const e = err as Error & { code?: string };
@@ -121,7 +144,11 @@ function startupError(service: string, err: unknown, setting: string): Cronwarde
   return new BackendUnavailableError(service, `${message}; check ${setting}`, { cause: err });
 }
 
-const oneLine = (text: string) => text.replace(/\s*\n\s*/g, " ").trim().replace(/\.$/, "");
+const oneLine = (text: string) =>
+  text
+    .replace(/\s*\n\s*/g, ' ')
+    .trim()
+    .replace(/\.$/, '');
 
 /** host:port/database of a PostgreSQL URL: enough to tell which, without the password. */
 function where(url: string): string {

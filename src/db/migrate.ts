@@ -78,8 +78,12 @@ export async function migrateDatabase(connectionString: string, options: Migrate
 async function applyMigrations(client: pg.Client, schema: string, migrations: MigrationMeta[]): Promise<string[]> {
   const t = tablesIn(schema);
   await client.query(`CREATE SCHEMA IF NOT EXISTS ${quoteIdent(schema)}`);
-  await client.query(`CREATE TABLE IF NOT EXISTS ${t.journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
-  const last = await client.query<{ created_at: string }>(`SELECT created_at FROM ${t.journal} ORDER BY created_at DESC LIMIT 1`);
+  await client.query(
+    `CREATE TABLE IF NOT EXISTS ${t.journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`,
+  );
+  const last = await client.query<{ created_at: string }>(
+    `SELECT created_at FROM ${t.journal} ORDER BY created_at DESC LIMIT 1`,
+  );
   const lastMillis = last.rows[0] ? Number(last.rows[0].created_at) : -Infinity;
   const tags = migrationTags();
   const applied: string[] = [];
@@ -115,26 +119,42 @@ async function adoptPublicLedger(client: pg.Client, schema: string, migrations: 
     [`${quoteIdent(schema)}.cw_ledger`],
   );
   if (!found.rows[0]?.old || found.rows[0].ours) return false;
-  const journal = await client.query<{ exists: boolean }>(`SELECT to_regclass('drizzle.${JOURNAL_TABLE}') IS NOT NULL AS exists`);
+  const journal = await client.query<{ exists: boolean }>(
+    `SELECT to_regclass('drizzle.${JOURNAL_TABLE}') IS NOT NULL AS exists`,
+  );
   const hashes = migrations.map((m) => m.hash);
   const rows = journal.rows[0]?.exists
-    ? (await client.query<{ id: number; hash: string; created_at: string }>(`SELECT id, hash, created_at FROM drizzle.${JOURNAL_TABLE} WHERE hash = ANY($1::text[]) ORDER BY created_at`, [hashes])).rows
+    ? (
+        await client.query<{ id: number; hash: string; created_at: string }>(
+          `SELECT id, hash, created_at FROM drizzle.${JOURNAL_TABLE} WHERE hash = ANY($1::text[]) ORDER BY created_at`,
+          [hashes],
+        )
+      ).rows
     : [];
-  if (rows.length === 0) throw new NotMigratedError('public.cw_ledger exists but drizzle.__drizzle_migrations records none of its migrations; move it by hand');
+  if (rows.length === 0)
+    throw new NotMigratedError(
+      'public.cw_ledger exists but drizzle.__drizzle_migrations records none of its migrations; move it by hand',
+    );
   const t = tablesIn(schema);
   const s = quoteIdent(schema);
   await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
-  for (const table of TABLE_NAMES) await client.query(`ALTER TABLE IF EXISTS public.${quoteIdent(table)} SET SCHEMA ${s}`);
+  for (const table of TABLE_NAMES)
+    await client.query(`ALTER TABLE IF EXISTS public.${quoteIdent(table)} SET SCHEMA ${s}`);
   await client.query(`ALTER SEQUENCE IF EXISTS public.${quoteIdent(EXECUTION_TOKEN_SEQ)} SET SCHEMA ${s}`);
-  await client.query(`CREATE TABLE IF NOT EXISTS ${t.journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`);
-  for (const r of rows) await client.query(`INSERT INTO ${t.journal} (hash, created_at) VALUES ($1, $2)`, [r.hash, r.created_at]);
+  await client.query(
+    `CREATE TABLE IF NOT EXISTS ${t.journal} (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)`,
+  );
+  for (const r of rows)
+    await client.query(`INSERT INTO ${t.journal} (hash, created_at) VALUES ($1, $2)`, [r.hash, r.created_at]);
   await client.query(`DELETE FROM drizzle.${JOURNAL_TABLE} WHERE id = ANY($1::int[])`, [rows.map((r) => r.id)]);
   return true;
 }
 
 /** Migration tags in journal order, for the report of what was applied (readMigrationFiles drops them). */
 function migrationTags(): string[] {
-  const journal = JSON.parse(readFileSync(join(migrationsFolder, 'meta', '_journal.json'), 'utf8')) as { entries: { tag: string }[] };
+  const journal = JSON.parse(readFileSync(join(migrationsFolder, 'meta', '_journal.json'), 'utf8')) as {
+    entries: { tag: string }[];
+  };
   return journal.entries.map((e) => e.tag);
 }
 
@@ -162,8 +182,10 @@ function classifyConnectError(err: unknown, timeoutMs: number): unknown {
   }
   if (!(err instanceof Error)) return err;
   // node-postgres refuses client-side when the server asks for a password the URL lacks.
-  if (/^SASL: |client password must be a string/.test(err.message)) return new AccessDeniedError('PostgreSQL', 'it asks for a password the URL does not give', { cause: err });
-  if (/timeout/i.test(err.message)) return new BackendUnavailableError('PostgreSQL', `no connection within ${timeoutMs} ms`, { cause: err });
+  if (/^SASL: |client password must be a string/.test(err.message))
+    return new AccessDeniedError('PostgreSQL', 'it asks for a password the URL does not give', { cause: err });
+  if (/timeout/i.test(err.message))
+    return new BackendUnavailableError('PostgreSQL', `no connection within ${timeoutMs} ms`, { cause: err });
   return err;
 }
 
@@ -175,10 +197,10 @@ function classifyConnectError(err: unknown, timeoutMs: number): unknown {
 export async function assertMigrated(client: pg.ClientBase, where: string, schema: string): Promise<void> {
   const shipped = readMigrationFiles({ migrationsFolder });
   const t = tablesIn(schema);
-  const { rows } = await client.query<{ tables: boolean; journal: boolean }>('SELECT to_regclass($1) IS NOT NULL AS tables, to_regclass($2) IS NOT NULL AS journal', [
-    t.runs,
-    t.journal,
-  ]);
+  const { rows } = await client.query<{ tables: boolean; journal: boolean }>(
+    'SELECT to_regclass($1) IS NOT NULL AS tables, to_regclass($2) IS NOT NULL AS journal',
+    [t.runs, t.journal],
+  );
   let pending = shipped.length;
   if (rows[0]?.tables && rows[0].journal) {
     const last = await client.query<{ at: string | null }>(`SELECT max(created_at)::text AS at FROM ${t.journal}`);

@@ -3,9 +3,18 @@ import pg from 'pg';
 /** SQLSTATE classes that mean "the server cannot serve us now": connection, resources, operator, system. */
 const UNAVAILABLE_CLASSES = new Set(['08', '53', '57', '58']);
 /** Socket-level failures node-postgres passes through from the network. */
-const NETWORK_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'EHOSTUNREACH', 'ENETUNREACH', 'EAI_AGAIN']);
+const NETWORK_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'EAI_AGAIN',
+]);
 /** node-postgres's own messages for a connection it lost or could not get in time. */
-const LOST_CONNECTION = /Connection terminated|timeout exceeded when trying to connect|Query read timeout|not queryable|Client was closed/i;
+const LOST_CONNECTION =
+  /Connection terminated|timeout exceeded when trying to connect|Query read timeout|not queryable|Client was closed/i;
 
 /**
  * True when a PostgreSQL failure means the server cannot serve us now (down, restarting, out of

@@ -27,7 +27,9 @@ const token = (name: string) => bigint(name, { mode: 'bigint' });
 export const leases = pgTable('cw_leases', {
   name: text('name').primaryKey(),
   holder: text('holder'),
-  token: token('token').notNull().default(sql`0`),
+  token: token('token')
+    .notNull()
+    .default(sql`0`),
   expiresAt: tstz('expires_at'),
   acquiredAt: tstz('acquired_at'),
   renewedAt: tstz('renewed_at'),
@@ -47,7 +49,16 @@ export const executionTokenSeq = pgSequence('cw_execution_token_seq', { startWit
  * 'superseded': the run's fenced write was refused because a later slot of the same resource had
  * already written (a catch-up run that lost the race); settled, without its effect, not failed.
  */
-export const runStates = ['pending', 'running', 'retrying', 'completed', 'failed', 'skipped', 'cancelled', 'superseded'] as const;
+export const runStates = [
+  'pending',
+  'running',
+  'retrying',
+  'completed',
+  'failed',
+  'skipped',
+  'cancelled',
+  'superseded',
+] as const;
 export type RunState = (typeof runStates)[number];
 
 /** One row per fire. The unique (job, scheduled_at) key is invariant I1. */
@@ -79,9 +90,15 @@ export const runs = pgTable(
   (t) => [
     // Manual triggers are outside the key: a trigger that lands on a scheduled instant must neither
     // swallow that fire nor be refused as its duplicate.
-    uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt).where(sql`${t.trigger} <> 'manual'`),
-    index('cw_runs_outbox').on(t.createdAt).where(sql`${t.enqueuedAt} IS NULL`),
-    index('cw_runs_active').on(t.job).where(sql`${t.state} IN ('pending', 'running', 'retrying')`),
+    uniqueIndex('cw_runs_job_scheduled_at')
+      .on(t.job, t.scheduledAt)
+      .where(sql`${t.trigger} <> 'manual'`),
+    index('cw_runs_outbox')
+      .on(t.createdAt)
+      .where(sql`${t.enqueuedAt} IS NULL`),
+    index('cw_runs_active')
+      .on(t.job)
+      .where(sql`${t.state} IN ('pending', 'running', 'retrying')`),
     index('cw_runs_state_created').on(t.state, t.createdAt),
     // The failover history's "last fire of the previous tenure".
     index('cw_runs_leader_created').on(t.leaderToken, t.leaderId, t.createdAt),

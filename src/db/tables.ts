@@ -29,9 +29,16 @@ const RESERVED = new Set(['public', 'drizzle', 'information_schema']);
 /** A schema name we may create and own; refuses `public`, `drizzle`, system schemas and odd names. */
 export function validateSchemaName(name: string, setting = 'schema'): string {
   if (!SCHEMA_NAME.test(name)) {
-    throw new InvalidConfigError(setting, `"${name}" is not a schema name we accept: lower-case letters, digits and _, starting with a letter or _, at most 63`);
+    throw new InvalidConfigError(
+      setting,
+      `"${name}" is not a schema name we accept: lower-case letters, digits and _, starting with a letter or _, at most 63`,
+    );
   }
-  if (RESERVED.has(name) || name.startsWith('pg_')) throw new InvalidConfigError(setting, `"${name}" is not cronwarden's to own; choose a schema of its own such as "cronwarden"`);
+  if (RESERVED.has(name) || name.startsWith('pg_'))
+    throw new InvalidConfigError(
+      setting,
+      `"${name}" is not cronwarden's to own; choose a schema of its own such as "cronwarden"`,
+    );
   return name;
 }
 
@@ -71,7 +78,16 @@ export interface Tables {
 }
 
 /** Unqualified names of the tables (0.1.0 kept them in public); sequences owned by them move with them. */
-export const TABLE_NAMES = ['cw_leases', 'cw_fences', 'cw_runs', 'cw_run_attempts', 'cw_job_state', 'cw_members', 'cw_elections', 'cw_ledger'] as const;
+export const TABLE_NAMES = [
+  'cw_leases',
+  'cw_fences',
+  'cw_runs',
+  'cw_run_attempts',
+  'cw_job_state',
+  'cw_members',
+  'cw_elections',
+  'cw_ledger',
+] as const;
 export const EXECUTION_TOKEN_SEQ = 'cw_execution_token_seq';
 export const JOURNAL_TABLE = '__drizzle_migrations';
 

@@ -28,9 +28,21 @@ export async function readAttemptLog(
   from: Date,
   to: Date,
 ): Promise<{ runId: bigint; token: bigint; outcome: AttemptOutcome; job: string; scheduledAt: number }[]> {
-  const res = await db.query<{ run_id: string; token: string; outcome: AttemptOutcome; job: string; scheduled_at: Date }>(
+  const res = await db.query<{
+    run_id: string;
+    token: string;
+    outcome: AttemptOutcome;
+    job: string;
+    scheduled_at: Date;
+  }>(
     `SELECT run_id, token, outcome, job, scheduled_at FROM ${ATTEMPT_LOG_TABLE} WHERE scheduled_at BETWEEN $1 AND $2 ORDER BY id`,
     [from, to],
   );
-  return res.rows.map((l) => ({ runId: BigInt(l.run_id), token: BigInt(l.token), outcome: l.outcome, job: l.job, scheduledAt: l.scheduled_at.getTime() }));
+  return res.rows.map((l) => ({
+    runId: BigInt(l.run_id),
+    token: BigInt(l.token),
+    outcome: l.outcome,
+    job: l.job,
+    scheduledAt: l.scheduled_at.getTime(),
+  }));
 }

@@ -75,7 +75,14 @@ export interface CheckReport {
   effectsMissing: number;
   staleEffects: number;
   /** The attempt log's rows by outcome (null: no attempt log). staleSkipped: 'skipped' rows of an attempt older than the one that completed the run. */
-  attemptLog: { attempts: number; committed: number; refused: number; skipped: number; staleSkipped: number; failed: number } | null;
+  attemptLog: {
+    attempts: number;
+    committed: number;
+    refused: number;
+    skipped: number;
+    staleSkipped: number;
+    failed: number;
+  } | null;
   /**
    * Stale fenced writes refused, from the attempt log: 'refused' rows (the fence or the claim check
    * threw) plus stale 'skipped' rows (the attempt woke after a newer one had completed the run).
@@ -175,14 +182,21 @@ export function checkDuplicates(bySlot: Map<string, RunRecord[]>, notes: Notes):
   for (const [key, runs] of bySlot) {
     if (runs.length > 1) {
       duplicated += runs.length - 1;
-      notes.add({ invariant: 'I1', message: `${key} fired ${runs.length} times (runs ${runs.map((r) => r.id).join(', ')})` });
+      notes.add({
+        invariant: 'I1',
+        message: `${key} fired ${runs.length} times (runs ${runs.map((r) => r.id).join(', ')})`,
+      });
     }
   }
   return duplicated;
 }
 
 /** I2: every expected time fired; with requireCompleted, each of them also completed (or was superseded). */
-export function checkMissed(bySlot: Map<string, RunRecord[]>, expectation: Expectation, notes: Notes): { expected: number; missed: number; incomplete: number } {
+export function checkMissed(
+  bySlot: Map<string, RunRecord[]>,
+  expectation: Expectation,
+  notes: Notes,
+): { expected: number; missed: number; incomplete: number } {
   const fired = new Set(expectation.firedStates ?? ['pending', 'running', 'retrying', ...settledStates]);
   let expected = 0;
   let missed = 0;
@@ -196,7 +210,10 @@ export function checkMissed(bySlot: Map<string, RunRecord[]>, expectation: Expec
         notes.add({ invariant: 'I2', message: `${job}@${iso(at)} never fired` });
       } else if (expectation.requireCompleted && !runs.some((r) => doneStates.has(r.state))) {
         incomplete++;
-        notes.add({ invariant: 'completion', message: `${job}@${iso(at)} fired but did not complete (${runs[0]!.state})` });
+        notes.add({
+          invariant: 'completion',
+          message: `${job}@${iso(at)} fired but did not complete (${runs[0]!.state})`,
+        });
       }
     }
   }
@@ -209,7 +226,10 @@ export function checkEarly(runs: RunRecord[], toleranceMs: number, notes: Notes)
   for (const run of runs) {
     if (run.committedAt !== undefined && run.committedAt < run.scheduledAt - toleranceMs) {
       early++;
-      notes.add({ invariant: 'early', message: `${run.job}@${iso(run.scheduledAt)} committed ${run.scheduledAt - run.committedAt} ms before it was due (run ${run.id})` });
+      notes.add({
+        invariant: 'early',
+        message: `${run.job}@${iso(run.scheduledAt)} committed ${run.scheduledAt - run.committedAt} ms before it was due (run ${run.id})`,
+      });
     }
   }
   return early;
@@ -222,7 +242,10 @@ export function checkTokenOrder(runs: RunRecord[], notes: Notes): number {
   for (const run of runs) {
     if (run.leaderToken < highest) {
       regressions++;
-      notes.add({ invariant: 'I3', message: `run ${run.id} committed with leader token ${run.leaderToken} after token ${highest}` });
+      notes.add({
+        invariant: 'I3',
+        message: `run ${run.id} committed with leader token ${run.leaderToken} after token ${highest}`,
+      });
     }
     if (run.leaderToken > highest) highest = run.leaderToken;
   }
@@ -244,13 +267,19 @@ export function checkEffects(
   for (const [runId, effects] of effectsByRun) {
     if (effects.length > 1) {
       counts.effectsDuplicated += effects.length - 1;
-      notes.add({ invariant: 'I4', message: `run ${runId} has ${effects.length} effects (tokens ${effects.map((e) => e.token).join(', ')})` });
+      notes.add({
+        invariant: 'I4',
+        message: `run ${runId} has ${effects.length} effects (tokens ${effects.map((e) => e.token).join(', ')})`,
+      });
     }
     const run = runsById.get(runId);
     for (const e of effects) {
       if (run?.completedToken != null && e.token !== run.completedToken) {
         counts.staleEffects++;
-        notes.add({ invariant: 'I4', message: `run ${runId}: effect written with token ${e.token}, but token ${run.completedToken} completed the run` });
+        notes.add({
+          invariant: 'I4',
+          message: `run ${runId}: effect written with token ${e.token}, but token ${run.completedToken} completed the run`,
+        });
       }
     }
   }
@@ -267,7 +296,10 @@ export function checkEffects(
 }
 
 type AttemptCounts = NonNullable<CheckReport['attemptLog']>;
-type LogFindings = Pick<CheckReport, 'attemptLog' | 'staleWritesRefused' | 'staleWritesLanded' | 'writesCommittedTwice' | 'writesLostByLedger'>;
+type LogFindings = Pick<
+  CheckReport,
+  'attemptLog' | 'staleWritesRefused' | 'staleWritesLanded' | 'writesCommittedTwice' | 'writesLostByLedger'
+>;
 
 /**
  * I4 from the independent attempt log: a committed write must be the completing attempt's, once
@@ -276,7 +308,14 @@ type LogFindings = Pick<CheckReport, 'attemptLog' | 'staleWritesRefused' | 'stal
  * run the ledger no longer knows: a completion the ledger lost (an asynchronous standby promoted).
  */
 export function checkAttemptLog(history: History, notes: Notes): LogFindings {
-  if (!history.attemptLog) return { attemptLog: null, staleWritesRefused: 0, staleWritesLanded: 0, writesCommittedTwice: 0, writesLostByLedger: 0 };
+  if (!history.attemptLog)
+    return {
+      attemptLog: null,
+      staleWritesRefused: 0,
+      staleWritesLanded: 0,
+      writesCommittedTwice: 0,
+      writesLostByLedger: 0,
+    };
   const runsById = new Map(history.runs.map((r) => [r.id, r]));
   const counts: AttemptCounts = { attempts: 0, committed: 0, refused: 0, skipped: 0, staleSkipped: 0, failed: 0 };
   const committed: AttemptLogRecord[] = [];
@@ -299,7 +338,11 @@ export function checkAttemptLog(history: History, notes: Notes): LogFindings {
   };
 }
 
-function committedWrites(committed: AttemptLogRecord[], runsById: Map<bigint, RunRecord>, notes: Notes): Pick<LogFindings, 'staleWritesLanded' | 'writesCommittedTwice' | 'writesLostByLedger'> {
+function committedWrites(
+  committed: AttemptLogRecord[],
+  runsById: Map<bigint, RunRecord>,
+  notes: Notes,
+): Pick<LogFindings, 'staleWritesLanded' | 'writesCommittedTwice' | 'writesLostByLedger'> {
   let staleWritesLanded = 0;
   let writesLostByLedger = 0;
   const byRun = new Map<bigint, bigint[]>();
@@ -313,25 +356,39 @@ function committedWrites(committed: AttemptLogRecord[], runsById: Map<bigint, Ru
     const run = runsById.get(row.runId);
     if (row.job !== undefined && (run === undefined || run.job !== row.job || run.scheduledAt !== row.scheduledAt)) {
       writesLostByLedger++;
-      const now = run === undefined ? 'it has no such run' : `its run ${row.runId} is now ${run.job}@${iso(run.scheduledAt)}`;
-      notes.add({ invariant: 'I4', message: `run ${row.runId} (${row.job}@${iso(row.scheduledAt!)}): a write committed with token ${row.token}, but the ledger forgot it: ${now}` });
+      const now =
+        run === undefined ? 'it has no such run' : `its run ${row.runId} is now ${run.job}@${iso(run.scheduledAt)}`;
+      notes.add({
+        invariant: 'I4',
+        message: `run ${row.runId} (${row.job}@${iso(row.scheduledAt!)}): a write committed with token ${row.token}, but the ledger forgot it: ${now}`,
+      });
     } else if (run && run.completedToken !== row.token) {
       staleWritesLanded++;
-      const by = run.completedToken === null ? 'no attempt completed the run' : `token ${run.completedToken} completed the run`;
-      notes.add({ invariant: 'I4', message: `run ${row.runId}: the attempt log has a write committed with token ${row.token}, but ${by}` });
+      const by =
+        run.completedToken === null ? 'no attempt completed the run' : `token ${run.completedToken} completed the run`;
+      notes.add({
+        invariant: 'I4',
+        message: `run ${row.runId}: the attempt log has a write committed with token ${row.token}, but ${by}`,
+      });
     }
   }
   let writesCommittedTwice = 0;
   for (const [runId, tokens] of byRun) {
     if (tokens.length < 2) continue;
     writesCommittedTwice += tokens.length - 1;
-    notes.add({ invariant: 'I4', message: `run ${runId}: the attempt log has ${tokens.length} committed writes (tokens ${tokens.join(', ')})` });
+    notes.add({
+      invariant: 'I4',
+      message: `run ${runId}: the attempt log has ${tokens.length} committed writes (tokens ${tokens.join(', ')})`,
+    });
   }
   for (const [key, runIds] of bySlot) {
     const distinct = new Set(runIds);
     if (distinct.size < 2) continue;
     writesCommittedTwice += distinct.size - 1;
-    notes.add({ invariant: 'I4', message: `${key}: the attempt log has committed writes of ${distinct.size} different runs (${[...distinct].join(', ')}): its effect happened twice` });
+    notes.add({
+      invariant: 'I4',
+      message: `${key}: the attempt log has committed writes of ${distinct.size} different runs (${[...distinct].join(', ')}): its effect happened twice`,
+    });
   }
   return { staleWritesLanded, writesCommittedTwice, writesLostByLedger };
 }
@@ -343,7 +400,15 @@ function committedWrites(committed: AttemptLogRecord[], runsById: Map<bigint, Ru
  * nothing brought it back.
  */
 export function checkSettled(runs: RunRecord[], notes: Notes): Settlement {
-  const settlement: Settlement = { completed: 0, superseded: 0, skipped: 0, failed: 0, cancelled: 0, unsettled: 0, unsettledByState: {} };
+  const settlement: Settlement = {
+    completed: 0,
+    superseded: 0,
+    skipped: 0,
+    failed: 0,
+    cancelled: 0,
+    unsettled: 0,
+    unsettledByState: {},
+  };
   for (const run of runs) {
     if ((settledStates as readonly string[]).includes(run.state)) {
       settlement[run.state as (typeof settledStates)[number]]++;
@@ -351,7 +416,10 @@ export function checkSettled(runs: RunRecord[], notes: Notes): Settlement {
     }
     settlement.unsettled++;
     settlement.unsettledByState[run.state] = (settlement.unsettledByState[run.state] ?? 0) + 1;
-    notes.add({ invariant: 'I6', message: `run ${run.id} (${run.job}@${iso(run.scheduledAt)}) is still ${run.state} at the end` });
+    notes.add({
+      invariant: 'I6',
+      message: `run ${run.id} (${run.job}@${iso(run.scheduledAt)}) is still ${run.state} at the end`,
+    });
   }
   return settlement;
 }
@@ -370,7 +438,12 @@ export interface WindowCounts {
 }
 
 /** The fire counts of scheduled times in [from, to): what one fault's stretch of a drill did. */
-export function countWindow(history: History, expectation: Pick<Expectation, 'expected'>, from: number, to: number): WindowCounts {
+export function countWindow(
+  history: History,
+  expectation: Pick<Expectation, 'expected'>,
+  from: number,
+  to: number,
+): WindowCounts {
   const inWindow = (t: number) => t >= from && t < to;
   const runs = history.runs.filter((r) => inWindow(r.scheduledAt));
   const slots = new Set(runs.map((r) => `${r.job}@${r.scheduledAt}`));
@@ -391,7 +464,15 @@ export function countWindow(history: History, expectation: Pick<Expectation, 'ex
     for (const e of history.effects) effects.set(e.runId, (effects.get(e.runId) ?? 0) + 1);
     writtenOnce = runs.filter((r) => r.state === 'completed' && effects.get(r.id) === 1).length;
   }
-  return { expected, committed: runs.length, duplicated: runs.length - slots.size, missed, superseded, unsettled, writtenOnce };
+  return {
+    expected,
+    committed: runs.length,
+    duplicated: runs.length - slots.size,
+    missed,
+    superseded,
+    unsettled,
+    writtenOnce,
+  };
 }
 
 /**
@@ -401,7 +482,14 @@ export function countWindow(history: History, expectation: Pick<Expectation, 'ex
  */
 export async function readHistory(
   pool: pg.Pool,
-  options: { from: Date; to: Date; effectsTable?: string; attemptLogDb?: Pick<pg.Pool, 'query'>; jobPrefix?: string; schema?: string },
+  options: {
+    from: Date;
+    to: Date;
+    effectsTable?: string;
+    attemptLogDb?: Pick<pg.Pool, 'query'>;
+    jobPrefix?: string;
+    schema?: string;
+  },
 ): Promise<History> {
   const { from, to } = options;
   const t = tablesIn(options.schema);

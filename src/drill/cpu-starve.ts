@@ -13,7 +13,9 @@ export class CpuStarvation {
   /** `perCore` spinning processes per core (2 by default: a load average of about 3x the cores with the replicas). */
   static start(perCore = 2): CpuStarvation {
     const n = Math.max(1, availableParallelism() * perCore);
-    const children = Array.from({ length: n }, () => spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }));
+    const children = Array.from({ length: n }, () =>
+      spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }),
+    );
     return new CpuStarvation(children);
   }
 

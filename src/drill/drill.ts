@@ -18,7 +18,14 @@ import type { LeaseBackend } from '../locks/lease.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
 import { DEFAULT_SCHEMA, tablesIn } from '../db/tables.js';
 import { DrillError, InvalidConfigError } from '../errors.js';
-import { checkHistory, countWindow, readHistory, type CheckReport, type History, type WindowCounts } from './checker.js';
+import {
+  checkHistory,
+  countWindow,
+  readHistory,
+  type CheckReport,
+  type History,
+  type WindowCounts,
+} from './checker.js';
 import { startEnvironment, type DrillEnvironment } from './environment.js';
 import { faultConflict, faultSchedule, judgeFault, movesLeader, seededRandom, type FaultKind } from './faults.js';
 import { ReplicaFleet } from './fleet.js';
@@ -102,7 +109,6 @@ export interface DrillReport {
   ok: boolean;
 }
 
-
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /**
@@ -156,9 +162,17 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
   const leaseName = `cronwarden/${namespace}/scheduler`;
   // Each replica slot reaches the backend through its own proxies, so one link can fail alone.
   const links: ReplicaLink[] = [];
-  for (let slot = 0; slot < o.replicas; slot++) links.push(await ReplicaLink.open(env.lease.config, seededRandom(o.seed + 100 + slot)));
+  for (let slot = 0; slot < o.replicas; slot++)
+    links.push(await ReplicaLink.open(env.lease.config, seededRandom(o.seed + 100 + slot)));
   const fleet = new ReplicaFleet(
-    { ledgerUrl: env.ledger.url, witnessUrl: env.ledger.witnessUrl, queueUrl: env.queue.url, namespace, ttlMs: o.ttlMs, jobs: o.jobs },
+    {
+      ledgerUrl: env.ledger.url,
+      witnessUrl: env.ledger.witnessUrl,
+      queueUrl: env.queue.url,
+      namespace,
+      ttlMs: o.ttlMs,
+      jobs: o.jobs,
+    },
     links,
     clocks,
     observer,
@@ -188,7 +202,10 @@ async function closeSession(s: Session): Promise<void> {
 }
 
 /** Start the replicas, wait for fires to flow, strike every fault of the schedule, then let the window's runs finish. */
-async function strikeAll(s: Session, schedule: FaultKind[]): Promise<{ window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] }> {
+async function strikeAll(
+  s: Session,
+  schedule: FaultKind[],
+): Promise<{ window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] }> {
   const { o } = s;
   for (let i = 0; i < o.replicas; i++) s.fleet.spawn(i);
   const warm = await s.probe.firstCommitAfter(0, 60_000);
@@ -216,7 +233,16 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   const at = Date.now();
   s.log(`  leader ${before?.id ?? 'unknown'}`);
   const handover = fleet.watchHandover(before?.id);
-  const detail = await strike(kind, { leader: before, o, env: s.env, fleet, links: s.links, clocks: s.clocks, random: s.faultRandom, hostOffsetSeconds: (id) => hostOffsetSeconds(s.env.ledger.pool, id) });
+  const detail = await strike(kind, {
+    leader: before,
+    o,
+    env: s.env,
+    fleet,
+    links: s.links,
+    clocks: s.clocks,
+    random: s.faultRandom,
+    hostOffsetSeconds: (id) => hostOffsetSeconds(s.env.ledger.pool, id),
+  });
   // Where leadership must move, only a fire of the new tenure (a higher leader token) ends the
   // gap: the old leader may go on committing until its own deadline (link-cut: its ledger link
   // is intact), which proves nothing about failover.
@@ -254,7 +280,9 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
     detail,
     counted: judged.counted,
   };
-  const gap = movesLeader.has(kind) ? `new leader's first fire after ${judged.gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)` : `next fire after ${judged.gapMs ?? 'none'} ms`;
+  const gap = movesLeader.has(kind)
+    ? `new leader's first fire after ${judged.gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)`
+    : `next fire after ${judged.gapMs ?? 'none'} ms`;
   s.log(`  ${detail}: ${gap}; leader now ${after?.id ?? 'unknown'}; ${leaderChanges} leader change(s)`);
   return { record, violations: judged.violations };
 }
@@ -284,15 +312,30 @@ async function judgeDrill(
   outcome: { window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] },
   unexpectedExits: string[],
 ): Promise<DrillReport> {
-  const { window: { from, to }, faults } = outcome;
+  const {
+    window: { from, to },
+    faults,
+  } = outcome;
   const expectedTimes: number[] = [];
   for (let t = from.getTime(); t <= to.getTime(); t += 1000) expectedTimes.push(t);
-  const expected = new Map(Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]));
-  const history = await readHistory(env.ledger.pool, { from, to, effectsTable: 'cw_drill_effects', attemptLogDb: env.ledger.witness, schema: DRILL_SCHEMA });
+  const expected = new Map(
+    Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]),
+  );
+  const history = await readHistory(env.ledger.pool, {
+    from,
+    to,
+    effectsTable: 'cw_drill_effects',
+    attemptLogDb: env.ledger.witness,
+    schema: DRILL_SCHEMA,
+  });
   const check = checkHistory(history, { expected, requireCompleted: true });
   const staleTimes = await ledgerHistory.staleAttemptTimes(env.ledger.pool, DRILL_TABLES);
   chargeFaults(faults, history, expected, staleTimes, to);
-  const violations = [...outcome.violations, ...unexpectedExits.map((e) => `replica exited by itself: ${e}`), ...check.violations.map((v) => `${v.invariant}: ${v.message}`)];
+  const violations = [
+    ...outcome.violations,
+    ...unexpectedExits.map((e) => `replica exited by itself: ${e}`),
+    ...check.violations.map((v) => `${v.invariant}: ${v.message}`),
+  ];
   const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
   return {
     options,
@@ -307,7 +350,13 @@ async function judgeDrill(
   };
 }
 
-function chargeFaults(faults: FaultRecord[], history: History, expected: Map<string, number[]>, staleTimes: number[], to: Date): void {
+function chargeFaults(
+  faults: FaultRecord[],
+  history: History,
+  expected: Map<string, number[]>,
+  staleTimes: number[],
+  to: Date,
+): void {
   faults.forEach((f, i) => {
     const start = Date.parse(f.at);
     const end = i + 1 < faults.length ? Date.parse(faults[i + 1]!.at) : to.getTime() + 1;
@@ -332,7 +381,9 @@ class LedgerProbe {
   async firstCommitAfter(t: number, timeoutMs: number, aboveToken?: bigint): Promise<number | null> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
-      const first = await ledgerHistory.firstCommitAfter(this.pool, DRILL_TABLES, new Date(t), aboveToken).catch(() => null);
+      const first = await ledgerHistory
+        .firstCommitAfter(this.pool, DRILL_TABLES, new Date(t), aboveToken)
+        .catch(() => null);
       if (first !== null) return first;
       if (Date.now() >= deadline) return null;
       await sleep(50);
@@ -341,7 +392,10 @@ class LedgerProbe {
 }
 
 /** The replica's own reading of its host clock against the ledger's, from its /metrics. */
-async function hostOffsetSeconds(pool: DrillEnvironment['ledger']['pool'], replicaId: string): Promise<number | undefined> {
+async function hostOffsetSeconds(
+  pool: DrillEnvironment['ledger']['pool'],
+  replicaId: string,
+): Promise<number | undefined> {
   const url = await memberAdminUrl(pool, DRILL_TABLES, replicaId);
   if (!url) return undefined;
   const text = await (await fetch(`${url}/metrics`)).text();

@@ -70,7 +70,10 @@ export interface EnvironmentOptions {
   ledgerAsync?: boolean;
 }
 
-export async function startEnvironment(o: EnvironmentOptions, schedule: readonly FaultKind[]): Promise<DrillEnvironment> {
+export async function startEnvironment(
+  o: EnvironmentOptions,
+  schedule: readonly FaultKind[],
+): Promise<DrillEnvironment> {
   const started: { cleanup(): Promise<void> }[] = [];
   const track = <T extends { cleanup(): Promise<void> }>(s: T): T => (started.push(s), s);
   const cleanup = async () => {
@@ -78,7 +81,9 @@ export async function startEnvironment(o: EnvironmentOptions, schedule: readonly
   };
   try {
     const ledger = track(await startLedger(o, schedule));
-    await ledger.pool.query('CREATE TABLE cw_drill_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)');
+    await ledger.pool.query(
+      'CREATE TABLE cw_drill_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)',
+    );
     await ledger.witness.query(ATTEMPT_LOG_DDL);
     const queue = track(await startQueue(o, schedule));
     const lease = track(await startLease(o.backend, schedule.includes('redis-sentinel-failover')));
@@ -99,11 +104,19 @@ function tolerantPool(url: string): pg.Pool {
 async function startLedger(o: EnvironmentOptions, schedule: readonly FaultKind[]): Promise<LedgerServers> {
   if (!schedule.includes('ledger-restart') && !schedule.includes('ledger-failover')) {
     const scratch = await createScratchDatabase(o.databaseUrl, { prefix: 'cronwarden_drill' });
-    return { url: scratch.url, pool: scratch.pool, witnessUrl: scratch.url, witness: scratch.pool, cleanup: () => scratch.drop() };
+    return {
+      url: scratch.url,
+      pool: scratch.pool,
+      witnessUrl: scratch.url,
+      witness: scratch.pool,
+      cleanup: () => scratch.drop(),
+    };
   }
   const witness = await createScratchDatabase(o.databaseUrl, { prefix: 'cronwarden_drill_witness', migrate: false });
   try {
-    const own = schedule.includes('ledger-failover') ? await pairedLedger(o.ledgerAsync === true) : await singleLedger();
+    const own = schedule.includes('ledger-failover')
+      ? await pairedLedger(o.ledgerAsync === true)
+      : await singleLedger();
     return {
       ...own,
       witnessUrl: witness.url,
@@ -133,7 +146,7 @@ async function singleLedger(): Promise<OwnLedger> {
     pool,
     async restart() {
       await cluster.server.restart('kill');
-      return 'kill -9 and restart of the ledger\'s PostgreSQL';
+      return "kill -9 and restart of the ledger's PostgreSQL";
     },
     async cleanup() {
       await pool.end();
@@ -157,7 +170,7 @@ async function pairedLedger(asynchronous: boolean): Promise<OwnLedger> {
     pool,
     async restart() {
       await pair.primary.server.restart('kill');
-      return 'kill -9 and restart of the ledger\'s primary (its standby reconnects)';
+      return "kill -9 and restart of the ledger's primary (its standby reconnects)";
     },
     async failover(lagMs) {
       return pair.failover({ lagMs, onPromoted: (port) => endpoint.retarget({ host: '127.0.0.1', port }) });
@@ -171,7 +184,8 @@ async function pairedLedger(asynchronous: boolean): Promise<OwnLedger> {
 }
 
 async function startQueue(o: EnvironmentOptions, schedule: readonly FaultKind[]): Promise<QueueServer> {
-  if (!schedule.includes('queue-restart') && !schedule.includes('queue-flush')) return { url: o.redisUrl, cleanup: async () => {} };
+  if (!schedule.includes('queue-restart') && !schedule.includes('queue-flush'))
+    return { url: o.redisUrl, cleanup: async () => {} };
   // No persistence (no RDB, no AOF): a restart comes back empty, as a cache-configured Redis would.
   const redis = await startRedis();
   return {
@@ -206,11 +220,19 @@ async function startLease(kind: BackendKind, sentinel: boolean): Promise<LeaseSe
   switch (kind) {
     case 'redis': {
       const r = await startRedis();
-      return { config: { kind: 'redis', url: r.url }, restart: () => r.server.restart('kill'), cleanup: () => r.cleanup() };
+      return {
+        config: { kind: 'redis', url: r.url },
+        restart: () => r.server.restart('kill'),
+        cleanup: () => r.cleanup(),
+      };
     }
     case 'postgres': {
       const p = await startPostgresCluster();
-      return { config: { kind: 'postgres', url: p.url }, restart: () => p.server.restart('kill'), cleanup: () => p.cleanup() };
+      return {
+        config: { kind: 'postgres', url: p.url },
+        restart: () => p.server.restart('kill'),
+        cleanup: () => p.cleanup(),
+      };
     }
     case 'etcd': {
       const e = await startEtcdCluster(3);

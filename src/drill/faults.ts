@@ -35,7 +35,8 @@ export const movesLeader: ReadonlySet<FaultKind> = new Set(['kill', 'stop', 'ter
  * within one tick + 0.5 s. Other faults have no gap bound.
  */
 export function i5BoundMs(kind: FaultKind, ttlMs: number): number | null {
-  if (kind === 'kill' || kind === 'stop' || kind === 'link-cut') return ttlMs + Math.max(50, Math.floor(ttlMs / 5)) * 1.5 + 1000 + 500;
+  if (kind === 'kill' || kind === 'stop' || kind === 'link-cut')
+    return ttlMs + Math.max(50, Math.floor(ttlMs / 5)) * 1.5 + 1000 + 500;
   if (kind === 'term') return 1500;
   return null;
 }
@@ -85,20 +86,30 @@ export function judgeFault(o: FaultObservation): FaultJudgement {
   const counted = struck && end !== null;
   const violations: string[] = [];
   if (!struck || (!moves && end === null)) {
-    violations.push(`fault ${o.kind} at ${when} proves nothing (fires flowing before: ${o.flowing}, leader known: ${o.leaderBefore !== null}, fire after: ${o.firstFireAt !== null})`);
+    violations.push(
+      `fault ${o.kind} at ${when} proves nothing (fires flowing before: ${o.flowing}, leader known: ${o.leaderBefore !== null}, fire after: ${o.firstFireAt !== null})`,
+    );
   } else if (moves && end === null) {
     // The old tenure may well have kept firing (a link-cut leader until its deadline): that proves
     // nothing about failover. No new leader fired at all: I5 is broken, and the fault does not count.
-    const old = o.firstFireAt === null ? 'no fire at all after the strike' : `only the old leader (token ${o.leaderBefore!.token}) committed after the strike`;
+    const old =
+      o.firstFireAt === null
+        ? 'no fire at all after the strike'
+        : `only the old leader (token ${o.leaderBefore!.token}) committed after the strike`;
     violations.push(`I5: ${o.kind} at ${when}: no fire under a new leader (token > ${o.leaderBefore!.token}); ${old}`);
   }
   if (gapMs !== null && boundMs !== null && gapMs > boundMs) {
-    violations.push(`I5: ${o.kind} at ${when}: ${moves ? 'first fire of the new leader' : 'next fire'} after ${gapMs} ms, bound ${boundMs} ms`);
+    violations.push(
+      `I5: ${o.kind} at ${when}: ${moves ? 'first fire of the new leader' : 'next fire'} after ${gapMs} ms, bound ${boundMs} ms`,
+    );
   }
   if (o.handoverMs !== null && boundMs !== null && o.handoverMs > boundMs) {
     violations.push(`I5: ${o.kind} at ${when}: new leader after ${o.handoverMs} ms, bound ${boundMs} ms`);
   }
-  if (keepsLeader.has(o.kind) && o.leaderChanges > 0) violations.push(`flap: ${o.kind}${o.detail ? ` (${o.detail})` : ''} at ${when} changed the leader ${o.leaderChanges} time(s)`);
+  if (keepsLeader.has(o.kind) && o.leaderChanges > 0)
+    violations.push(
+      `flap: ${o.kind}${o.detail ? ` (${o.detail})` : ''} at ${when} changed the leader ${o.leaderChanges} time(s)`,
+    );
   return { gapMs, boundMs, counted, violations };
 }
 
@@ -117,7 +128,12 @@ export const linkFaults: ReadonlySet<FaultKind> = new Set(['link-cut', 'link-slo
  * where libfaketime is installed.
  */
 export function applicableFaults(backend: 'etcd' | 'redis' | 'postgres', hasLibfaketime: boolean): FaultKind[] {
-  return faultKinds.filter((k) => !topologyFaults.has(k) && (k !== 'backend-restart-all' || backend === 'etcd') && (k !== 'clock-skew' || hasLibfaketime));
+  return faultKinds.filter(
+    (k) =>
+      !topologyFaults.has(k) &&
+      (k !== 'backend-restart-all' || backend === 'etcd') &&
+      (k !== 'clock-skew' || hasLibfaketime),
+  );
 }
 
 /** Why `kinds` cannot be struck together on `backend`, or null when they can. */
@@ -125,7 +141,9 @@ export function faultConflict(backend: 'etcd' | 'redis' | 'postgres', kinds: rea
   if (!kinds.includes('redis-sentinel-failover')) return null;
   if (backend !== 'redis') return 'redis-sentinel-failover needs --backend redis';
   const links = kinds.filter((k) => linkFaults.has(k));
-  return links.length ? `redis-sentinel-failover cannot be combined with ${links.join(', ')} (the link proxies cannot stand in front of Sentinel)` : null;
+  return links.length
+    ? `redis-sentinel-failover cannot be combined with ${links.join(', ')} (the link proxies cannot stand in front of Sentinel)`
+    : null;
 }
 
 /**

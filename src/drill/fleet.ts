@@ -45,7 +45,10 @@ export class ReplicaFleet {
 
   spawn(slot: number): Proc {
     const id = `r${slot}.${this.generation++}`;
-    const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], { env: this.env(slot, id), stdio: ['ignore', 'ignore', 'inherit'] });
+    const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], {
+      env: this.env(slot, id),
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
     const proc = { id, slot, child, exited };
     this.procs.set(id, proc);
@@ -65,7 +68,9 @@ export class ReplicaFleet {
       ...process.env,
       ...this.clocks?.env(slot),
       CRONWARDEN_BACKEND: backend.kind,
-      ...(backend.kind === 'etcd' ? { CRONWARDEN_ETCD_ENDPOINTS: backend.endpoints.join(',') } : { CRONWARDEN_BACKEND_URL: (backend as { url: string }).url }),
+      ...(backend.kind === 'etcd'
+        ? { CRONWARDEN_ETCD_ENDPOINTS: backend.endpoints.join(',') }
+        : { CRONWARDEN_BACKEND_URL: (backend as { url: string }).url }),
       CRONWARDEN_DATABASE_URL: o.ledgerUrl,
       CRONWARDEN_DRILL_ATTEMPT_LOG_URL: o.witnessUrl,
       CRONWARDEN_REDIS_URL: o.queueUrl,

@@ -17,7 +17,8 @@ export class LeaderTimeline {
           (r) => ({ ok: true as const, holder: r?.holder ?? null }),
           () => ({ ok: false as const }),
         );
-        if (rec.ok && this.samples.at(-1)?.holder !== rec.holder) this.samples.push({ at: Date.now(), holder: rec.holder });
+        if (rec.ok && this.samples.at(-1)?.holder !== rec.holder)
+          this.samples.push({ at: Date.now(), holder: rec.holder });
         await new Promise((r) => setTimeout(r, everyMs));
       }
     })();

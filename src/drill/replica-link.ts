@@ -18,7 +18,10 @@ export class ReplicaLink {
     switch (backend.kind) {
       case 'etcd': {
         const proxies = await Promise.all(backend.endpoints.map((e) => TcpProxy.start(hostPort(e), random)));
-        return new ReplicaLink({ kind: 'etcd', endpoints: backend.endpoints.map((e, i) => withPort(e, proxies[i]!.port)) }, proxies);
+        return new ReplicaLink(
+          { kind: 'etcd', endpoints: backend.endpoints.map((e, i) => withPort(e, proxies[i]!.port)) },
+          proxies,
+        );
       }
       case 'redis':
         // Through Sentinel, clients learn the primary's own address: no proxy can stand in between.
@@ -27,11 +30,16 @@ export class ReplicaLink {
       case 'postgres':
         return ReplicaLink.proxied(backend, random);
       case 'memory':
-        throw new InvalidArgumentError('an in-process (memory) backend has no network link to cut: drill a redis, postgres or etcd backend');
+        throw new InvalidArgumentError(
+          'an in-process (memory) backend has no network link to cut: drill a redis, postgres or etcd backend',
+        );
     }
   }
 
-  private static async proxied(backend: { kind: 'redis' | 'postgres'; url: string }, random: () => number): Promise<ReplicaLink> {
+  private static async proxied(
+    backend: { kind: 'redis' | 'postgres'; url: string },
+    random: () => number,
+  ): Promise<ReplicaLink> {
     const proxy = await TcpProxy.start(hostPort(backend.url), random);
     return new ReplicaLink({ kind: backend.kind, url: withPort(backend.url, proxy.port) }, [proxy]);
   }
@@ -47,7 +55,8 @@ export class ReplicaLink {
   }
 
   private mustBeProxied(): void {
-    if (this.proxies.length === 0) throw new DrillError('this link has no proxy to cut or degrade (a lease reached through Sentinel)');
+    if (this.proxies.length === 0)
+      throw new DrillError('this link has no proxy to cut or degrade (a lease reached through Sentinel)');
   }
 
   heal(): void {

@@ -23,7 +23,8 @@ export class SkewedClocks {
 
   static create(): SkewedClocks {
     const library = findLibfaketime();
-    if (!library) throw new InvalidConfigError('--faults', 'clock-skew needs libfaketime (apt-get install libfaketime)');
+    if (!library)
+      throw new InvalidConfigError('--faults', 'clock-skew needs libfaketime (apt-get install libfaketime)');
     return new SkewedClocks(library);
   }
 

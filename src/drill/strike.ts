@@ -40,7 +40,15 @@ export interface StrikeContext {
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Faults that need a leader to strike (the others strike a server or the host). */
-const strikesLeader: ReadonlySet<FaultKind> = new Set(['kill', 'term', 'stop', 'link-cut', 'link-slow', 'link-lossy', 'clock-skew']);
+const strikesLeader: ReadonlySet<FaultKind> = new Set([
+  'kill',
+  'term',
+  'stop',
+  'link-cut',
+  'link-slow',
+  'link-lossy',
+  'clock-skew',
+]);
 
 /** How long a fault that holds a condition (a slow link, starved cores) holds it. */
 export const holdMs = (ttlMs: number) => Math.max(3 * ttlMs, 5000);
@@ -89,7 +97,11 @@ async function strikeLeaderProcess(kind: 'kill' | 'term' | 'stop', leader: Proc,
   return `${signal} ${leader.id}`;
 }
 
-async function strikeLink(kind: 'link-cut' | 'link-slow' | 'link-lossy', leader: Proc, c: StrikeContext): Promise<string> {
+async function strikeLink(
+  kind: 'link-cut' | 'link-slow' | 'link-lossy',
+  leader: Proc,
+  c: StrikeContext,
+): Promise<string> {
   const link = c.links[leader.slot]!;
   const { o } = c;
   const hold = holdMs(o.ttlMs);
@@ -132,7 +144,9 @@ async function strikeClock(leader: Proc, c: StrikeContext): Promise<string> {
     }
     if (offset === undefined || Math.abs(offset - minutes * 60) >= 5) {
       clocks.set(leader.slot, 0);
-      throw new DrillError(`clock-skew did not take effect on ${leader.id}: it reads its clock ${offset ?? 'unknown'} s off, not ${minutes * 60} s`);
+      throw new DrillError(
+        `clock-skew did not take effect on ${leader.id}: it reads its clock ${offset ?? 'unknown'} s off, not ${minutes * 60} s`,
+      );
     }
     measured.push(`${offset >= 0 ? '+' : ''}${offset.toFixed(1)} s`);
     await sleep(Math.max(0, hold - (Date.now() - struck)));
@@ -142,7 +156,10 @@ async function strikeClock(leader: Proc, c: StrikeContext): Promise<string> {
   return `${leader.id}'s wall clock +${ahead} min, then -${behind} min, ${hold} ms each (it read ${measured.join(', then ')})`;
 }
 
-async function strikeLeaseServers(kind: 'backend-restart' | 'backend-restart-all' | 'redis-sentinel-failover', c: StrikeContext): Promise<string> {
+async function strikeLeaseServers(
+  kind: 'backend-restart' | 'backend-restart-all' | 'redis-sentinel-failover',
+  c: StrikeContext,
+): Promise<string> {
   const { o, env } = c;
   if (kind === 'redis-sentinel-failover') {
     const before = await c.fleet.leader();
@@ -158,15 +175,18 @@ async function strikeLeaseServers(kind: 'backend-restart' | 'backend-restart-all
   return o.backend === 'etcd' ? 'kill -9 and restart of one etcd member' : `kill -9 and restart of ${o.backend}`;
 }
 
-async function strikeDeliveryOrLedger(kind: 'queue-restart' | 'queue-flush' | 'ledger-restart' | 'ledger-failover', c: StrikeContext): Promise<string> {
+async function strikeDeliveryOrLedger(
+  kind: 'queue-restart' | 'queue-flush' | 'ledger-restart' | 'ledger-failover',
+  c: StrikeContext,
+): Promise<string> {
   const { queue, ledger } = c.env;
   switch (kind) {
     case 'queue-restart':
       await queue.restart!();
-      return 'kill -9 of BullMQ\'s Redis, restarted empty (no persistence)';
+      return "kill -9 of BullMQ's Redis, restarted empty (no persistence)";
     case 'queue-flush':
       await queue.flush!();
-      return 'FLUSHALL on BullMQ\'s Redis';
+      return "FLUSHALL on BullMQ's Redis";
     case 'ledger-restart':
       return ledger.restart!();
     case 'ledger-failover':

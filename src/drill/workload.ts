@@ -43,15 +43,18 @@ function attemptLog(): pg.Pool {
 
 async function logAttempt(ctx: JobContext, outcome: AttemptOutcome, error?: unknown): Promise<void> {
   try {
-    await attemptLog().query(`INSERT INTO ${ATTEMPT_LOG_TABLE} (run_id, job, scheduled_at, token, outcome, replica, error) VALUES ($1, $2, $3, $4, $5, $6, $7)`, [
-      ctx.runId,
-      ctx.jobName,
-      ctx.scheduledAt,
-      ctx.fencingToken.toString(),
-      outcome,
-      replica,
-      error === undefined ? null : String((error as Error)?.message ?? error),
-    ]);
+    await attemptLog().query(
+      `INSERT INTO ${ATTEMPT_LOG_TABLE} (run_id, job, scheduled_at, token, outcome, replica, error) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+      [
+        ctx.runId,
+        ctx.jobName,
+        ctx.scheduledAt,
+        ctx.fencingToken.toString(),
+        outcome,
+        replica,
+        error === undefined ? null : String((error as Error)?.message ?? error),
+      ],
+    );
   } catch (err) {
     // The log is evidence, not part of the job: a failed append must not change what the run does.
     ctx.logger.warn({ err }, 'drill attempt log: append failed');
@@ -71,13 +74,10 @@ export const drillJobs: JobDefinition[] = Array.from({ length: count }, (_, i) =
           // Different runs' tokens are not ordered by schedule, so one resource for all runs of a
           // job would refuse an on-time run after a late re-delivery of an earlier one.
           if (i % 2 === 0) await ctx.fence(`drill/${ctx.idempotencyKey}`, tx);
-          await tx.query('INSERT INTO cw_drill_effects (run_id, job, scheduled_at, token, replica) VALUES ($1, $2, $3, $4, $5)', [
-            ctx.runId,
-            ctx.jobName,
-            ctx.scheduledAt,
-            ctx.fencingToken.toString(),
-            replica,
-          ]);
+          await tx.query(
+            'INSERT INTO cw_drill_effects (run_id, job, scheduled_at, token, replica) VALUES ($1, $2, $3, $4, $5)',
+            [ctx.runId, ctx.jobName, ctx.scheduledAt, ctx.fencingToken.toString(), replica],
+          );
           return true as const;
         });
       } catch (err) {

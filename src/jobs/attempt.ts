@@ -38,7 +38,11 @@ export class Attempt {
     private readonly shutdown: AbortSignal | undefined,
   ) {
     this.timeout = job.timeoutMs > 0 ? AbortSignal.timeout(job.timeoutMs) : undefined;
-    this.signal = AbortSignal.any([this.abort.signal, ...(shutdown ? [shutdown] : []), ...(this.timeout ? [this.timeout] : [])]);
+    this.signal = AbortSignal.any([
+      this.abort.signal,
+      ...(shutdown ? [shutdown] : []),
+      ...(this.timeout ? [this.timeout] : []),
+    ]);
   }
 
   /** The replica's shutdown, not a newer claim, a cancel or the job's timeout, stopped it. */
@@ -93,7 +97,9 @@ export class Attempt {
     }
     this.transactionCalled = true;
     this.refuseIfAbandoned();
-    const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () => this.ledger.completeInTransaction(claim, fn));
+    const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () =>
+      this.ledger.completeInTransaction(claim, fn),
+    );
     if (result.status === 'skipped') {
       this.transaction = 'skipped';
       this.log.info('transaction skipped: an earlier attempt already completed this run');
@@ -104,7 +110,8 @@ export class Attempt {
   }
 
   private refuseIfAbandoned(): void {
-    if (this.abandoned) throw new AbortedError(`attempt ${this.claim.attempt} of run ${this.claim.runId} (abandoned on shutdown)`);
+    if (this.abandoned)
+      throw new AbortedError(`attempt ${this.claim.attempt} of run ${this.claim.runId} (abandoned on shutdown)`);
   }
 }
 

@@ -34,7 +34,6 @@ export interface BullmqWorkerOptions {
   clock?: Clock;
 }
 
-
 /** Executes runs delivered by BullMQ on this replica, and listens for claims and cancels. */
 export class BullmqWorker {
   private worker: Worker<RunJobData, ExecutionResult> | undefined;
@@ -55,7 +54,9 @@ export class BullmqWorker {
   async start(): Promise<void> {
     const channel = controlChannel(this.o.namespace);
     this.subscriber = this.connect({ maxRetriesPerRequest: null });
-    this.subscriber.on('error', (err) => this.warn(`control:${err.message}`, { err }, 'control channel connection error'));
+    this.subscriber.on('error', (err) =>
+      this.warn(`control:${err.message}`, { err }, 'control channel connection error'),
+    );
     this.subscriber.on('message', (_channel, raw) => {
       try {
         this.o.executor.onControl(JSON.parse(raw) as ControlMessage);
@@ -136,7 +137,9 @@ export class BullmqWorker {
     return async (message) => {
       if (!this.publisher) {
         this.publisher = this.connect({ maxRetriesPerRequest: 1 });
-        this.publisher.on('error', (err) => this.warn(`publisher:${err.message}`, { err }, 'control channel connection error'));
+        this.publisher.on('error', (err) =>
+          this.warn(`publisher:${err.message}`, { err }, 'control channel connection error'),
+        );
       }
       await this.publisher.publish(controlChannel(this.o.namespace), JSON.stringify(message));
     };

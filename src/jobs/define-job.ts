@@ -47,7 +47,12 @@ export interface JobDefinition extends ScheduledJob {
 }
 
 const WEEK_MS = 7 * 24 * 3600 * 1000;
-const ms = () => z.number().int('must be a whole number of milliseconds').min(0, 'must not be negative').max(WEEK_MS, 'must be at most 7 days');
+const ms = () =>
+  z
+    .number()
+    .int('must be a whole number of milliseconds')
+    .min(0, 'must not be negative')
+    .max(WEEK_MS, 'must be at most 7 days');
 
 const jobSchema = z.strictObject({
   name: z
@@ -64,7 +69,12 @@ const jobSchema = z.strictObject({
   misfireGraceMs: ms().optional(),
   jitterMs: ms().optional(),
   timeoutMs: ms().optional(),
-  retries: z.number().int('must be a whole number').min(0, 'must not be negative').max(100, 'must be at most 100').optional(),
+  retries: z
+    .number()
+    .int('must be a whole number')
+    .min(0, 'must not be negative')
+    .max(100, 'must be at most 100')
+    .optional(),
   backoff: z.strictObject({ type: z.enum(['fixed', 'exponential']), delayMs: ms() }).optional(),
 });
 
@@ -85,8 +95,10 @@ export function defineJob(options: JobOptions): JobDefinition {
   try {
     schedule = CronSchedule.parse(o.schedule, o.timezone ?? 'UTC');
   } catch (err) {
-    if (err instanceof InvalidScheduleError) throw new InvalidScheduleError(err.expression, err.reason, `${label}: schedule`);
-    if (err instanceof InvalidConfigError) throw new InvalidConfigError(`${label}: ${err.setting}`, err.message.slice(err.setting.length + 2));
+    if (err instanceof InvalidScheduleError)
+      throw new InvalidScheduleError(err.expression, err.reason, `${label}: schedule`);
+    if (err instanceof InvalidConfigError)
+      throw new InvalidConfigError(`${label}: ${err.setting}`, err.message.slice(err.setting.length + 2));
     throw err;
   }
   return Object.freeze({

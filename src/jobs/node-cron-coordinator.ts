@@ -57,12 +57,15 @@ export class NodeCronCoordinator implements RunCoordinator {
     const lease = await this.holdLease();
     if (!lease) return false;
     try {
-      const { committed } = await this.ledger.fires.commitFires([{ job: `node-cron:${task}`, scheduledAt: slot, trigger: 'schedule' }], {
-        fenceResource: `node-cron/${this.leaseName}`,
-        token: lease.token,
-        replicaId: this.holder,
-        stillLeading: () => this.clock.monotonic() < lease.deadline,
-      });
+      const { committed } = await this.ledger.fires.commitFires(
+        [{ job: `node-cron:${task}`, scheduledAt: slot, trigger: 'schedule' }],
+        {
+          fenceResource: `node-cron/${this.leaseName}`,
+          token: lease.token,
+          replicaId: this.holder,
+          stillLeading: () => this.clock.monotonic() < lease.deadline,
+        },
+      );
       return committed.length === 1;
     } catch (err) {
       if (err instanceof StaleTokenError) {
@@ -97,7 +100,9 @@ function parseKey(key: string): { task: string; slot: Date } {
   const task = key.slice(0, -(ISO_LENGTH + 1));
   const slot = new Date(key.slice(-ISO_LENGTH));
   if (!task || Number.isNaN(slot.getTime()) || key[key.length - ISO_LENGTH - 1] !== ':') {
-    throw new InvalidArgumentError(`node-cron coordinator key "${key}" is not "<task name>:<ISO instant>"; give the task a name`);
+    throw new InvalidArgumentError(
+      `node-cron coordinator key "${key}" is not "<task name>:<ISO instant>"; give the task a name`,
+    );
   }
   return { task, slot };
 }

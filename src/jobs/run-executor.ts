@@ -99,7 +99,8 @@ export class RunExecutor {
         mine.abort.abort(new StaleTokenError(`run ${message.runId}`, mine.claim.token, BigInt(message.token)));
       }
     } else {
-      for (const id of message.runIds) this.running.get(id)?.abort.abort(new AbortedError(`run ${id} (cancelled: overlap "replace")`));
+      for (const id of message.runIds)
+        this.running.get(id)?.abort.abort(new AbortedError(`run ${id} (cancelled: overlap "replace")`));
     }
   }
 
@@ -120,17 +121,26 @@ export class RunExecutor {
       return { status: 'skipped', runId: runId.toString() };
     }
     const { claim } = claimed;
-    const log = this.o.logger.child({ runId: runId.toString(), job: claim.job, attempt: claim.attempt, token: claim.token.toString() });
+    const log = this.o.logger.child({
+      runId: runId.toString(),
+      job: claim.job,
+      attempt: claim.attempt,
+      token: claim.token.toString(),
+    });
     const job = this.o.registry.get(claim.job);
     if (!job) return this.handBackUnknown(claim, log);
-    await this.o.publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() }).catch((err: Error) => {
-      log.warn({ err }, 'could not announce the claim');
-    });
+    await this.o
+      .publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() })
+      .catch((err: Error) => {
+        log.warn({ err }, 'could not announce the claim');
+      });
     const attempt = new Attempt(claim, job, this.o.ledger, log, options.signal);
     this.running.set(runId.toString(), attempt);
     try {
       const outcome = await attempt.run(options.abandon);
-      const run = needsRunState(outcome, attempt.transaction) ? await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId)) : undefined;
+      const run = needsRunState(outcome, attempt.transaction)
+        ? await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId))
+        : undefined;
       const settlement = settle({
         outcome,
         transaction: attempt.transaction,
@@ -150,17 +160,22 @@ export class RunExecutor {
     const { claim, log } = attempt;
     switch (s.kind) {
       case 'settled':
-        if (s.handlerFailedAfterCommit) log.error('handler failed after its transaction committed; the run stays completed');
+        if (s.handlerFailedAfterCommit)
+          log.error('handler failed after its transaction committed; the run stays completed');
         return result(s.status, claim);
       case 'complete': {
         // The handler ran: try hard to record that, rather than have the run delivered and run again.
-        const accepted = await this.retryWhileUnavailable(`record the outcome of run ${claim.runId}`, () => this.o.ledger.finish(claim, 'completed'));
+        const accepted = await this.retryWhileUnavailable(`record the outcome of run ${claim.runId}`, () =>
+          this.o.ledger.finish(claim, 'completed'),
+        );
         if (accepted) return result('completed', claim);
         log.warn('completed, but a newer attempt owns the run: outcome not recorded');
         return result('stale', claim);
       }
       case 'supersede': {
-        const accepted = await ledgerCall(`record run ${claim.runId} superseded`, () => this.o.ledger.finish(claim, 'superseded', s.error));
+        const accepted = await ledgerCall(`record run ${claim.runId} superseded`, () =>
+          this.o.ledger.finish(claim, 'superseded', s.error),
+        );
         if (!accepted) return result('stale', claim);
         log.info({ reason: messageOf(s.error) }, 'run superseded: a later slot already wrote its resource');
         return result('superseded', claim);
@@ -178,7 +193,9 @@ export class RunExecutor {
         log.warn({ err: s.error }, 'the ledger is unavailable; the run will be delivered again');
         throw s.error;
       case 'fail':
-        await ledgerCall(`record the failure of run ${claim.runId}`, () => this.o.ledger.finish(claim, s.outcome, s.error));
+        await ledgerCall(`record the failure of run ${claim.runId}`, () =>
+          this.o.ledger.finish(claim, s.outcome, s.error),
+        );
         log.error({ err: s.error }, s.outcome === 'failed' ? 'run failed' : 'attempt failed; will retry');
         throw s.error;
     }

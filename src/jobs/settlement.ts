@@ -46,7 +46,10 @@ export function settle(f: AttemptFacts): Settlement {
   if (f.outcome.kind === 'abandoned') {
     if (f.transaction === 'committed') return { kind: 'settled', status: 'completed' };
     if (f.transaction === 'skipped') return { kind: 'settled', status: 'skipped' };
-    return { kind: 'interrupt', reason: `${INTERRUPTED}; the handler did not stop when its signal was aborted and was abandoned` };
+    return {
+      kind: 'interrupt',
+      reason: `${INTERRUPTED}; the handler did not stop when its signal was aborted and was abandoned`,
+    };
   }
   if (f.outcome.kind === 'returned') {
     if (f.transaction === 'committed') return { kind: 'settled', status: 'completed' };

@@ -21,8 +21,16 @@ export interface MemberRow {
 
 export async function listMembers(db: Db, t: Tables, withinMs = 60_000): Promise<MemberRow[]> {
   const res = await db.query<{
-    replica_id: string; host: string; pid: number; version: string; role: string; admin_url: string | null;
-    jobs: string[] | null; started_at: Date; last_seen: Date; ago_ms: number;
+    replica_id: string;
+    host: string;
+    pid: number;
+    version: string;
+    role: string;
+    admin_url: string | null;
+    jobs: string[] | null;
+    started_at: Date;
+    last_seen: Date;
+    ago_ms: number;
   }>(
     `SELECT replica_id, host, pid, version, role, admin_url, jobs, started_at, last_seen,
             (extract(epoch FROM now() - last_seen) * 1000)::float8 AS ago_ms
@@ -44,11 +52,19 @@ export async function listMembers(db: Db, t: Tables, withinMs = 60_000): Promise
 }
 
 export async function memberAdminUrl(db: Db, t: Tables, replicaId: string): Promise<string | null> {
-  const res = await db.query<{ admin_url: string | null }>(`SELECT admin_url FROM ${t.members} WHERE replica_id = $1`, [replicaId]);
+  const res = await db.query<{ admin_url: string | null }>(`SELECT admin_url FROM ${t.members} WHERE replica_id = $1`, [
+    replicaId,
+  ]);
   return res.rows[0]?.admin_url ?? null;
 }
 
-export async function electedAt(db: Db, t: Tables, leaseName: string, leader: string, token: bigint): Promise<string | null> {
+export async function electedAt(
+  db: Db,
+  t: Tables,
+  leaseName: string,
+  leader: string,
+  token: bigint,
+): Promise<string | null> {
   const res = await db.query<{ elected_at: Date }>(
     `SELECT elected_at FROM ${t.elections} WHERE lease_name = $1 AND leader = $2 AND token = $3 ORDER BY id DESC LIMIT 1`,
     [leaseName, leader, token.toString()],
@@ -67,7 +83,15 @@ export interface LastRun {
 
 /** Newest run (by scheduled time) of each job. */
 export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<string, LastRun>> {
-  const res = await db.query<{ id: string; job: string; scheduled_at: Date; trigger: string; state: string; finished_at: Date | null; error: string | null }>(
+  const res = await db.query<{
+    id: string;
+    job: string;
+    scheduled_at: Date;
+    trigger: string;
+    state: string;
+    finished_at: Date | null;
+    error: string | null;
+  }>(
     `SELECT DISTINCT ON (job) id::text, job, scheduled_at, trigger, state, finished_at, error
      FROM ${t.runs} r WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, r.id DESC`,
     [jobs],
@@ -75,7 +99,14 @@ export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<s
   return new Map(
     res.rows.map((r) => [
       r.job,
-      { runId: r.id, scheduledAt: r.scheduled_at.toISOString(), trigger: r.trigger, state: r.state, finishedAt: r.finished_at?.toISOString() ?? null, error: r.error },
+      {
+        runId: r.id,
+        scheduledAt: r.scheduled_at.toISOString(),
+        trigger: r.trigger,
+        state: r.state,
+        finishedAt: r.finished_at?.toISOString() ?? null,
+        error: r.error,
+      },
     ]),
   );
 }
@@ -91,9 +122,21 @@ export interface RunFilter {
 /** Runs newest first (by id), each with its attempts. */
 export async function listRuns(db: Db, t: Tables, f: RunFilter) {
   const res = await db.query<{
-    id: string; job: string; scheduled_at: Date; trigger: string; leader_token: string; leader_id: string; state: string;
-    enqueued_at: Date | null; attempts: number; completed_attempt: number | null; skipped_attempts: number;
-    started_at: Date | null; finished_at: Date | null; error: string | null; created_at: Date;
+    id: string;
+    job: string;
+    scheduled_at: Date;
+    trigger: string;
+    leader_token: string;
+    leader_id: string;
+    state: string;
+    enqueued_at: Date | null;
+    attempts: number;
+    completed_attempt: number | null;
+    skipped_attempts: number;
+    started_at: Date | null;
+    finished_at: Date | null;
+    error: string | null;
+    created_at: Date;
   }>(
     `SELECT id::text, job, scheduled_at, trigger, leader_token::text, leader_id, state, enqueued_at, attempts, completed_attempt,
             skipped_attempts, started_at, finished_at, error, created_at
@@ -103,7 +146,16 @@ export async function listRuns(db: Db, t: Tables, f: RunFilter) {
     [f.job ?? null, f.state ?? null, f.before?.toString() ?? null, f.limit],
   );
   const ids = res.rows.map((r) => r.id);
-  const att = await db.query<{ run_id: string; attempt: number; token: string; worker: string; state: string; started_at: Date; finished_at: Date | null; error: string | null }>(
+  const att = await db.query<{
+    run_id: string;
+    attempt: number;
+    token: string;
+    worker: string;
+    state: string;
+    started_at: Date;
+    finished_at: Date | null;
+    error: string | null;
+  }>(
     `SELECT run_id::text, attempt, token::text, worker, state, started_at, finished_at, error
      FROM ${t.runAttempts} WHERE run_id = ANY($1::bigint[]) ORDER BY run_id, attempt`,
     [ids],
@@ -127,7 +179,15 @@ export async function listRuns(db: Db, t: Tables, f: RunFilter) {
     skippedAttempts: r.skipped_attempts,
     attempts: att.rows
       .filter((a) => a.run_id === r.id)
-      .map((a) => ({ attempt: a.attempt, token: a.token, worker: a.worker, state: a.state, startedAt: a.started_at.toISOString(), finishedAt: iso(a.finished_at), error: a.error })),
+      .map((a) => ({
+        attempt: a.attempt,
+        token: a.token,
+        worker: a.worker,
+        state: a.state,
+        startedAt: a.started_at.toISOString(),
+        finishedAt: iso(a.finished_at),
+        error: a.error,
+      })),
   }));
   const last = runs[runs.length - 1];
   return { runs, nextBefore: runs.length === f.limit && last ? last.id : null };
@@ -139,8 +199,15 @@ export async function listRuns(db: Db, t: Tables, f: RunFilter) {
  */
 export async function listElections(db: Db, t: Tables, leaseName: string, limit: number) {
   const res = await db.query<{
-    id: string; leader: string; token: string; backend: string; elected_at: Date;
-    prev_leader: string | null; prev_token: string | null; since_prev_ms: number | null; gap_ms: number | null;
+    id: string;
+    leader: string;
+    token: string;
+    backend: string;
+    elected_at: Date;
+    prev_leader: string | null;
+    prev_token: string | null;
+    since_prev_ms: number | null;
+    gap_ms: number | null;
   }>(
     `WITH e AS (
        SELECT id, leader, token, backend, elected_at,
@@ -168,7 +235,9 @@ export async function listElections(db: Db, t: Tables, leaseName: string, limit:
 
 /** How many runs are in each active state, cluster-wide. */
 export async function activeRunCounts(db: Db, t: Tables): Promise<Map<ActiveRunState, number>> {
-  const res = await db.query<{ state: ActiveRunState; n: number }>(`SELECT state, count(*)::int AS n FROM ${t.runs} WHERE state IN ${ACTIVE_SQL} GROUP BY state`);
+  const res = await db.query<{ state: ActiveRunState; n: number }>(
+    `SELECT state, count(*)::int AS n FROM ${t.runs} WHERE state IN ${ACTIVE_SQL} GROUP BY state`,
+  );
   return new Map(activeRunStates.map((s) => [s, res.rows.find((r) => r.state === s)?.n ?? 0]));
 }
 
@@ -182,13 +251,33 @@ export interface FinishedAttempt {
 }
 
 /** Attempts `worker` finished after `since` (at most `limit`), oldest first. */
-export async function attemptsFinishedSince(db: Db, t: Tables, worker: string, since: Date, limit = 10_000): Promise<FinishedAttempt[]> {
-  const res = await db.query<{ run_id: string; attempt: number; job: string; state: string; seconds: number; finished_at: Date }>(
+export async function attemptsFinishedSince(
+  db: Db,
+  t: Tables,
+  worker: string,
+  since: Date,
+  limit = 10_000,
+): Promise<FinishedAttempt[]> {
+  const res = await db.query<{
+    run_id: string;
+    attempt: number;
+    job: string;
+    state: string;
+    seconds: number;
+    finished_at: Date;
+  }>(
     `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, a.finished_at
      FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
      WHERE a.worker = $1 AND a.finished_at IS NOT NULL AND a.finished_at > $2::timestamptz
      ORDER BY a.finished_at LIMIT $3`,
     [worker, since, limit],
   );
-  return res.rows.map((r) => ({ runId: r.run_id, attempt: r.attempt, job: r.job, state: r.state, seconds: r.seconds, finishedAt: r.finished_at }));
+  return res.rows.map((r) => ({
+    runId: r.run_id,
+    attempt: r.attempt,
+    job: r.job,
+    state: r.state,
+    seconds: r.seconds,
+    finishedAt: r.finished_at,
+  }));
 }

@@ -53,12 +53,15 @@ export async function fenceRun(db: Queryable, t: Tables, resource: string, attem
     [resource, mine.toString(), attempt.runId.toString(), attempt.token.toString()],
   );
   if (res.rowCount === 1) return;
-  const run = await db.query<{ claim_token: string | null }>(`SELECT claim_token FROM ${t.runs} WHERE id = $1`, [attempt.runId.toString()]);
+  const run = await db.query<{ claim_token: string | null }>(`SELECT claim_token FROM ${t.runs} WHERE id = $1`, [
+    attempt.runId.toString(),
+  ]);
   const newestClaim = run.rows[0]?.claim_token ?? null;
   if (newestClaim !== attempt.token.toString()) {
     throw new StaleTokenError(`run ${attempt.runId}`, attempt.token, newestClaim === null ? null : BigInt(newestClaim));
   }
   const highest = await fenceToken(db, t, resource);
-  if (highest !== null && slotOf(highest) > attempt.scheduledAt) throw new SupersededError(resource, attempt.scheduledAt, slotOf(highest));
+  if (highest !== null && slotOf(highest) > attempt.scheduledAt)
+    throw new SupersededError(resource, attempt.scheduledAt, slotOf(highest));
   throw new StaleTokenError(resource, mine, highest);
 }

@@ -47,8 +47,6 @@ export interface FireBatchResult {
   cancelled: bigint[];
 }
 
-
-
 /** A run the leader handed to the queue, as the re-delivery sweep sees it. */
 export interface HandedOverRun {
   runId: bigint;
@@ -120,7 +118,11 @@ export class FireLedger {
    * Overlap 'replace': for each job with an inserted fire marked `replace`, cancel its other active
    * runs, naming the newest such fire. Only ever inside commitFires, after the fence.
    */
-  private async cancelReplaced(client: pg.PoolClient, fires: FireRequest[], inserted: Omit<CommittedFire, 'hold'>[]): Promise<bigint[]> {
+  private async cancelReplaced(
+    client: pg.PoolClient,
+    fires: FireRequest[],
+    inserted: Omit<CommittedFire, 'hold'>[],
+  ): Promise<bigint[]> {
     const insertedSlots = new Set(inserted.map(slotKey));
     const replacedBy = new Map<string, Date>(); // job → its newest inserted 'replace' fire
     for (const f of fires) {
@@ -138,9 +140,10 @@ export class FireLedger {
 
   async markEnqueued(runIds: bigint[]): Promise<void> {
     if (runIds.length === 0) return;
-    await this.pool.query(`UPDATE ${this.t.runs} SET enqueued_at = now() WHERE id = ANY($1::bigint[]) AND enqueued_at IS NULL`, [
-      runIds.map(String),
-    ]);
+    await this.pool.query(
+      `UPDATE ${this.t.runs} SET enqueued_at = now() WHERE id = ANY($1::bigint[]) AND enqueued_at IS NULL`,
+      [runIds.map(String)],
+    );
   }
 
   /**
@@ -157,7 +160,14 @@ export class FireLedger {
        ORDER BY r.created_at, r.id LIMIT $1`,
       [limit, queuedJobs],
     );
-    return res.rows.map((r) => ({ runId: BigInt(r.id), job: r.job, scheduledAt: r.scheduled_at, trigger: r.trigger, state: 'pending', hold: false }));
+    return res.rows.map((r) => ({
+      runId: BigInt(r.id),
+      job: r.job,
+      scheduledAt: r.scheduled_at,
+      trigger: r.trigger,
+      state: 'pending',
+      hold: false,
+    }));
   }
 
   /** Latest scheduled (not manual) fire per job, for reconciliation after an election. */
@@ -198,7 +208,13 @@ export class FireLedger {
    * scanned (the partial index cw_runs_active), so the cost follows the backlog, not the ledger.
    */
   async deliveriesToCheck(olderThanMs: number, limit: number): Promise<HandedOverRun[]> {
-    const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; state: string; claim_token: string | null }>(
+    const res = await this.pool.query<{
+      id: string;
+      job: string;
+      scheduled_at: Date;
+      state: string;
+      claim_token: string | null;
+    }>(
       `WITH due AS (
          SELECT id FROM ${this.t.runs}
          WHERE state IN ${ACTIVE_SQL} AND enqueued_at IS NOT NULL
@@ -231,10 +247,10 @@ export class FireLedger {
         [run.runId.toString(), run.claimToken?.toString() ?? null, stored.message],
       );
       if (res.rowCount !== 1) return false;
-      await client.query(`UPDATE ${this.t.runAttempts} SET state = 'failed', finished_at = now(), error = $2 WHERE run_id = $1 AND state = 'running'`, [
-        run.runId.toString(),
-        stored.message,
-      ]);
+      await client.query(
+        `UPDATE ${this.t.runAttempts} SET state = 'failed', finished_at = now(), error = $2 WHERE run_id = $1 AND state = 'running'`,
+        [run.runId.toString(), stored.message],
+      );
       return true;
     });
   }
@@ -243,7 +259,12 @@ export class FireLedger {
    * Mark active runs of a job cancelled, except `keep`; returns the run ids. Overlap 'replace'
    * calls it only inside commitFires, after the fence: never call it outside a fenced transaction.
    */
-  private async cancelActive(job: string, reason: string, db: Queryable = this.pool, keep: bigint[] = []): Promise<bigint[]> {
+  private async cancelActive(
+    job: string,
+    reason: string,
+    db: Queryable = this.pool,
+    keep: bigint[] = [],
+  ): Promise<bigint[]> {
     const res = await db.query<{ id: string }>(
       `UPDATE ${this.t.runs} SET state = 'cancelled', finished_at = now(), error = $2
        WHERE job = $1 AND state IN ${ACTIVE_SQL} AND id <> ALL($3::bigint[]) RETURNING id`,
@@ -258,7 +279,11 @@ export class FireLedger {
    * are left alone (a replica that defines the job may just be starting). node-cron coordinator
    * runs ("node-cron:…") are not jobs of any replica and are never touched. Returns the run ids.
    */
-  async cancelRunsOfUndefinedJobs(defined: readonly string[], reason: string, graceMs: number): Promise<{ runId: bigint; job: string }[]> {
+  async cancelRunsOfUndefinedJobs(
+    defined: readonly string[],
+    reason: string,
+    graceMs: number,
+  ): Promise<{ runId: bigint; job: string }[]> {
     const res = await this.pool.query<{ id: string; job: string }>(
       `UPDATE ${this.t.runs} SET state = 'cancelled', finished_at = now(), error = $2
        WHERE state IN ${ACTIVE_SQL} AND job <> ALL($1::text[]) AND job NOT LIKE 'node-cron:%'
@@ -302,12 +327,10 @@ export class FireLedger {
   }
 
   async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<void> {
-    await this.pool.query(`INSERT INTO ${this.t.elections} (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)`, [
-      leaseName,
-      leader,
-      token.toString(),
-      backend,
-    ]);
+    await this.pool.query(
+      `INSERT INTO ${this.t.elections} (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)`,
+      [leaseName, leader, token.toString(), backend],
+    );
   }
 }
 
@@ -316,8 +339,19 @@ function slotKey(f: { job: string; scheduledAt: Date }): string {
 }
 
 /** Insert the fires under the unique (job, scheduled_at) key; returns the ones inserted. */
-async function insertRuns(client: pg.PoolClient, t: Tables, fires: FireRequest[], leader: LeaderStamp): Promise<Omit<CommittedFire, 'hold'>[]> {
-  const res = await client.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger; state: 'pending' | 'skipped' }>(
+async function insertRuns(
+  client: pg.PoolClient,
+  t: Tables,
+  fires: FireRequest[],
+  leader: LeaderStamp,
+): Promise<Omit<CommittedFire, 'hold'>[]> {
+  const res = await client.query<{
+    id: string;
+    job: string;
+    scheduled_at: Date;
+    trigger: FireTrigger;
+    state: 'pending' | 'skipped';
+  }>(
     `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
      SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
             CASE WHEN f.state = 'skipped' THEN now() END,
@@ -328,13 +362,25 @@ async function insertRuns(client: pg.PoolClient, t: Tables, fires: FireRequest[]
      RETURNING id, job, scheduled_at, trigger, state`,
     [
       JSON.stringify(
-        fires.map((f) => ({ job: f.job, scheduled_at: f.scheduledAt.toISOString(), trigger: f.trigger, state: f.state ?? 'pending', error: f.error ?? null })),
+        fires.map((f) => ({
+          job: f.job,
+          scheduled_at: f.scheduledAt.toISOString(),
+          trigger: f.trigger,
+          state: f.state ?? 'pending',
+          error: f.error ?? null,
+        })),
       ),
       leader.token.toString(),
       leader.replicaId,
     ],
   );
-  return res.rows.map((r) => ({ runId: BigInt(r.id), job: r.job, scheduledAt: r.scheduled_at, trigger: r.trigger, state: r.state }));
+  return res.rows.map((r) => ({
+    runId: BigInt(r.id),
+    job: r.job,
+    scheduledAt: r.scheduled_at,
+    trigger: r.trigger,
+    state: r.state,
+  }));
 }
 
 /** Move each job's last scheduled fire forward (never back); manual triggers do not count. */
@@ -343,6 +389,12 @@ async function advanceJobState(client: pg.PoolClient, t: Tables, fires: FireRequ
     `INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
      SELECT job, max(scheduled_at) FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz) GROUP BY job
      ON CONFLICT (job) DO UPDATE SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now()`,
-    [JSON.stringify(fires.filter((f) => f.trigger !== 'manual').map((f) => ({ job: f.job, scheduled_at: f.scheduledAt.toISOString() })))],
+    [
+      JSON.stringify(
+        fires
+          .filter((f) => f.trigger !== 'manual')
+          .map((f) => ({ job: f.job, scheduled_at: f.scheduledAt.toISOString() })),
+      ),
+    ],
   );
 }

@@ -28,8 +28,22 @@ function tableName(kind: string, name: string): string {
  * Scheduled (not manual) runs of jobs named `jobPrefix…` scheduled or committed in [from, to], in
  * commit order. Committed in the window but scheduled after it: fired early, which a checker must see.
  */
-export async function runsInWindow(db: Queryable, t: Tables, from: Date, to: Date, jobPrefix = ''): Promise<RunHistoryRow[]> {
-  const res = await db.query<{ id: string; job: string; scheduled_at: Date; leader_token: string; state: string; completed_token: string | null; created_at: Date }>(
+export async function runsInWindow(
+  db: Queryable,
+  t: Tables,
+  from: Date,
+  to: Date,
+  jobPrefix = '',
+): Promise<RunHistoryRow[]> {
+  const res = await db.query<{
+    id: string;
+    job: string;
+    scheduled_at: Date;
+    leader_token: string;
+    state: string;
+    completed_token: string | null;
+    created_at: Date;
+  }>(
     `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
             (SELECT a.token FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
      FROM ${t.runs} r
@@ -49,7 +63,13 @@ export async function runsInWindow(db: Queryable, t: Tables, from: Date, to: Dat
 }
 
 /** Rows (run_id, token) of a workload's effect table whose run is scheduled in [from, to]. */
-export async function effectsInWindow(db: Queryable, t: Tables, effectsTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint }[]> {
+export async function effectsInWindow(
+  db: Queryable,
+  t: Tables,
+  effectsTable: string,
+  from: Date,
+  to: Date,
+): Promise<{ runId: bigint; token: bigint }[]> {
   const res = await db.query<{ run_id: string; token: string }>(
     `SELECT e.run_id, e.token FROM ${tableName('effects', effectsTable)} e JOIN ${t.runs} r ON r.id = e.run_id WHERE r.scheduled_at BETWEEN $1 AND $2`,
     [from, to],
@@ -58,7 +78,13 @@ export async function effectsInWindow(db: Queryable, t: Tables, effectsTable: st
 }
 
 /** Rows (run_id, token, outcome) of a workload's attempt log whose run is scheduled in [from, to], in log order. */
-export async function attemptLogInWindow(db: Queryable, t: Tables, logTable: string, from: Date, to: Date): Promise<{ runId: bigint; token: bigint; outcome: string }[]> {
+export async function attemptLogInWindow(
+  db: Queryable,
+  t: Tables,
+  logTable: string,
+  from: Date,
+  to: Date,
+): Promise<{ runId: bigint; token: bigint; outcome: string }[]> {
   const res = await db.query<{ run_id: string; token: string; outcome: string }>(
     `SELECT l.run_id, l.token, l.outcome FROM ${tableName('attempt log', logTable)} l JOIN ${t.runs} r ON r.id = l.run_id
      WHERE r.scheduled_at BETWEEN $1 AND $2 ORDER BY l.id`,
@@ -74,17 +100,25 @@ export async function lastCommitAt(db: Queryable, t: Tables): Promise<number> {
 }
 
 /** The first fire committed after `after` (under a leader token above `aboveToken`, if given), or null. */
-export async function firstCommitAfter(db: Queryable, t: Tables, after: Date, aboveToken?: bigint): Promise<number | null> {
-  const r = await db.query<{ t: Date | null }>(`SELECT min(created_at) AS t FROM ${t.runs} WHERE created_at > $1 AND ($2::bigint IS NULL OR leader_token > $2)`, [
-    after,
-    aboveToken?.toString() ?? null,
-  ]);
+export async function firstCommitAfter(
+  db: Queryable,
+  t: Tables,
+  after: Date,
+  aboveToken?: bigint,
+): Promise<number | null> {
+  const r = await db.query<{ t: Date | null }>(
+    `SELECT min(created_at) AS t FROM ${t.runs} WHERE created_at > $1 AND ($2::bigint IS NULL OR leader_token > $2)`,
+    [after, aboveToken?.toString() ?? null],
+  );
   return r.rows[0]?.t?.getTime() ?? null;
 }
 
 /** How many runs scheduled in [from, to] are not completed yet. */
 export async function uncompletedRunsIn(db: Queryable, t: Tables, from: Date, to: Date): Promise<number> {
-  const r = await db.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${t.runs} WHERE scheduled_at BETWEEN $1 AND $2 AND state <> 'completed'`, [from, to]);
+  const r = await db.query<{ n: number }>(
+    `SELECT count(*)::int AS n FROM ${t.runs} WHERE scheduled_at BETWEEN $1 AND $2 AND state <> 'completed'`,
+    [from, to],
+  );
   return r.rows[0]?.n ?? 0;
 }
 

@@ -33,17 +33,19 @@ export class Ledger {
 
   /** This ledger's random identity (cw_ledger), made by the migration that created it. */
   identity(): Promise<string> {
-    this.identityValue ??= this.pool.query<{ id: string }>(`SELECT id FROM ${this.tables.ledger} ORDER BY created_at LIMIT 1`).then(
-      (r) => {
-        const id = r.rows[0]?.id;
-        if (!id) throw new NotMigratedError(`${this.schema}.cw_ledger has no row`);
-        return id;
-      },
-      (err: { code?: string }) => {
-        if (err.code === '42P01') throw new NotMigratedError(`schema "${this.schema}" has no cw_ledger`);
-        throw err;
-      },
-    );
+    this.identityValue ??= this.pool
+      .query<{ id: string }>(`SELECT id FROM ${this.tables.ledger} ORDER BY created_at LIMIT 1`)
+      .then(
+        (r) => {
+          const id = r.rows[0]?.id;
+          if (!id) throw new NotMigratedError(`${this.schema}.cw_ledger has no row`);
+          return id;
+        },
+        (err: { code?: string }) => {
+          if (err.code === '42P01') throw new NotMigratedError(`schema "${this.schema}" has no cw_ledger`);
+          throw err;
+        },
+      );
     this.identityValue.catch(() => (this.identityValue = undefined));
     return this.identityValue;
   }
@@ -74,7 +76,9 @@ export class Ledger {
 
   /** The database server's clock, epoch ms: the time every replica schedules against. */
   async serverTime(): Promise<number> {
-    const res = await this.pool.query<{ t: number }>('SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS t');
+    const res = await this.pool.query<{ t: number }>(
+      'SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS t',
+    );
     const row = res.rows[0];
     if (!row) throw new NotMigratedError('the clock query returned no row');
     return row.t;

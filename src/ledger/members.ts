@@ -30,7 +30,10 @@ export async function deleteMember(db: Queryable, t: Tables, replicaId: string):
 
 /** Jobs defined by at least one member seen within `withinMs`; null when no member has said (a 0.1.0 replica, or none alive). */
 export async function jobsOfLiveMembers(db: Queryable, t: Tables, withinMs: number): Promise<Set<string> | null> {
-  const res = await db.query<{ jobs: string[] | null }>(`SELECT jobs FROM ${t.members} WHERE last_seen > now() - ($1::int * interval '1 millisecond')`, [withinMs]);
+  const res = await db.query<{ jobs: string[] | null }>(
+    `SELECT jobs FROM ${t.members} WHERE last_seen > now() - ($1::int * interval '1 millisecond')`,
+    [withinMs],
+  );
   if (res.rows.length === 0 || res.rows.some((r) => r.jobs === null)) return null;
   return new Set(res.rows.flatMap((r) => r.jobs ?? []));
 }

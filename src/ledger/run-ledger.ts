@@ -47,15 +47,19 @@ export class RunLedger {
       );
       const row = res.rows[0];
       if (!row) return { status: 'finished', state: await recordSkippedDelivery(client, this.t, runId, worker) };
-      await client.query(`INSERT INTO ${this.t.runAttempts} (run_id, attempt, token, worker, state) VALUES ($1, $2, $3, $4, 'running')`, [
-        runId.toString(),
-        row.attempts,
-        row.claim_token,
-        worker,
-      ]);
+      await client.query(
+        `INSERT INTO ${this.t.runAttempts} (run_id, attempt, token, worker, state) VALUES ($1, $2, $3, $4, 'running')`,
+        [runId.toString(), row.attempts, row.claim_token, worker],
+      );
       return {
         status: 'claimed',
-        claim: { runId, job: row.job, scheduledAt: row.scheduled_at, attempt: row.attempts, token: BigInt(row.claim_token) },
+        claim: {
+          runId,
+          job: row.job,
+          scheduledAt: row.scheduled_at,
+          attempt: row.attempts,
+          token: BigInt(row.claim_token),
+        },
       };
     });
   }
@@ -128,28 +132,33 @@ export class RunLedger {
 
   /** Record that this attempt found its run already completed and did nothing. */
   async recordSkippedAttempt(claim: Claim, reason: string): Promise<void> {
-    await this.pool.query(`UPDATE ${this.t.runAttempts} SET state = 'skipped', finished_at = now(), error = $3 WHERE run_id = $1 AND attempt = $2`, [
+    await this.pool.query(
+      `UPDATE ${this.t.runAttempts} SET state = 'skipped', finished_at = now(), error = $3 WHERE run_id = $1 AND attempt = $2`,
+      [claim.runId.toString(), claim.attempt, reason],
+    );
+    await this.pool.query(`UPDATE ${this.t.runs} SET skipped_attempts = skipped_attempts + 1 WHERE id = $1`, [
       claim.runId.toString(),
-      claim.attempt,
-      reason,
     ]);
-    await this.pool.query(`UPDATE ${this.t.runs} SET skipped_attempts = skipped_attempts + 1 WHERE id = $1`, [claim.runId.toString()]);
   }
 
-  async runState(runId: bigint, db: Queryable = this.pool): Promise<{ state: string; claimToken: bigint | null } | null> {
-    const res = await db.query<{ state: string; claim_token: string | null }>(`SELECT state, claim_token FROM ${this.t.runs} WHERE id = $1`, [
-      runId.toString(),
-    ]);
+  async runState(
+    runId: bigint,
+    db: Queryable = this.pool,
+  ): Promise<{ state: string; claimToken: bigint | null } | null> {
+    const res = await db.query<{ state: string; claim_token: string | null }>(
+      `SELECT state, claim_token FROM ${this.t.runs} WHERE id = $1`,
+      [runId.toString()],
+    );
     const row = res.rows[0];
     return row ? { state: row.state, claimToken: row.claim_token === null ? null : BigInt(row.claim_token) } : null;
   }
 
   /** node-cron coordinator: the task of `job` at `scheduledAt` ran in-process; settle its pending run. */
   async completeUnclaimed(job: string, scheduledAt: Date): Promise<void> {
-    await this.pool.query(`UPDATE ${this.t.runs} SET state = 'completed', finished_at = now() WHERE job = $1 AND scheduled_at = $2 AND state = 'pending'`, [
-      job,
-      scheduledAt,
-    ]);
+    await this.pool.query(
+      `UPDATE ${this.t.runs} SET state = 'completed', finished_at = now() WHERE job = $1 AND scheduled_at = $2 AND state = 'pending'`,
+      [job, scheduledAt],
+    );
   }
 }
 

@@ -8,7 +8,13 @@ export const activeRunStates = ['pending', 'running', 'retrying'] as const satis
 export type ActiveRunState = (typeof activeRunStates)[number];
 
 /** A run that is settled for good; retention may delete it. */
-export const finishedRunStates = ['completed', 'failed', 'skipped', 'cancelled', 'superseded'] as const satisfies readonly RunState[];
+export const finishedRunStates = [
+  'completed',
+  'failed',
+  'skipped',
+  'cancelled',
+  'superseded',
+] as const satisfies readonly RunState[];
 
 /** `('a', 'b')` for an IN clause; the values are the constants above, never user input. */
 export function sqlStateList(states: readonly RunState[]): string {

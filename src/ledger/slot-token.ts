@@ -8,7 +8,9 @@
 const ATTEMPT_SPAN = 1_000_000n;
 
 export function slotToken(scheduledAt: Date, attempt: number): bigint {
-  return BigInt(scheduledAt.getTime()) * ATTEMPT_SPAN + BigInt(Math.min(Math.max(attempt, 0), Number(ATTEMPT_SPAN) - 1));
+  return (
+    BigInt(scheduledAt.getTime()) * ATTEMPT_SPAN + BigInt(Math.min(Math.max(attempt, 0), Number(ATTEMPT_SPAN) - 1))
+  );
 }
 
 /** The scheduled instant a slot token stands for. */

@@ -27,9 +27,21 @@ export function storedError(error: unknown): StoredError {
   if (typeof error === 'string') return { message: storableText(error, MAX_ERROR_MESSAGE), stack: null };
   if (error instanceof Error) {
     const stack = typeof error.stack === 'string' ? storableText(error.stack, MAX_ERROR_STACK) : null;
-    return { message: storableText(safeString(() => error.message), MAX_ERROR_MESSAGE), stack };
+    return {
+      message: storableText(
+        safeString(() => error.message),
+        MAX_ERROR_MESSAGE,
+      ),
+      stack,
+    };
   }
-  return { message: storableText(safeString(() => String(error)), MAX_ERROR_MESSAGE), stack: null };
+  return {
+    message: storableText(
+      safeString(() => String(error)),
+      MAX_ERROR_MESSAGE,
+    ),
+    stack: null,
+  };
 }
 
 /** A handler can throw anything, even a value whose toString throws. */

@@ -7,7 +7,10 @@ export type Queryable = Pick<pg.Pool, 'query'> | pg.PoolClient;
  * Run `fn` in one transaction on a client of `pool`: COMMIT when it returns, ROLLBACK when it
  * throws (or when it asks for it by returning through `rollback`), the client released either way.
  */
-export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient, rollback: () => Promise<void>) => Promise<T>): Promise<T> {
+export async function withTransaction<T>(
+  pool: pg.Pool,
+  fn: (client: pg.PoolClient, rollback: () => Promise<void>) => Promise<T>,
+): Promise<T> {
   const client = await pool.connect();
   // A checked-out client has no listener of the pool's: without one, the server going away
   // mid-transaction (a restart, a failover) is an 'error' event that crashes the process. The

@@ -18,20 +18,30 @@ export const backendKinds: readonly BackendKind[] = ['etcd', 'redis', 'postgres'
 export async function createLeaseBackend(config: BackendConfig, clock?: Clock): Promise<LeaseBackend> {
   switch (config.kind) {
     case 'etcd':
-      if (config.endpoints.length === 0) throw new InvalidConfigError('backend.endpoints', 'etcd needs at least one endpoint');
+      if (config.endpoints.length === 0)
+        throw new InvalidConfigError('backend.endpoints', 'etcd needs at least one endpoint');
       return new (await loadEtcdBackend()).EtcdLeaseBackend({ endpoints: config.endpoints, clock });
     case 'redis':
       if (!config.url) throw new InvalidConfigError('backend.url', 'redis needs a URL such as redis://127.0.0.1:6379');
-      if (config.url.startsWith('redis-sentinel:')) return new (await import('./redis.js')).RedisLeaseBackend({ sentinel: parseSentinelUrl(config.url), clock });
+      if (config.url.startsWith('redis-sentinel:'))
+        return new (await import('./redis.js')).RedisLeaseBackend({ sentinel: parseSentinelUrl(config.url), clock });
       return new (await import('./redis.js')).RedisLeaseBackend({ url: config.url, clock });
     case 'postgres':
-      if (!config.url) throw new InvalidConfigError('backend.url', 'postgres needs a URL such as postgres://user@host/db');
-      return new (await import('./postgres.js')).PostgresLeaseBackend({ connectionString: config.url, schema: config.schema, clock });
+      if (!config.url)
+        throw new InvalidConfigError('backend.url', 'postgres needs a URL such as postgres://user@host/db');
+      return new (await import('./postgres.js')).PostgresLeaseBackend({
+        connectionString: config.url,
+        schema: config.schema,
+        clock,
+      });
     case 'memory':
       return new MemoryLeaseBackend({ clock });
     default: {
       const kind: string = (config as { kind: string }).kind;
-      throw new InvalidConfigError('backend.kind', `unknown backend "${kind}"; expected one of ${backendKinds.join(', ')}`);
+      throw new InvalidConfigError(
+        'backend.kind',
+        `unknown backend "${kind}"; expected one of ${backendKinds.join(', ')}`,
+      );
     }
   }
 }
@@ -46,7 +56,10 @@ async function loadEtcdBackend(): Promise<typeof import('./etcd.js')> {
   } catch (err) {
     const e = err as NodeJS.ErrnoException;
     if (e.code !== 'ERR_MODULE_NOT_FOUND' || !e.message.includes("'etcd3'")) throw err;
-    throw new InvalidConfigError('backend.kind', 'the etcd backend needs the etcd3 package, which is not installed: run `npm i etcd3` in your application');
+    throw new InvalidConfigError(
+      'backend.kind',
+      'the etcd backend needs the etcd3 package, which is not installed: run `npm i etcd3` in your application',
+    );
   }
   return import('./etcd.js');
 }
@@ -62,7 +75,10 @@ export function parseSentinelUrl(url: string): { sentinels: { host: string; port
     return { host: host ?? '', port: Number(port ?? 26379) };
   });
   if (!m || sentinels.some((s) => !s.host || !Number.isInteger(s.port) || s.port <= 0 || s.port > 65535)) {
-    throw new InvalidConfigError('backend.url', `"${url}" is not a Sentinel URL such as redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster`);
+    throw new InvalidConfigError(
+      'backend.url',
+      `"${url}" is not a Sentinel URL such as redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster`,
+    );
   }
   return { sentinels, name: decodeURIComponent(m[2]!) };
 }

@@ -1,6 +1,14 @@
 import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
 import { systemClock, type Clock } from '../clock.js';
-import { AbortedError, BackendUnavailableError, ConnectionClosedError, InvalidArgumentError, LeaseLostError, NotHolderError, TimedOutError } from '../errors.js';
+import {
+  AbortedError,
+  BackendUnavailableError,
+  ConnectionClosedError,
+  InvalidArgumentError,
+  LeaseLostError,
+  NotHolderError,
+  TimedOutError,
+} from '../errors.js';
 import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from './lease.js';
 import { localDeadline, validateLeaseRequest, type ValidLeaseRequest } from './lease-request.js';
 
@@ -76,9 +84,11 @@ export class EtcdLeaseBackend implements LeaseBackend {
   private closedPromise: Promise<void> | undefined;
 
   constructor(options: EtcdLeaseBackendOptions) {
-    if (!options.client && !options.endpoints) throw new InvalidArgumentError('EtcdLeaseBackend needs endpoints or a client');
+    if (!options.client && !options.endpoints)
+      throw new InvalidArgumentError('EtcdLeaseBackend needs endpoints or a client');
     this.timeoutMs = options.requestTimeoutMs ?? 2000;
-    if (!(this.timeoutMs > 0)) throw new InvalidArgumentError(`requestTimeoutMs must be positive, got ${this.timeoutMs}`);
+    if (!(this.timeoutMs > 0))
+      throw new InvalidArgumentError(`requestTimeoutMs must be positive, got ${this.timeoutMs}`);
     this.ownsClient = !options.client;
     this.client =
       options.client ??
@@ -110,7 +120,9 @@ export class EtcdLeaseBackend implements LeaseBackend {
   /** Candidate keys of `name`, oldest (the leader) first, and the store revision they were read at. */
   private async candidates(name: string): Promise<Queue> {
     const prefix = this.electionPrefix(name);
-    const res = await this.call('range candidates', () => this.client.getAll().prefix(prefix).sort('Create', 'Ascend').exec());
+    const res = await this.call('range candidates', () =>
+      this.client.getAll().prefix(prefix).sort('Create', 'Ascend').exec(),
+    );
     return { kvs: onlyCandidates(res.kvs, prefix), revision: res.header.revision };
   }
 
@@ -120,7 +132,9 @@ export class EtcdLeaseBackend implements LeaseBackend {
    * Returns the key's create revision and the monotonic time the grant was sent (the etcd lease's
    * TTL runs from about then, so a deadline measured from it is never late).
    */
-  private async campaign(valid: ValidLeaseRequest): Promise<{ handle: Handle; revision: bigint; grantSentAt: number; queue: Queue }> {
+  private async campaign(
+    valid: ValidLeaseRequest,
+  ): Promise<{ handle: Handle; revision: bigint; grantSentAt: number; queue: Queue }> {
     const ttlSeconds = Math.max(1, Math.ceil(valid.ttlMs / 1000));
     const grantSentAt = this.clock.monotonic();
     const grant = await this.call('lease grant', () => this.client.leaseClient.leaseGrant({ TTL: ttlSeconds, ID: 0 }));
@@ -130,7 +144,10 @@ export class EtcdLeaseBackend implements LeaseBackend {
       const txn = await this.call('create candidate key', () =>
         this.client
           .if(handle.key, 'Create', '==', 0)
-          .then(this.client.put(handle.key).value(valid.holder).lease(handle.lease), this.client.getAll().prefix(prefix).sort('Create', 'Ascend'))
+          .then(
+            this.client.put(handle.key).value(valid.holder).lease(handle.lease),
+            this.client.getAll().prefix(prefix).sort('Create', 'Ascend'),
+          )
           .commit(),
       );
       // A fresh lease id cannot already name a key; if it does, someone wrote into our namespace.
@@ -138,7 +155,12 @@ export class EtcdLeaseBackend implements LeaseBackend {
       const range = txn.responses[1]?.response_range;
       if (!range) throw new BackendUnavailableError('etcd', 'create candidate key: the transaction returned no range');
       // The put is the only write of the txn, so the txn's revision is the key's create revision.
-      return { handle, revision: BigInt(txn.header.revision), grantSentAt, queue: { kvs: onlyCandidates(range.kvs, prefix), revision: txn.header.revision } };
+      return {
+        handle,
+        revision: BigInt(txn.header.revision),
+        grantSentAt,
+        queue: { kvs: onlyCandidates(range.kvs, prefix), revision: txn.header.revision },
+      };
     } catch (err) {
       await this.withdraw(handle);
       throw err;
@@ -182,7 +204,8 @@ export class EtcdLeaseBackend implements LeaseBackend {
     if (first && first.value.toString() === valid.holder) {
       const older = { lease: String(first.lease), key: first.key.toString() };
       const sentAt = this.clock.monotonic();
-      if ((await this.keepAliveOnce(older.lease)) > 0) return this.lease(valid, older, BigInt(first.create_revision), sentAt);
+      if ((await this.keepAliveOnce(older.lease)) > 0)
+        return this.lease(valid, older, BigInt(first.create_revision), sentAt);
     }
     return null;
   }
@@ -207,17 +230,20 @@ export class EtcdLeaseBackend implements LeaseBackend {
     let keeper: ReturnType<Clock['setTimer']> | undefined;
     // Keep our waiting key's lease alive; a lost lease wakes the loop, which then queues again.
     const keepWaitingKeyAlive = () => {
-      keeper = this.clock.setTimer(() => {
-        const h = handle;
-        if (!h) return;
-        this.keepAliveOnce(h.lease).then(
-          (ttl) => {
-            if (ttl <= 0) wake?.();
-          },
-          () => {}, // a blip: the next tick tries again, and the loop's re-read sees a lost key
-        );
-        keepWaitingKeyAlive();
-      }, Math.max(200, Math.floor(valid.ttlMs / 3)));
+      keeper = this.clock.setTimer(
+        () => {
+          const h = handle;
+          if (!h) return;
+          this.keepAliveOnce(h.lease).then(
+            (ttl) => {
+              if (ttl <= 0) wake?.();
+            },
+            () => {}, // a blip: the next tick tries again, and the loop's re-read sees a lost key
+          );
+          keepWaitingKeyAlive();
+        },
+        Math.max(200, Math.floor(valid.ttlMs / 3)),
+      );
     };
     keepWaitingKeyAlive();
     // A queue read in the campaign's own transaction, used instead of a fresh read once.
@@ -259,11 +285,18 @@ export class EtcdLeaseBackend implements LeaseBackend {
   }
 
   /** Resolve once `key` is deleted after `revision`, or on abort, wake(), a lost watch, or RECHECK_MS. */
-  private async waitForDelete(key: string, revision: string, signal: AbortSignal, setWake: (fn: () => void) => void): Promise<void> {
+  private async waitForDelete(
+    key: string,
+    revision: string,
+    signal: AbortSignal,
+    setWake: (fn: () => void) => void,
+  ): Promise<void> {
     // Starting just after the revision we read at, the watch also reports a delete that happened
     // between that read and now: nothing can slip through.
     const next = (BigInt(revision) + 1n).toString();
-    const watcher = await this.call('watch predecessor', () => this.client.watch().key(key).startRevision(next).create());
+    const watcher = await this.call('watch predecessor', () =>
+      this.client.watch().key(key).startRevision(next).create(),
+    );
     this.watchers.add(watcher);
     try {
       await new Promise<void>((resolve) => {
@@ -328,9 +361,17 @@ export class EtcdLeaseBackend implements LeaseBackend {
     const sentAt = this.clock.monotonic();
     const readKey = async () => (await this.call('get candidate key', () => this.client.get(handle.key).exec())).kvs[0];
     const check = (kv: IKeyValue | undefined) => {
-      if (!kv || BigInt(kv.create_revision) !== lease.token || kv.value.toString() !== lease.holder || String(kv.lease) !== handle.lease) {
+      if (
+        !kv ||
+        BigInt(kv.create_revision) !== lease.token ||
+        kv.value.toString() !== lease.holder ||
+        String(kv.lease) !== handle.lease
+      ) {
         this.issued.delete(handle.key);
-        throw new LeaseLostError(lease.name, kv ? `key ${handle.key} now belongs to "${kv.value.toString()}"` : 'our key is gone (expired or deleted)');
+        throw new LeaseLostError(
+          lease.name,
+          kv ? `key ${handle.key} now belongs to "${kv.value.toString()}"` : 'our key is gone (expired or deleted)',
+        );
       }
     };
     let ttl: number;
@@ -351,7 +392,8 @@ export class EtcdLeaseBackend implements LeaseBackend {
 
   async release(lease: Lease): Promise<void> {
     const handle = parseHandle(lease);
-    if (!handle.key.startsWith(this.electionPrefix(lease.name))) throw new NotHolderError(lease.name, lease.holder, lease.token);
+    if (!handle.key.startsWith(this.electionPrefix(lease.name)))
+      throw new NotHolderError(lease.name, lease.holder, lease.token);
     const txn = await this.call('release', () =>
       this.client
         .if(handle.key, 'Create', '==', lease.token.toString())
@@ -374,7 +416,9 @@ export class EtcdLeaseBackend implements LeaseBackend {
     const record = { name, holder: first.value.toString(), token: BigInt(first.create_revision) };
     // A key without a lease (written by hand) never expires.
     if (String(first.lease) === '0') return { ...record, expiresInMs: Number.POSITIVE_INFINITY };
-    const ttl = await this.call('lease ttl', () => this.client.leaseClient.leaseTimeToLive({ ID: first.lease, keys: false }));
+    const ttl = await this.call('lease ttl', () =>
+      this.client.leaseClient.leaseTimeToLive({ ID: first.lease, keys: false }),
+    );
     return { ...record, expiresInMs: Math.max(0, Number(ttl.TTL) * 1000) };
   }
 

@@ -88,7 +88,12 @@ export class MemoryLeaseBackend implements LeaseBackend {
   async current(name: string): Promise<LeaseRecord | null> {
     const held = this.live(name);
     if (!held) return null;
-    return { name, holder: held.holder, token: held.token, expiresInMs: Math.max(0, held.expiresAt - this.clock.monotonic()) };
+    return {
+      name,
+      holder: held.holder,
+      token: held.token,
+      expiresInMs: Math.max(0, held.expiresAt - this.clock.monotonic()),
+    };
   }
 
   async onChange(name: string, listener: () => void): Promise<Unsubscribe> {

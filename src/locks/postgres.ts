@@ -130,7 +130,10 @@ export class PostgresLeaseBackend implements LeaseBackend {
     this.clock = options.clock ?? systemClock;
     this.timeoutMs = options.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;
     if (!Number.isInteger(this.timeoutMs) || this.timeoutMs <= 0) {
-      throw new InvalidConfigError('statementTimeoutMs', `must be a positive whole number of ms, got ${this.timeoutMs}`);
+      throw new InvalidConfigError(
+        'statementTimeoutMs',
+        `must be a positive whole number of ms, got ${this.timeoutMs}`,
+      );
     }
     const bounds = {
       connectionTimeoutMillis: this.timeoutMs,
@@ -143,7 +146,13 @@ export class PostgresLeaseBackend implements LeaseBackend {
       this.ownsPool = false;
       this.listenConfig = { ...options.pool.options, ...bounds };
     } else if (options.connectionString) {
-      this.pool = new pg.Pool({ connectionString: options.connectionString, max: 4, idleTimeoutMillis: 10_000, allowExitOnIdle: true, ...bounds });
+      this.pool = new pg.Pool({
+        connectionString: options.connectionString,
+        max: 4,
+        idleTimeoutMillis: 10_000,
+        allowExitOnIdle: true,
+        ...bounds,
+      });
       // An idle connection broke (server restarted): the pool drops it and the next call reconnects
       // or fails with BackendUnavailableError. Without a handler the error would crash the process.
       this.pool.on('error', () => {});
@@ -169,11 +178,19 @@ export class PostgresLeaseBackend implements LeaseBackend {
 
   async renew(lease: Lease): Promise<Lease> {
     const sentAt = this.clock.monotonic();
-    const { rowCount } = await this.query(this.sql.renew, [lease.name, lease.holder, lease.token.toString(), lease.ttlMs]);
+    const { rowCount } = await this.query(this.sql.renew, [
+      lease.name,
+      lease.holder,
+      lease.token.toString(),
+      lease.ttlMs,
+    ]);
     if (rowCount !== 1) {
       // Only to say why; the lease is lost whatever this read returns.
       const now = await this.current(lease.name).catch(() => null);
-      throw new LeaseLostError(lease.name, now ? `now held by "${now.holder}" with token ${now.token}` : 'expired or released');
+      throw new LeaseLostError(
+        lease.name,
+        now ? `now held by "${now.holder}" with token ${now.token}` : 'expired or released',
+      );
     }
     return { ...lease, deadline: sentAt + lease.ttlMs - lease.safetyMarginMs };
   }
@@ -190,7 +207,9 @@ export class PostgresLeaseBackend implements LeaseBackend {
 
   /** expiresInMs is computed by the database from its own clock. */
   async current(name: string): Promise<LeaseRecord | null> {
-    const { rows } = await this.query<{ holder: string; token: string; expires_in_ms: number }>(this.sql.current, [name]);
+    const { rows } = await this.query<{ holder: string; token: string; expires_in_ms: number }>(this.sql.current, [
+      name,
+    ]);
     const row = rows[0];
     if (!row) return null;
     return { name, holder: row.holder, token: BigInt(row.token), expiresInMs: row.expires_in_ms };
@@ -239,7 +258,10 @@ export class PostgresLeaseBackend implements LeaseBackend {
 
   // ---- internals ----
 
-  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(text: string, values: unknown[]): Promise<pg.QueryResult<R>> {
+  private async query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    text: string,
+    values: unknown[],
+  ): Promise<pg.QueryResult<R>> {
     if (this.closing) throw new BackendUnavailableError('postgres', 'lease backend is closed');
     const config = { text, values, query_timeout: this.timeoutMs + 500 } as pg.QueryConfig;
     let timer: NodeJS.Timeout | undefined;
@@ -346,7 +368,8 @@ function toBackendError(err: unknown): Error {
   if (err instanceof pg.DatabaseError) {
     const code = err.code ?? '';
     if (isPostgresUnavailable(err)) return new BackendUnavailableError('postgres', err.message, { cause: err });
-    if (code === '42P01') return new InvalidConfigError('backend.url', `${err.message}: run the migrations (cronwarden migrate)`);
+    if (code === '42P01')
+      return new InvalidConfigError('backend.url', `${err.message}: run the migrations (cronwarden migrate)`);
     if (code === '3D000' || code.startsWith('28')) return new InvalidConfigError('backend.url', err.message);
     return err; // a bug in our SQL or the schema: not something a retry fixes
   }

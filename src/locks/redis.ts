@@ -1,7 +1,13 @@
 import { readFileSync } from 'node:fs';
 import { Redis, type RedisOptions } from 'ioredis';
 import { systemClock, type Clock } from '../clock.js';
-import { BackendUnavailableError, InvalidArgumentError, LeaseLostError, NotHolderError, UnexpectedReplyError } from '../errors.js';
+import {
+  BackendUnavailableError,
+  InvalidArgumentError,
+  LeaseLostError,
+  NotHolderError,
+  UnexpectedReplyError,
+} from '../errors.js';
 import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from './lease.js';
 import { localDeadline, validateLeaseRequest } from './lease-request.js';
 import { waitForLease } from './wait-for-lease.js';
@@ -46,7 +52,14 @@ const scripts = Object.entries(scriptFiles).map(([command, file]) => ({
 
 /** The commands defineCommand adds; tokens come back as decimal strings (exact beyond 2^53). */
 interface ScriptCommands {
-  cwAcquire(lease: string, counter: string, holder: string, ttlMs: number, channel: string, floor: string): Promise<[number, string | number, string?, string?]>;
+  cwAcquire(
+    lease: string,
+    counter: string,
+    holder: string,
+    ttlMs: number,
+    channel: string,
+    floor: string,
+  ): Promise<[number, string | number, string?, string?]>;
   cwRenew(lease: string, expected: string, ttlMs: number): Promise<number>;
   cwRelease(lease: string, expected: string, channel: string): Promise<number>;
   cwRaiseFloor(counter: string, floor: string): Promise<number>;
@@ -91,7 +104,8 @@ export class RedisLeaseBackend implements LeaseBackend {
   private readonly seen = new Map<string, bigint>();
 
   constructor(options: RedisLeaseBackendOptions) {
-    if (!options.redis && !options.url && !options.sentinel) throw new InvalidArgumentError('RedisLeaseBackend needs a url, a sentinel or a redis client');
+    if (!options.redis && !options.url && !options.sentinel)
+      throw new InvalidArgumentError('RedisLeaseBackend needs a url, a sentinel or a redis client');
     const timeoutMs = options.commandTimeoutMs ?? 2000;
     if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
       throw new InvalidArgumentError(`commandTimeoutMs must be a positive number of milliseconds, got ${timeoutMs}`);
@@ -106,7 +120,11 @@ export class RedisLeaseBackend implements LeaseBackend {
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
     };
-    const client = options.redis ?? (options.sentinel ? new Redis({ ...options.sentinel, ...clientOptions }) : new Redis(options.url!, clientOptions));
+    const client =
+      options.redis ??
+      (options.sentinel
+        ? new Redis({ ...options.sentinel, ...clientOptions })
+        : new Redis(options.url!, clientOptions));
     // Our own client: its connection errors reach callers as BackendUnavailableError from the call
     // that hit them, and ioredis reconnects by itself; without a listener they would crash the process.
     if (this.ownsClient) client.on('error', () => undefined);
@@ -133,7 +151,14 @@ export class RedisLeaseBackend implements LeaseBackend {
     const sentAt = this.clock.monotonic();
     const floor = (this.seen.get(valid.name) ?? 0n).toString();
     const [code, token, , heldToken] = await this.call('acquire', (c) =>
-      c.cwAcquire(this.leaseKey(valid.name), this.counterKey(valid.name), valid.holder, valid.ttlMs, this.channel(valid.name), floor),
+      c.cwAcquire(
+        this.leaseKey(valid.name),
+        this.counterKey(valid.name),
+        valid.holder,
+        valid.ttlMs,
+        this.channel(valid.name),
+        floor,
+      ),
     );
     if (code === RedisScriptCode.Held) {
       this.noteToken(valid.name, BigInt(heldToken!));
@@ -160,7 +185,9 @@ export class RedisLeaseBackend implements LeaseBackend {
   }
 
   async release(lease: Lease): Promise<void> {
-    const code = await this.call('release', (c) => c.cwRelease(this.leaseKey(lease.name), leaseValue(lease), this.channel(lease.name)));
+    const code = await this.call('release', (c) =>
+      c.cwRelease(this.leaseKey(lease.name), leaseValue(lease), this.channel(lease.name)),
+    );
     if (code === RedisScriptCode.NotHolder) throw new NotHolderError(lease.name, lease.holder, lease.token);
     if (code !== 1) throw new UnexpectedReplyError('release-1.lua', `code ${code}`);
   }
@@ -180,7 +207,10 @@ export class RedisLeaseBackend implements LeaseBackend {
     let entry = this.channels.get(channel);
     if (!entry) {
       const sub = this.subscriberConnection();
-      entry = { listeners: new Set(), subscribed: this.withTimeout('subscribe', sub.subscribe(channel)).then(() => undefined) };
+      entry = {
+        listeners: new Set(),
+        subscribed: this.withTimeout('subscribe', sub.subscribe(channel)).then(() => undefined),
+      };
       this.channels.set(channel, entry);
     }
     const mine = entry;
@@ -207,7 +237,11 @@ export class RedisLeaseBackend implements LeaseBackend {
     if (this.subscriber) return this.subscriber;
     // SUBSCRIBE may wait in the offline queue across a reconnect (our timeout still bounds the
     // caller), and ioredis re-subscribes every channel after a reconnect by itself.
-    const sub = this.client.duplicate({ enableOfflineQueue: true, maxRetriesPerRequest: null, commandTimeout: undefined });
+    const sub = this.client.duplicate({
+      enableOfflineQueue: true,
+      maxRetriesPerRequest: null,
+      commandTimeout: undefined,
+    });
     // Errors show up as a timed-out SUBSCRIBE or as missed wake-ups, which the expiry wake covers.
     sub.on('error', () => undefined);
     sub.on('message', (channel: string) => {
@@ -281,7 +315,12 @@ export class RedisLeaseBackend implements LeaseBackend {
       };
       const timer = setTimeout(() => {
         this.client.off('ready', onReady);
-        reject(new BackendUnavailableError('redis', `${what}: not connected (${this.client.status}) after ${this.timeoutMs} ms`));
+        reject(
+          new BackendUnavailableError(
+            'redis',
+            `${what}: not connected (${this.client.status}) after ${this.timeoutMs} ms`,
+          ),
+        );
       }, this.timeoutMs);
       this.client.once('ready', onReady);
     });
@@ -290,7 +329,10 @@ export class RedisLeaseBackend implements LeaseBackend {
   /** Bound a reply by our timeout even on a client given without one, and map its errors. */
   private withTimeout<T>(what: string, reply: Promise<T>, ms = this.timeoutMs): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new BackendUnavailableError('redis', `${what}: no reply within ${this.timeoutMs} ms`)), Math.max(0, ms));
+      const timer = setTimeout(
+        () => reject(new BackendUnavailableError('redis', `${what}: no reply within ${this.timeoutMs} ms`)),
+        Math.max(0, ms),
+      );
       reply.then(
         (value) => {
           clearTimeout(timer);

@@ -35,7 +35,11 @@ export async function withLock<T>(
   options: WithLockOptions & { wait: false },
   fn: (ctx: LockContext) => Promise<T>,
 ): Promise<T | undefined>;
-export async function withLock<T>(backend: LeaseBackend, options: WithLockOptions, fn: (ctx: LockContext) => Promise<T>): Promise<T>;
+export async function withLock<T>(
+  backend: LeaseBackend,
+  options: WithLockOptions,
+  fn: (ctx: LockContext) => Promise<T>,
+): Promise<T>;
 export async function withLock<T>(
   backend: LeaseBackend,
   options: WithLockOptions,
@@ -67,7 +71,11 @@ export async function withLock<T>(
  * The renew interval (default a third of the TTL); one that could not renew before the local
  * deadline releases the fresh lease and throws, so a bad option never leaves the lock held.
  */
-async function checkedRenewInterval(backend: LeaseBackend, lease: Lease, renewEveryMs: number | undefined): Promise<number> {
+async function checkedRenewInterval(
+  backend: LeaseBackend,
+  lease: Lease,
+  renewEveryMs: number | undefined,
+): Promise<number> {
   const renewEvery = renewEveryMs ?? Math.floor(lease.ttlMs / 3);
   if (renewEvery <= 0 || renewEvery >= lease.ttlMs - lease.safetyMarginMs) {
     await backend.release(lease);
@@ -129,7 +137,10 @@ class Watchdog {
 
   private armDeadline(l: Lease): void {
     this.deadlineTimer?.cancel();
-    this.deadlineTimer = this.clock.setTimer(() => this.loseLease('local deadline passed before a renew succeeded'), l.deadline - this.clock.monotonic());
+    this.deadlineTimer = this.clock.setTimer(
+      () => this.loseLease('local deadline passed before a renew succeeded'),
+      l.deadline - this.clock.monotonic(),
+    );
   }
 
   private scheduleRenew(): void {

@@ -12,7 +12,13 @@ type Warn = (kind: string, fields: object, message: string) => void;
  * succeeds is not worth a warning each time (the first error of a kind, then one line a minute
  * with the count; the recovery at info).
  */
-export function forwardEvents(to: EventEmitter<ReplicaEvents>, elector: Elector, fireLoop: FireLoop, logger: Logger, warn: Warn): void {
+export function forwardEvents(
+  to: EventEmitter<ReplicaEvents>,
+  elector: Elector,
+  fireLoop: FireLoop,
+  logger: Logger,
+  warn: Warn,
+): void {
   elector.on('role:changed', (role) => to.emit('role:changed', role));
   elector.on('lease:acquired', (lease) => to.emit('lease:acquired', lease));
   elector.on('lease:renewed', (lease, ms) => to.emit('lease:renewed', lease, ms));

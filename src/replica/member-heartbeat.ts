@@ -45,9 +45,11 @@ export class MemberHeartbeat {
   /** Write the row now (a role change need not wait for the next beat). */
   beat(): Promise<void> {
     if (this.stopped) return this.beating; // a role change during shutdown must not re-insert the row
-    this.beating = this.beating.then(() => this.write()).catch((err: Error) => {
-      this.o.logger?.warn({ err: err.message }, 'member heartbeat failed');
-    });
+    this.beating = this.beating
+      .then(() => this.write())
+      .catch((err: Error) => {
+        this.o.logger?.warn({ err: err.message }, 'member heartbeat failed');
+      });
     return this.beating;
   }
 

@@ -39,7 +39,9 @@ const HOST_CLOCK_WARN_MS = 1000;
 const POOL_END_TIMEOUT_MS = 2000;
 
 /** This package's version, advertised in cw_members. */
-const PACKAGE_VERSION = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const PACKAGE_VERSION = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 /**
  * One cronwarden replica, the composition root: campaigns for leadership, fires while leading,
@@ -94,20 +96,44 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
     this.ownsPool = !o.pool;
     this.pool = o.pool ?? new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
-    if (this.ownsPool) this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
+    if (this.ownsPool)
+      this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool, this.schema);
     this.ledgerClock = o.clock ? undefined : this.newLedgerClock();
     const clock = o.clock ?? this.ledgerClock!;
     this.clock = clock;
     const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
-    if (!(retentionMs >= 0)) throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
-    this.retention = retentionMs > 0 ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs }) : undefined;
+    if (!(retentionMs >= 0))
+      throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
+    this.retention =
+      retentionMs > 0
+        ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs })
+        : undefined;
     this.ownsRedis = !o.redis;
     this.redis = o.redis ?? new Redis(o.redisUrl!, { maxRetriesPerRequest: 2 });
-    if (this.ownsRedis) this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
-    this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry: this.registry, ledger: this.ledger });
-    this.sweeper = new DeliverySweeper({ ledger: this.ledger.fires, delivery: this.delivery, clock, logger: this.logger, ...o.redelivery });
-    this.removedJobs = new RemovedJobs({ ledger: this.ledger.fires, db: this.pool, tables: this.ledger.tables, clock, logger: this.logger, ...o.removedJobs });
+    if (this.ownsRedis)
+      this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
+    this.delivery = new BullmqDelivery({
+      connection: this.redis,
+      namespace: this.namespace,
+      registry: this.registry,
+      ledger: this.ledger,
+    });
+    this.sweeper = new DeliverySweeper({
+      ledger: this.ledger.fires,
+      delivery: this.delivery,
+      clock,
+      logger: this.logger,
+      ...o.redelivery,
+    });
+    this.removedJobs = new RemovedJobs({
+      ledger: this.ledger.fires,
+      db: this.pool,
+      tables: this.ledger.tables,
+      clock,
+      logger: this.logger,
+      ...o.removedJobs,
+    });
     const fenceResource = `scheduler/${this.leaseName}`;
 
     this.elector = new Elector(
@@ -130,7 +156,12 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       fenceResource,
     });
-    this.executor = new RunExecutor({ ledger: this.ledger.runs, registry: this.registry, replicaId: this.replicaId, logger: this.logger });
+    this.executor = new RunExecutor({
+      ledger: this.ledger.runs,
+      registry: this.registry,
+      replicaId: this.replicaId,
+      logger: this.logger,
+    });
     forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
   }
 
@@ -139,9 +170,14 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     return new LedgerClock({
       readServerTime: () => this.ledger.serverTime(),
       onSync: ({ hostOffsetMs, errorMs }) => {
-        if (Math.abs(hostOffsetMs) > HOST_CLOCK_WARN_MS) this.logger.warn({ hostOffsetMs, errorMs }, 'host clock differs from the ledger clock; scheduling by the ledger clock');
+        if (Math.abs(hostOffsetMs) > HOST_CLOCK_WARN_MS)
+          this.logger.warn(
+            { hostOffsetMs, errorMs },
+            'host clock differs from the ledger clock; scheduling by the ledger clock',
+          );
       },
-      onError: (err) => this.logger.warn({ err: err.message }, 'could not read the ledger clock; keeping the last sync'),
+      onError: (err) =>
+        this.logger.warn({ err: err.message }, 'could not read the ledger clock; keeping the last sync'),
     });
   }
 
@@ -204,7 +240,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     }
     this.elector.start();
     await this.startAdmin();
-    this.logger.info({ jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema }, 'replica started');
+    this.logger.info(
+      { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
+      'replica started',
+    );
   }
 
   /** The admin HTTP, if configured, and this replica's member row with the URL it advertises. */
@@ -268,9 +307,11 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
 
   private async onLeading(lease: Lease, signal: AbortSignal): Promise<void> {
     this.logger.info({ token: lease.token.toString() }, 'elected leader');
-    await this.ledger.fires.recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind).catch((err: Error) => {
-      this.logger.warn({ err }, 'could not record the election');
-    });
+    await this.ledger.fires
+      .recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind)
+      .catch((err: Error) => {
+        this.logger.warn({ err }, 'could not record the election');
+      });
     void this.retention?.run(signal);
     void this.sweeper.run(signal);
     void this.removedJobs.run(signal);
@@ -303,6 +344,8 @@ function advertised(bound: string, host: string): string {
 /** A replica needs a lease backend, the ledger's PostgreSQL and Redis (given as URLs or clients). */
 function requireConnections(o: ReplicaOptions): void {
   if (!o.backend) throw new InvalidArgumentError('a lease backend is required');
-  if (!o.databaseUrl && !o.pool) throw new InvalidArgumentError('databaseUrl or pool is required (the ledger lives in PostgreSQL)');
-  if (!o.redisUrl && !o.redis) throw new InvalidArgumentError('redisUrl or redis is required (runs are delivered through BullMQ)');
+  if (!o.databaseUrl && !o.pool)
+    throw new InvalidArgumentError('databaseUrl or pool is required (the ledger lives in PostgreSQL)');
+  if (!o.redisUrl && !o.redis)
+    throw new InvalidArgumentError('redisUrl or redis is required (runs are delivered through BullMQ)');
 }

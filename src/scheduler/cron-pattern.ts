@@ -86,7 +86,9 @@ export function parseCronPattern(expression: string): CronPattern {
   }
   const parts = text.split(/[ \t]+/);
   if (parts.length !== 5 && parts.length !== 6) {
-    throw refuse(`expected 5 or 6 fields but got ${parts.length} (minute hour day-of-month month day-of-week, optionally a leading second)`);
+    throw refuse(
+      `expected 5 or 6 fields but got ${parts.length} (minute hour day-of-month month day-of-week, optionally a leading second)`,
+    );
   }
   const [sec, min, hour, dom, month, dow] = parts.length === 6 ? parts : ['0', ...parts];
   const fail = (field: Field, reason: string) => refuse(`${field.name}: ${reason}`);
@@ -97,7 +99,7 @@ export function parseCronPattern(expression: string): CronPattern {
   const months = parseField(month!, MONTH, fail);
   const dows = parseField(dow!, DOW, fail);
   let dowMask = 0;
-  for (let w = 0; w <= 7; w++) if (dows.values[w]) dowMask |= 1 << w % 7;
+  for (let w = 0; w <= 7; w++) if (dows.values[w]) dowMask |= 1 << (w % 7);
   let domMask = 0;
   for (let d = 1; d <= 31; d++) if (doms.values[d]) domMask |= 1 << (d - 1);
   const pattern: CronPattern = {
@@ -114,7 +116,9 @@ export function parseCronPattern(expression: string): CronPattern {
     everyHour: hours.values.filter(Boolean).length === 24,
   };
   if (!canEverMatch(pattern)) {
-    throw refuse(`no date matches day-of-month ${q(dom!)} in month ${q(month!)}${pattern.dayAnd && dow !== '*' ? ` and day-of-week ${q(dow!)}` : ''}, so it would never fire`);
+    throw refuse(
+      `no date matches day-of-month ${q(dom!)} in month ${q(month!)}${pattern.dayAnd && dow !== '*' ? ` and day-of-week ${q(dow!)}` : ''}, so it would never fire`,
+    );
   }
   return pattern;
 }
@@ -132,7 +136,12 @@ interface ParsedField {
 type Fail = (field: Field, reason: string) => InvalidScheduleError;
 
 function parseField(text: string, field: Field, fail: Fail): ParsedField {
-  const out: ParsedField = { values: new Array<boolean>(field.max + 1).fill(false), last: false, lastMask: 0, nth: [0, 0, 0, 0, 0] };
+  const out: ParsedField = {
+    values: new Array<boolean>(field.max + 1).fill(false),
+    last: false,
+    lastMask: 0,
+    nth: [0, 0, 0, 0, 0],
+  };
   for (const item of text.split(',')) {
     if (item === '') throw fail(field, `empty item in the list ${q(text)}`);
     parseItem(item, field, out, fail);
@@ -150,14 +159,18 @@ function parseItem(item: string, field: Field, out: ParsedField, fail: Fail): vo
   } else if ((m = /^([^-/#]+)-([^-/#]+)(?:\/([^/]*))?$/.exec(item))) {
     const lo = value(m[1]!, field, fail);
     const hi = value(m[2]!, field, fail);
-    if (lo > hi) throw fail(field, `the range ${q(item)} goes backwards; ranges do not wrap around (write two ranges${field === DOW ? ', and 7 for a Sunday at the end' : ''})`);
+    if (lo > hi)
+      throw fail(
+        field,
+        `the range ${q(item)} goes backwards; ranges do not wrap around (write two ranges${field === DOW ? ', and 7 for a Sunday at the end' : ''})`,
+      );
     set(lo, hi, m[3] === undefined ? 1 : step(m[3], field, fail));
   } else if (/^[^-/#]*\//.test(item)) {
     throw fail(field, `${q(item)}: a step needs "*" or a range before it ("*/15", "5-59/15")`);
   } else if (field === DOM && /^l$/i.test(item)) {
     out.last = true;
   } else if (field === DOW && (m = /^([^-/#]+)l$/i.exec(item)) && !/^l$/i.test(item)) {
-    out.lastMask |= 1 << value(m[1]!, field, fail) % 7;
+    out.lastMask |= 1 << (value(m[1]!, field, fail) % 7);
   } else if (field === DOW && (m = /^([^-/#]+)#(.*)$/.exec(item))) {
     const w = value(m[1]!, field, fail) % 7;
     if (!/^[1-5]$/.test(m[2]!)) throw fail(field, `${q(item)}: the n in "weekday#n" must be 1 to 5`);
@@ -178,12 +191,16 @@ function value(text: string, field: Field, fail: Fail): number {
   }
   const named = field.names && /^[a-z]{3}$/i.test(text) ? field.names.indexOf(text.toLowerCase()) : -1;
   if (named > 0 || (named === 0 && field === DOW)) return named;
-  throw fail(field, `${q(text)} is not a number ${field.min}-${field.max}${field.names ? ` or a name (${field.names.filter(Boolean).join(' ')})` : ''}${unsupportedHint(text, field)}`);
+  throw fail(
+    field,
+    `${q(text)} is not a number ${field.min}-${field.max}${field.names ? ` or a name (${field.names.filter(Boolean).join(' ')})` : ''}${unsupportedHint(text, field)}`,
+  );
 }
 
 function step(text: string, field: Field, fail: Fail): number {
   const size = field.max - field.min + 1;
-  if (!/^\d{1,2}$/.test(text) || Number(text) < 1 || Number(text) > size) throw fail(field, `step ${q(text)} must be a whole number from 1 to ${size}`);
+  if (!/^\d{1,2}$/.test(text) || Number(text) < 1 || Number(text) > size)
+    throw fail(field, `step ${q(text)} must be a whole number from 1 to ${size}`);
   return Number(text);
 }
 
@@ -191,7 +208,8 @@ function step(text: string, field: Field, fail: Fail): number {
 function unsupportedHint(text: string, field: Field): string {
   if (text.includes('?')) return '; "?" is not supported, use "*"';
   if (/w/i.test(text) && field === DOM) return '; "W" (nearest weekday) is not supported';
-  if (/l/i.test(text)) return '; "L" is supported only alone in day-of-month or as "<weekday>L" (5L: last Friday) in day-of-week';
+  if (/l/i.test(text))
+    return '; "L" is supported only alone in day-of-month or as "<weekday>L" (5L: last Friday) in day-of-week';
   if (text.includes('#')) return '; "#" is supported only in day-of-week, as "<weekday>#<1-5>" (5#2: second Friday)';
   return '';
 }
@@ -218,7 +236,11 @@ function nextTable(values: readonly boolean[], max: number): Int8Array {
 }
 
 function daysInMonth(year: number, month: number): number {
-  return month === 2 ? (year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0) ? 29 : 28) : 30 + ((month + (month >> 3)) & 1);
+  return month === 2
+    ? year % 4 === 0 && (year % 100 !== 0 || year % 400 === 0)
+      ? 29
+      : 28
+    : 30 + ((month + (month >> 3)) & 1);
 }
 
 function dayMatches(p: CronPattern, day: number, monthLength: number, weekday: number): boolean {
@@ -238,7 +260,8 @@ function canEverMatch(p: CronPattern): boolean {
   for (let month = 1; month <= 12; month++) {
     if (p.months[month] !== month) continue;
     for (const length of month === 2 ? [28, 29] : [daysInMonth(2001, month)]) {
-      for (let day = 1; day <= length; day++) for (let w = 0; w < 7; w++) if (dayMatches(p, day, length, w)) return true;
+      for (let day = 1; day <= length; day++)
+        for (let w = 0; w < 7; w++) if (dayMatches(p, day, length, w)) return true;
     }
   }
   return false;

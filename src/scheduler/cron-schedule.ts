@@ -86,7 +86,8 @@ export class CronSchedule {
         instant = wall - near.offset;
       } else {
         const { at, before, after } = near.transition;
-        if (wall < at + before) instant = wall - before; // before the change, and first occurrences
+        if (wall < at + before)
+          instant = wall - before; // before the change, and first occurrences
         else if (wall >= at + after) instant = wall - after;
         else {
           // Inside a spring-forward gap: the wall time does not exist.
@@ -130,7 +131,10 @@ function isUtc(timezone: string): boolean {
 }
 
 function badTimezone(timezone: string): InvalidConfigError {
-  return new InvalidConfigError('timezone', `unknown time zone "${timezone}"; use an IANA name such as "Europe/Berlin" or "UTC"`);
+  return new InvalidConfigError(
+    'timezone',
+    `unknown time zone "${timezone}"; use an IANA name such as "Europe/Berlin" or "UTC"`,
+  );
 }
 
 function assertTimezone(timezone: string): void {
@@ -164,7 +168,8 @@ function formatter(timezone: string): Intl.DateTimeFormat {
 /** Offset of `timezone` from UTC at instant t, in ms (wall = instant + offset). */
 function offsetAt(t: number, timezone: string): number {
   const p: Record<string, number> = {};
-  for (const part of formatter(timezone).formatToParts(new Date(t))) if (part.type !== 'literal') p[part.type] = Number(part.value);
+  for (const part of formatter(timezone).formatToParts(new Date(t)))
+    if (part.type !== 'literal') p[part.type] = Number(part.value);
   const wall = Date.UTC(p.year!, p.month! - 1, p.day, p.hour, p.minute, p.second);
   return wall - Math.floor(t / 1000) * 1000;
 }

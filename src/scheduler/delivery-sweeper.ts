@@ -56,7 +56,10 @@ export class DeliverySweeper {
     const lost = runs.filter((_, i) => needsRedelivery(states[i]));
     if (lost.length > 0) {
       await this.o.delivery.redeliver(lost);
-      this.o.logger.warn({ runs: lost.map((r) => r.runId.toString()) }, 'the queue lost runs the ledger has active: handed them over again');
+      this.o.logger.warn(
+        { runs: lost.map((r) => r.runId.toString()) },
+        'the queue lost runs the ledger has active: handed them over again',
+      );
     }
     let settled = 0;
     for (const [i, run] of runs.entries()) {
@@ -69,7 +72,8 @@ export class DeliverySweeper {
   private async settleFailed(run: HandedOverRun, queueReason: string): Promise<boolean> {
     const reason = `the queue failed this run but its outcome never reached the ledger: ${queueReason}`;
     const done = await this.o.ledger.failUnrecorded(run, reason);
-    if (done) this.o.logger.warn({ runId: run.runId.toString(), job: run.job, reason }, 'settled a run the queue had failed');
+    if (done)
+      this.o.logger.warn({ runId: run.runId.toString(), job: run.job, reason }, 'settled a run the queue had failed');
     return done;
   }
 }

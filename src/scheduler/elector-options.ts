@@ -24,7 +24,11 @@ export type ResolvedElectorOptions = Required<ElectorOptions>;
 const schema = z.object({
   leaseName: z.string().min(1),
   replicaId: z.string().min(1),
-  ttlMs: z.number().int().min(100).max(24 * 3600 * 1000),
+  ttlMs: z
+    .number()
+    .int()
+    .min(100)
+    .max(24 * 3600 * 1000),
   renewEveryMs: z.number().int().positive(),
   retryPeriodMs: z.number().int().positive(),
   retryJitterMs: z.number().int().min(0),
@@ -54,7 +58,10 @@ export function resolveElectorOptions(options: ElectorOptions): ResolvedElectorO
   }
   const renewDeadline = resolved.ttlMs - resolved.safetyMarginMs;
   if (renewDeadline <= 0) {
-    throw new InvalidConfigError('election.safetyMarginMs', `must be smaller than ttlMs (${resolved.ttlMs}), got ${resolved.safetyMarginMs}`);
+    throw new InvalidConfigError(
+      'election.safetyMarginMs',
+      `must be smaller than ttlMs (${resolved.ttlMs}), got ${resolved.safetyMarginMs}`,
+    );
   }
   if (resolved.renewEveryMs >= renewDeadline) {
     throw new InvalidConfigError(
@@ -63,7 +70,10 @@ export function resolveElectorOptions(options: ElectorOptions): ResolvedElectorO
     );
   }
   if (resolved.retryPeriodMs >= resolved.ttlMs) {
-    throw new InvalidConfigError('election.retryPeriodMs', `must be smaller than ttlMs (${resolved.ttlMs}), got ${resolved.retryPeriodMs}`);
+    throw new InvalidConfigError(
+      'election.retryPeriodMs',
+      `must be smaller than ttlMs (${resolved.ttlMs}), got ${resolved.retryPeriodMs}`,
+    );
   }
   return resolved;
 }

@@ -10,7 +10,10 @@ import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
 import { planCatchUp, type CatchUpPlan } from './misfire.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
-export type FireLoopLedger = Pick<FireLedger, 'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs'>;
+export type FireLoopLedger = Pick<
+  FireLedger,
+  'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs'
+>;
 
 /** After a failed commit (a database blip), the batch's jobs are retried this soon at the latest. */
 export const COMMIT_RETRY_MS = 1000;
@@ -128,9 +131,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
 
   /** Fire everything due now. Called by the timer; safe to call at any time. */
   tick(): Promise<void> {
-    this.ticking = this.ticking.then(() => this.fireDue()).catch((err: Error) => {
-      this.o.logger.error({ err }, 'fire tick failed');
-    });
+    this.ticking = this.ticking
+      .then(() => this.fireDue())
+      .catch((err: Error) => {
+        this.o.logger.error({ err }, 'fire tick failed');
+      });
     return this.ticking;
   }
 
@@ -138,7 +143,9 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   async trigger(jobName: string): Promise<CommittedFire> {
     const job = this.o.registry.require(jobName);
     if (!this.running || !this.o.leadership.lease()) throw new NotLeaderError('only the leader can trigger a job');
-    const [fire] = await this.commitAndEnqueue([{ job: job.name, scheduledAt: new Date(this.o.clock.now()), trigger: 'manual' }]);
+    const [fire] = await this.commitAndEnqueue([
+      { job: job.name, scheduledAt: new Date(this.o.clock.now()), trigger: 'manual' },
+    ]);
     if (!fire) throw new NotLeaderError('the fire was not committed: leadership ended before the commit');
     return fire;
   }
@@ -166,7 +173,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Enqueue runs that were committed but never handed to the queue (crash between the two). */
   async sweepOutbox(): Promise<number> {
     if (!this.running || !this.o.leadership.lease()) return 0;
-    const queuedJobs = this.o.registry.list().filter((j) => j.overlap === 'queue').map((j) => j.name);
+    const queuedJobs = this.o.registry
+      .list()
+      .filter((j) => j.overlap === 'queue')
+      .map((j) => j.name);
     const runs = (await this.o.ledger.unenqueued(500, queuedJobs)).filter((r) => !this.handingOver.has(r.runId));
     if (runs.length === 0) return 0;
     await this.o.delivery.enqueue(runs);
@@ -248,7 +258,13 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       },
       `missed fires: ${reason}`,
     );
-    this.emit('fire:missed', job.name, plan.missed.map((t) => new Date(t)), reason, plan.missedCount);
+    this.emit(
+      'fire:missed',
+      job.name,
+      plan.missed.map((t) => new Date(t)),
+      reason,
+      plan.missedCount,
+    );
   }
 
   /**
@@ -293,7 +309,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   }
 
   /** Announce one committed chunk and hand its runs to the queue. Never rejects: the outbox retries. */
-  private async afterCommit(result: FireBatchResult, skips: Map<string, { reason: string; level: 'info' | 'warn' }>): Promise<void> {
+  private async afterCommit(
+    result: FireBatchResult,
+    skips: Map<string, { reason: string; level: 'info' | 'warn' }>,
+  ): Promise<void> {
     if (result.duplicates > 0) this.emit('fire:duplicate', result.duplicates);
     // Overlap 'replace': the ledger cancelled these runs in the commit, under the fence. Only now
     // may the workers running them be told; a refused batch cancelled nothing.
@@ -302,7 +321,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       try {
         await this.o.delivery.cancel(result.cancelled);
       } catch (err) {
-        this.o.logger.warn({ err, runs: result.cancelled.map(String) }, 'could not signal the cancel to the workers; the ledger refuses their outcome');
+        this.o.logger.warn(
+          { err, runs: result.cancelled.map(String) },
+          'could not signal the cancel to the workers; the ledger refuses their outcome',
+        );
       }
     }
     const now = this.o.clock.now();
@@ -313,7 +335,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       }
       const skip = skips.get(fireKey(fire.job, fire.scheduledAt));
       const reason = skip?.reason ?? 'skipped';
-      this.o.logger[skip?.level ?? 'warn']({ job: fire.job, scheduledAt: fire.scheduledAt.toISOString(), reason, runId: fire.runId.toString() }, `fire skipped: ${reason}`);
+      this.o.logger[skip?.level ?? 'warn'](
+        { job: fire.job, scheduledAt: fire.scheduledAt.toISOString(), reason, runId: fire.runId.toString() },
+        `fire skipped: ${reason}`,
+      );
       this.emit('fire:skipped', fire.job, fire.scheduledAt, reason);
     }
     const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);

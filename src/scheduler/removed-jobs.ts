@@ -34,7 +34,9 @@ export class RemovedJobs {
     while (!signal.aborted) {
       await this.o.clock.sleep(this.o.intervalMs ?? 30_000, signal).catch(() => undefined);
       if (signal.aborted) return;
-      await this.settleOnce().catch((err: unknown) => this.o.logger.warn({ err }, 'could not settle the runs of removed jobs; trying again next round'));
+      await this.settleOnce().catch((err: unknown) =>
+        this.o.logger.warn({ err }, 'could not settle the runs of removed jobs; trying again next round'),
+      );
     }
   }
 

@@ -20,4 +20,5 @@ export interface RunDelivery {
  * A run as the queue has it: still to be worked on ('queued': waiting, delayed or active), lost
  * ('missing': a restart without persistence, a flush, an eviction), or finished by the queue.
  */
-export type QueuedState = { kind: 'queued' } | { kind: 'missing' } | { kind: 'completed' } | { kind: 'failed'; reason: string };
+export type QueuedState =
+  { kind: 'queued' } | { kind: 'missing' } | { kind: 'completed' } | { kind: 'failed'; reason: string };

@@ -46,7 +46,11 @@ export class RunRetention {
     } catch (err) {
       this.o.logger.warn({ err, deleted }, 'retention: could not delete old runs; trying again next round');
     }
-    if (deleted > 0) this.o.logger.info({ deleted, retentionMs: this.o.retentionMs }, 'retention: deleted finished runs past the retention period');
+    if (deleted > 0)
+      this.o.logger.info(
+        { deleted, retentionMs: this.o.retentionMs },
+        'retention: deleted finished runs past the retention period',
+      );
     return deleted;
   }
 }

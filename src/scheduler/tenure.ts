@@ -121,6 +121,9 @@ export class Tenure {
 
   private armDeadline(): void {
     this.deadlineTimer?.cancel();
-    this.deadlineTimer = this.clock.setTimer(() => this.end({ kind: 'deadline' }), this.current.remaining(this.clock.monotonic()));
+    this.deadlineTimer = this.clock.setTimer(
+      () => this.end({ kind: 'deadline' }),
+      this.current.remaining(this.clock.monotonic()),
+    );
   }
 }

@@ -7,7 +7,16 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AdminServer } from '../../src/admin/server.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import { Cluster, ADMIN_TOKEN, SHARED_REDIS_URL, firstLeader, json, testJobs, waitForRole, type Node } from './support.js';
+import {
+  Cluster,
+  ADMIN_TOKEN,
+  SHARED_REDIS_URL,
+  firstLeader,
+  json,
+  testJobs,
+  waitForRole,
+  type Node,
+} from './support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { pino } from 'pino';
 import { systemClock, type Clock } from '../../src/clock.js';
@@ -35,7 +44,10 @@ after(async () => {
 });
 
 const post = (node: Node, path: string, token?: string) =>
-  fetch(`${node.url}${path}`, { method: 'POST', headers: token === undefined ? {} : { authorization: `Bearer ${token}` } });
+  fetch(`${node.url}${path}`, {
+    method: 'POST',
+    headers: token === undefined ? {} : { authorization: `Bearer ${token}` },
+  });
 
 async function paused(job: string): Promise<boolean> {
   const r = await db.pool.query<{ paused: boolean }>('SELECT paused FROM cw_job_state WHERE job = $1', [job]);
@@ -74,7 +86,10 @@ describe('read routes', () => {
 
   it('GET /api/jobs shows schedule, timezone, next fire, last run and paused', async () => {
     // Wait for a tick run to exist, through the ledger rather than a sleep.
-    await waitUntil(async () => (await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'tick' AND state = 'completed'")).rowCount! > 0);
+    await waitUntil(
+      async () =>
+        (await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'tick' AND state = 'completed'")).rowCount! > 0,
+    );
     const body = await json(await fetch(`${leader.url}/api/jobs`));
     const tick = body.jobs.find((j: { name: string }) => j.name === 'tick');
     const yearly = body.jobs.find((j: { name: string }) => j.name === 'yearly');
@@ -90,7 +105,10 @@ describe('read routes', () => {
   });
 
   it('GET /api/runs pages newest first with attempts, filters by job and state', async () => {
-    await waitUntil(async () => (await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'tick' AND state = 'completed'")).rowCount! >= 2);
+    await waitUntil(
+      async () =>
+        (await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'tick' AND state = 'completed'")).rowCount! >= 2,
+    );
     const page1 = await json(await fetch(`${leader.url}/api/runs?job=tick&state=completed&limit=1`));
     assert.equal(page1.runs.length, 1);
     const run = page1.runs[0];
@@ -102,7 +120,9 @@ describe('read routes', () => {
     assert.equal(run.attempts[0].state, 'completed');
     assert.match(run.attempts[0].token, /^[0-9]+$/);
     assert.equal(page1.nextBefore, run.id);
-    const page2 = await json(await fetch(`${leader.url}/api/runs?job=tick&state=completed&limit=1&before=${page1.nextBefore}`));
+    const page2 = await json(
+      await fetch(`${leader.url}/api/runs?job=tick&state=completed&limit=1&before=${page1.nextBefore}`),
+    );
     assert.equal(page2.runs.length, 1);
     assert.ok(BigInt(page2.runs[0].id) < BigInt(run.id));
     const none = await json(await fetch(`${leader.url}/api/runs?job=yearly&state=failed`));
@@ -118,16 +138,21 @@ describe('read routes', () => {
     const seen: bigint[] = [];
     let before: string | null = null;
     do {
-      const page = (await json(await fetch(`${leader.url}/api/runs?job=ordering&limit=7${before ? `&before=${before}` : ''}`))) as { runs: { id: string }[]; nextBefore: string | null };
+      const page = (await json(
+        await fetch(`${leader.url}/api/runs?job=ordering&limit=7${before ? `&before=${before}` : ''}`),
+      )) as { runs: { id: string }[]; nextBefore: string | null };
       seen.push(...page.runs.map((r) => BigInt(r.id)));
       before = page.nextBefore;
     } while (before !== null && seen.length < 200);
     assert.equal(seen.length, 95, 'every row once');
-    for (let i = 1; i < seen.length; i++) assert.ok(seen[i]! < seen[i - 1]!, `newest first by number: ${seen.slice(0, 15).join(', ')}`);
+    for (let i = 1; i < seen.length; i++)
+      assert.ok(seen[i]! < seen[i - 1]!, `newest first by number: ${seen.slice(0, 15).join(', ')}`);
   });
 
   it('GET /api/runs of a job no replica defines (renamed or removed) is its history, not a 404', async () => {
-    await db.pool.query(`INSERT INTO cw_runs (job, scheduled_at, leader_token, leader_id, state) VALUES ('removed-job', now(), 1, 'old', 'completed')`);
+    await db.pool.query(
+      `INSERT INTO cw_runs (job, scheduled_at, leader_token, leader_id, state) VALUES ('removed-job', now(), 1, 'old', 'completed')`,
+    );
     const body = await json(await fetch(`${leader.url}/api/runs?job=removed-job`));
     assert.equal(body.runs.length, 1);
     assert.equal(body.runs[0].job, 'removed-job');
@@ -163,8 +188,16 @@ describe('read routes', () => {
     const namespace = `${cluster.namespace}-stalled`;
     await migrateDatabase(db.url, { namespace });
     const replica = new Replica({
-      replicaId: 'stalled', namespace, backend, databaseUrl: db.url, redisUrl: SHARED_REDIS_URL,
-      jobs: testJobs(), election: { ttlMs: 3000 }, worker: { enabled: false }, clock, logger: pino({ level: 'silent' }),
+      replicaId: 'stalled',
+      namespace,
+      backend,
+      databaseUrl: db.url,
+      redisUrl: SHARED_REDIS_URL,
+      jobs: testJobs(),
+      election: { ttlMs: 3000 },
+      worker: { enabled: false },
+      clock,
+      logger: pino({ level: 'silent' }),
     });
     const admin = new AdminServer({ replica, backend, databaseUrl: db.url, port: 0 });
     try {
@@ -175,7 +208,11 @@ describe('read routes', () => {
       stalledMs = 5000;
       const res = await fetch(`${url}/healthz`);
       assert.equal(res.status, 503);
-      assert.deepEqual(await json(res), { ok: false, error: 'leading past the lease deadline without a renew', role: 'leader' });
+      assert.deepEqual(await json(res), {
+        ok: false,
+        error: 'leading past the lease deadline without a renew',
+        role: 'leader',
+      });
     } finally {
       await admin.close();
       await replica.stop();
@@ -185,12 +222,22 @@ describe('read routes', () => {
   it('GET /readyz is 503 naming the check that failed when the lease backend does not answer', async () => {
     const broken = new MemoryLeaseBackend({ store: cluster.store });
     broken.current = () => new Promise(() => {}); // a backend that never answers
-    const admin = new AdminServer({ replica: follower.replica, backend: broken, databaseUrl: db.url, port: 0, readyTimeoutMs: 200 });
+    const admin = new AdminServer({
+      replica: follower.replica,
+      backend: broken,
+      databaseUrl: db.url,
+      port: 0,
+      readyTimeoutMs: 200,
+    });
     const url = await admin.listen();
     try {
       const res = await fetch(`${url}/readyz`);
       assert.equal(res.status, 503);
-      assert.deepEqual(await json(res), { ok: false, backend: 'readiness check: no answer within 200 ms', database: 'ok' });
+      assert.deepEqual(await json(res), {
+        ok: false,
+        backend: 'readiness check: no answer within 200 ms',
+        database: 'ok',
+      });
     } finally {
       await admin.close();
     }
@@ -236,7 +283,8 @@ describe('bad requests', () => {
 
 describe('mutations', () => {
   it('are refused (401) without a token or with a wrong one, and nothing changes', async () => {
-    const runsBefore = (await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'manual'")).rows[0].n;
+    const runsBefore = (await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'manual'")).rows[0]
+      .n;
     const tokenBefore = (await json(await fetch(`${leader.url}/api/lease`))).token;
     for (const token of [undefined, '', 'wrong', `${ADMIN_TOKEN}x`, ADMIN_TOKEN.slice(0, -1)]) {
       for (const path of ['/api/jobs/tick/pause', '/api/jobs/yearly/trigger', '/api/resign']) {
@@ -245,10 +293,16 @@ describe('mutations', () => {
         assert.equal((await json(res)).code, 'unauthorized');
       }
     }
-    const basic = await fetch(`${leader.url}/api/jobs/tick/pause`, { method: 'POST', headers: { authorization: `Basic ${ADMIN_TOKEN}` } });
+    const basic = await fetch(`${leader.url}/api/jobs/tick/pause`, {
+      method: 'POST',
+      headers: { authorization: `Basic ${ADMIN_TOKEN}` },
+    });
     assert.equal(basic.status, 401);
     assert.equal(await paused('tick'), false);
-    assert.equal((await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'manual'")).rows[0].n, runsBefore);
+    assert.equal(
+      (await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'manual'")).rows[0].n,
+      runsBefore,
+    );
     assert.equal(leader.replica.role, 'leader');
     assert.equal((await json(await fetch(`${leader.url}/api/lease`))).token, tokenBefore);
   });
@@ -286,7 +340,14 @@ describe('mutations', () => {
 
 describe('metrics', () => {
   it('GET /metrics is Prometheus text with the named series and numeric values', async () => {
-    await waitUntil(async () => (await db.pool.query("SELECT 1 FROM cw_run_attempts WHERE worker = $1 AND state = 'completed'", [leader.replica.replicaId])).rowCount! > 0);
+    await waitUntil(
+      async () =>
+        (
+          await db.pool.query("SELECT 1 FROM cw_run_attempts WHERE worker = $1 AND state = 'completed'", [
+            leader.replica.replicaId,
+          ])
+        ).rowCount! > 0,
+    );
     const res = await fetch(`${leader.url}/metrics`);
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
@@ -300,25 +361,45 @@ describe('metrics', () => {
     assert.ok(value('cronwarden_fire_lateness_seconds_count', { trigger: 'schedule' })! >= 1);
     assert.ok(value('cronwarden_run_attempts_total', { job: 'tick', outcome: 'completed' })! >= 1);
     assert.ok(value('cronwarden_run_duration_seconds_count', { job: 'tick', outcome: 'completed' })! >= 1);
-    for (const name of ['cronwarden_fires_duplicate_total', 'cronwarden_fires_refused_total', 'cronwarden_lease_renew_latency_seconds_count', 'cronwarden_leader_elections_total']) {
+    for (const name of [
+      'cronwarden_fires_duplicate_total',
+      'cronwarden_fires_refused_total',
+      'cronwarden_lease_renew_latency_seconds_count',
+      'cronwarden_leader_elections_total',
+    ]) {
       assert.equal(typeof value(name), 'number', name);
     }
     assert.equal(value('cronwarden_runs_active', { state: 'pending' }) !== undefined, true);
     // Same host, same clock as the ledger's server here: off by no more than the sync's error.
-    assert.ok(Math.abs(value('cronwarden_host_clock_offset_seconds')!) < 0.5, `offset ${value('cronwarden_host_clock_offset_seconds')}`);
-    for (const s of samples) assert.ok(Number.isFinite(s.value) || Math.abs(s.value) === Infinity, `${s.name} ${s.value}`);
+    assert.ok(
+      Math.abs(value('cronwarden_host_clock_offset_seconds')!) < 0.5,
+      `offset ${value('cronwarden_host_clock_offset_seconds')}`,
+    );
+    for (const s of samples)
+      assert.ok(Number.isFinite(s.value) || Math.abs(s.value) === Infinity, `${s.name} ${s.value}`);
     assert.equal(value('cronwarden_is_leader', { replica: leader.replica.replicaId, namespace: cluster.namespace }), 1);
     const f = parseExposition(await (await fetch(`${follower.url}/metrics`)).text());
     assert.equal(f.find((s) => s.name === 'cronwarden_is_leader')?.value, 0);
     // The cluster-wide gauge comes from the leader alone, so a sum over replicas stays right.
-    assert.equal(f.some((s) => s.name === 'cronwarden_runs_active'), false, 'a follower exports no cronwarden_runs_active');
+    assert.equal(
+      f.some((s) => s.name === 'cronwarden_runs_active'),
+      false,
+      'a follower exports no cronwarden_runs_active',
+    );
     // The stock Node.js names, as dashboards expect them.
     assert.equal(typeof value('process_cpu_seconds_total'), 'number');
-    assert.equal(samples.some((s) => s.name.startsWith('cronwarden_process_')), false);
+    assert.equal(
+      samples.some((s) => s.name.startsWith('cronwarden_process_')),
+      false,
+    );
   });
 });
 
-interface Sample { name: string; labels: Record<string, string>; value: number }
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
 
 /** A strict-enough parser of the Prometheus text format: throws on a line it cannot read. */
 function parseExposition(text: string): Sample[] {

@@ -65,15 +65,25 @@ async function serve(o: Partial<AdminServerOptions> = {}): Promise<{ admin: Admi
   return { admin, url, port: Number(new URL(url).port) };
 }
 
-interface Answer { status: number; headers: Record<string, string | string[] | undefined>; body: string }
+interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
 
 /** One HTTP request with full control of the headers (fetch does not let a caller set Host). */
-function send(port: number, path: string, o: { method?: string; headers?: Record<string, string> } = {}): Promise<Answer> {
+function send(
+  port: number,
+  path: string,
+  o: { method?: string; headers?: Record<string, string> } = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
     const req = request({ host: '127.0.0.1', port, path, method: o.method ?? 'GET', headers: o.headers }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString() }),
+      );
     });
     req.on('error', reject);
     req.end();
@@ -98,7 +108,9 @@ describe('the admin API cannot starve the scheduler', () => {
       const health = await fetch(`${url}/healthz`);
       const healthMs = performance.now() - t;
       const ready = await fetch(`${url}/readyz`);
-      const admins = await locker.query<{ n: number }>("SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'cronwarden-admin'");
+      const admins = await locker.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'cronwarden-admin'",
+      );
       const answers = await Promise.all(readers);
       assert.ok(ledgerMs < 500, `the ledger pool waited ${ledgerMs.toFixed(0)} ms behind admin reads`);
       assert.equal(health.status, 200);
@@ -155,7 +167,10 @@ describe('bad input and failures answer without database text', () => {
       assert.match(body.error, /^before: must be a run id \(at most 9223372036854775807\)$/);
     }
     assert.equal((await fetch(`${url}/api/runs?before=9223372036854775807`)).status, 200);
-    assert.deepEqual(logLines.slice(mark).filter((l) => l.level >= 50), []);
+    assert.deepEqual(
+      logLines.slice(mark).filter((l) => l.level >= 50),
+      [],
+    );
   });
 
   it('a failing query answers 500 without its text and is logged once per kind', async () => {
@@ -203,7 +218,9 @@ describe('bad input and failures answer without database text', () => {
         assert.equal(r.error, `${'e'.repeat(2000)}… [${big - 2000} more characters not shown]`);
         assert.equal(r.attempts[0]!.error, `${'a'.repeat(2000)}… [${big - 2000} more characters not shown]`);
       }
-      const jobs = (await (await fetch(`${url}/api/jobs`)).json()) as { jobs: { name: string; lastRun: { error: string } }[] };
+      const jobs = (await (await fetch(`${url}/api/jobs`)).json()) as {
+        jobs: { name: string; lastRun: { error: string } }[];
+      };
       assert.ok(jobs.jobs.find((j) => j.name === 'yearly')!.lastRun.error.length < 2100);
     } finally {
       await db.pool.query('DELETE FROM cw_runs WHERE id = ANY($1::bigint[])', [runs.rows.map((r) => r.id)]);
@@ -213,11 +230,28 @@ describe('bad input and failures answer without database text', () => {
 
 describe('Host, Origin and the page', () => {
   it('answers only loopback names, IP addresses, the advertised host and allowed names; refuses others with 403', async () => {
-    const { port } = await serve({ advertisedUrl: 'http://cw-1.internal.example:8080', allowedHosts: ['admin.example.org'] });
-    for (const host of [`127.0.0.1:${port}`, `localhost:${port}`, 'localhost:9999', `[::1]:${port}`, '10.1.2.3:8080', 'cw-1.internal.example:8080', 'ADMIN.example.org', 'localhost.']) {
+    const { port } = await serve({
+      advertisedUrl: 'http://cw-1.internal.example:8080',
+      allowedHosts: ['admin.example.org'],
+    });
+    for (const host of [
+      `127.0.0.1:${port}`,
+      `localhost:${port}`,
+      'localhost:9999',
+      `[::1]:${port}`,
+      '10.1.2.3:8080',
+      'cw-1.internal.example:8080',
+      'ADMIN.example.org',
+      'localhost.',
+    ]) {
       assert.equal((await send(port, '/api/members', { headers: { host } })).status, 200, host);
     }
-    for (const host of ['attacker.example', `attacker.example:${port}`, 'localhost.attacker.example', 'cw-1.internal.example.attacker.example']) {
+    for (const host of [
+      'attacker.example',
+      `attacker.example:${port}`,
+      'localhost.attacker.example',
+      'cw-1.internal.example.attacker.example',
+    ]) {
       const res = await send(port, '/api/members', { headers: { host } });
       assert.equal(res.status, 403, host);
       assert.equal(JSON.parse(res.body).code, 'forbidden_host');
@@ -236,7 +270,10 @@ describe('Host, Origin and the page', () => {
     const paused = await db.pool.query("SELECT paused FROM cw_job_state WHERE job = 'yearly'");
     assert.notEqual(paused.rows[0]?.paused, true);
     // The same origin (the page's own fetch) and no Origin (the CLI) are served.
-    const same = await send(port, '/api/jobs/yearly/resume', { method: 'POST', headers: { ...headers, origin: `http://127.0.0.1:${port}` } });
+    const same = await send(port, '/api/jobs/yearly/resume', {
+      method: 'POST',
+      headers: { ...headers, origin: `http://127.0.0.1:${port}` },
+    });
     assert.equal(same.status, 200);
     assert.equal((await send(port, '/api/jobs/yearly/resume', { method: 'POST', headers })).status, 200);
   });
@@ -246,7 +283,10 @@ describe('Host, Origin and the page', () => {
     const res = await fetch(`${url}/`);
     const html = await res.text();
     const csp = res.headers.get('content-security-policy') ?? '';
-    const hash = (tag: string) => `'sha256-${createHash('sha256').update(new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`).exec(html)![1]!).digest('base64')}'`;
+    const hash = (tag: string) =>
+      `'sha256-${createHash('sha256')
+        .update(new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`).exec(html)![1]!)
+        .digest('base64')}'`;
     assert.match(csp, /(^|; )default-src 'self'(;|$)/);
     assert.match(csp, new RegExp(`(^|; )script-src ${hash('script').replace(/[+/]/g, '\\$&')}(;|$)`));
     assert.match(csp, new RegExp(`(^|; )style-src ${hash('style').replace(/[+/]/g, '\\$&')}(;|$)`));

@@ -24,9 +24,35 @@ class StartedReplica extends EventedChild<Log> {
   constructor(id: string, databaseUrl: string) {
     super(
       id,
-      [bin, 'start', '--backend', 'postgres', '--jobs', 'test/admin/fixtures/jobs.ts', '--replica-id', id,
-        '--namespace', namespace, '--schema', 'cronwarden', '--lease-ttl-ms', '3000', '--admin-port', '0', '--shutdown-grace-ms', '1000'],
-      { cwd: root, env: { ...process.env, CRONWARDEN_DATABASE_URL: databaseUrl, CRONWARDEN_REDIS_URL: SHARED_REDIS_URL, CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN } },
+      [
+        bin,
+        'start',
+        '--backend',
+        'postgres',
+        '--jobs',
+        'test/admin/fixtures/jobs.ts',
+        '--replica-id',
+        id,
+        '--namespace',
+        namespace,
+        '--schema',
+        'cronwarden',
+        '--lease-ttl-ms',
+        '3000',
+        '--admin-port',
+        '0',
+        '--shutdown-grace-ms',
+        '1000',
+      ],
+      {
+        cwd: root,
+        env: {
+          ...process.env,
+          CRONWARDEN_DATABASE_URL: databaseUrl,
+          CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
+          CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN,
+        },
+      },
     );
   }
 
@@ -45,9 +71,15 @@ class StartedReplica extends EventedChild<Log> {
   }
 }
 
-function cli(args: string[], env: Record<string, string | undefined> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+function cli(
+  args: string[],
+  env: Record<string, string | undefined> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [bin, ...args], { cwd: root, env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN, ...env } });
+    const child = spawn(process.execPath, [bin, ...args], {
+      cwd: root,
+      env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN, ...env },
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -64,14 +96,20 @@ const urls = new Map<StartedReplica, string>();
 
 before(async () => {
   db = await createTestDatabase();
-  replicas.push(new StartedReplica('cli-a', db.url), new StartedReplica('cli-b', db.url), new StartedReplica('cli-c', db.url));
+  replicas.push(
+    new StartedReplica('cli-a', db.url),
+    new StartedReplica('cli-b', db.url),
+    new StartedReplica('cli-c', db.url),
+  );
   all.push(...replicas);
   for (const r of replicas) urls.set(r, (await r.waitForLog('admin HTTP listening')).adminUrl!);
   await Promise.any(replicas.map((r) => r.waitForLog('elected leader')));
   leader = replicas.find((r) => r.leading)!;
   follower = replicas.find((r) => r !== leader)!;
   // Both member rows (with admin URLs) are written once each replica's admin HTTP listens.
-  await waitUntil(async () => (await db.pool.query('SELECT 1 FROM cw_members WHERE admin_url IS NOT NULL')).rowCount === 3);
+  await waitUntil(
+    async () => (await db.pool.query('SELECT 1 FROM cw_members WHERE admin_url IS NOT NULL')).rowCount === 3,
+  );
 });
 const all: StartedReplica[] = [];
 after(async () => {
@@ -96,7 +134,13 @@ describe('cronwarden CLI against running replicas', () => {
   it('trigger sent to a follower is followed to the leader and commits one manual run', async () => {
     const { code, stdout, stderr } = await cli(['trigger', 'yearly', '--url', urls.get(follower)!]);
     assert.equal(code, 0, stderr);
-    assert.match(stdout, new RegExp(`^triggered yearly: run (\\d+) .*leader ${leader.id}, ${urls.get(leader)!.replace(/[.]/g, '\\.')}\\)$`, 'm'));
+    assert.match(
+      stdout,
+      new RegExp(
+        `^triggered yearly: run (\\d+) .*leader ${leader.id}, ${urls.get(leader)!.replace(/[.]/g, '\\.')}\\)$`,
+        'm',
+      ),
+    );
     const runId = /run (\d+)/.exec(stdout)![1];
     const row = await db.pool.query('SELECT job, trigger, leader_id FROM cw_runs WHERE id = $1', [runId]);
     assert.deepEqual(row.rows[0], { job: 'yearly', trigger: 'manual', leader_id: leader.id });
@@ -119,7 +163,9 @@ describe('cronwarden CLI against running replicas', () => {
     const noToken = await cli(['pause', 'tick', '--url', urls.get(leader)!], { CRONWARDEN_ADMIN_TOKEN: '' });
     assert.equal(noToken.code, 2);
     assert.match(noToken.stderr, /^cronwarden: CRONWARDEN_ADMIN_TOKEN: is required/);
-    const wrong = await cli(['pause', 'tick', '--url', urls.get(leader)!], { CRONWARDEN_ADMIN_TOKEN: 'not-the-token-at-all' });
+    const wrong = await cli(['pause', 'tick', '--url', urls.get(leader)!], {
+      CRONWARDEN_ADMIN_TOKEN: 'not-the-token-at-all',
+    });
     assert.equal(wrong.code, 2);
     assert.match(wrong.stderr, /401 missing or wrong bearer token\n$/);
     assert.equal((await db.pool.query("SELECT paused FROM cw_job_state WHERE job = 'tick'")).rows[0].paused, false);
@@ -145,9 +191,14 @@ describe('cronwarden CLI against running replicas', () => {
       CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
     });
     assert.equal(bad.code, 2);
-    assert.equal(bad.stderr, 'cronwarden: CRONWARDEN_DATABASE_URL (--database-url): must be a URL starting with postgres:// or postgresql://\n');
+    assert.equal(
+      bad.stderr,
+      'cronwarden: CRONWARDEN_DATABASE_URL (--database-url): must be a URL starting with postgres:// or postgresql://\n',
+    );
     const shortToken = await cli(['start', '--backend', 'postgres', '--jobs', 'test/admin/fixtures/jobs.ts'], {
-      CRONWARDEN_DATABASE_URL: db.url, CRONWARDEN_REDIS_URL: SHARED_REDIS_URL, CRONWARDEN_ADMIN_TOKEN: 'short',
+      CRONWARDEN_DATABASE_URL: db.url,
+      CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
+      CRONWARDEN_ADMIN_TOKEN: 'short',
     });
     assert.equal(shortToken.code, 2);
     assert.match(shortToken.stderr, /^cronwarden: CRONWARDEN_ADMIN_TOKEN: must be at least 16 characters/);
@@ -166,7 +217,9 @@ describe('cronwarden CLI against running replicas', () => {
     const marks = others.map((r) => r.logs.length);
     const t0 = Date.now();
     leader.child.kill('SIGTERM');
-    const next = await Promise.any(others.map((r, i) => r.waitForLog('elected leader', 10_000, marks[i]).then(() => r)));
+    const next = await Promise.any(
+      others.map((r, i) => r.waitForLog('elected leader', 10_000, marks[i]).then(() => r)),
+    );
     const took = Date.now() - t0;
     assert.equal(await leader.exited, 0, JSON.stringify(leader.logs.slice(-4)));
     // Released on the way out: far below the 3 s TTL a crash would cost (slack for 2 busy cores).
@@ -186,7 +239,6 @@ describe('cronwarden CLI against running replicas', () => {
     assert.ok(BigInt(elected.token!) > 0n);
     [leader, follower] = [follower, leader];
   });
-
 });
 
 /** The non-empty lines of a stream's output. */
@@ -196,9 +248,15 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
   it('a usage error (unknown option, missing argument, unknown command) is one line on stderr with exit 2', async () => {
     const cases: [string[], RegExp][] = [
       [['status', '--bogus'], /^cronwarden: unknown option '--bogus' \(see cronwarden status --help\)$/],
-      [['status', '--jsn'], /^cronwarden: unknown option '--jsn' \(Did you mean --json\?\) \(see cronwarden status --help\)$/],
+      [
+        ['status', '--jsn'],
+        /^cronwarden: unknown option '--jsn' \(Did you mean --json\?\) \(see cronwarden status --help\)$/,
+      ],
       [['trigger'], /^cronwarden: missing required argument 'job' \(see cronwarden trigger --help\)$/],
-      [['migrate', '--database-url'], /^cronwarden: option '--database-url <url>' argument missing \(see cronwarden migrate --help\)$/],
+      [
+        ['migrate', '--database-url'],
+        /^cronwarden: option '--database-url <url>' argument missing \(see cronwarden migrate --help\)$/,
+      ],
       [['no-such-command'], /^cronwarden: unknown command 'no-such-command' \(see cronwarden --help\)$/],
     ];
     for (const [args, message] of cases) {
@@ -217,7 +275,9 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
       CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
     });
     assert.equal(bad.code, 2);
-    assert.deepEqual(linesOf(bad.stderr), ['cronwarden: CRONWARDEN_DATABASE_URL (--database-url): must be a URL starting with postgres:// or postgresql://']);
+    assert.deepEqual(linesOf(bad.stderr), [
+      'cronwarden: CRONWARDEN_DATABASE_URL (--database-url): must be a URL starting with postgres:// or postgresql://',
+    ]);
     assert.equal(bad.stdout, '');
     const wrongScheme = await cli(['migrate'], { CRONWARDEN_DATABASE_URL: 'mysql://app:hunter2secret@db/app' });
     assert.equal(wrongScheme.code, 2);
@@ -229,19 +289,35 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
     const scratch = await createTestDatabase({ migrate: false });
     try {
       const tables = async () =>
-        (await scratch.pool.query<{ t: string }>("SELECT table_name AS t FROM information_schema.tables WHERE table_schema = 'cronwarden' ORDER BY 1")).rows.map((r) => r.t);
+        (
+          await scratch.pool.query<{ t: string }>(
+            "SELECT table_name AS t FROM information_schema.tables WHERE table_schema = 'cronwarden' ORDER BY 1",
+          )
+        ).rows.map((r) => r.t);
       const elsewhere = async () =>
-        (await scratch.pool.query<{ n: string }>("SELECT nspname AS n FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('information_schema', 'public', 'cronwarden')")).rows.map((r) => r.n);
-      const inPublic = async () => (await scratch.pool.query("SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'")).rowCount;
+        (
+          await scratch.pool.query<{ n: string }>(
+            "SELECT nspname AS n FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%' AND nspname NOT IN ('information_schema', 'public', 'cronwarden')",
+          )
+        ).rows.map((r) => r.n);
+      const inPublic = async () =>
+        (
+          await scratch.pool.query(
+            "SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'",
+          )
+        ).rowCount;
       assert.deepEqual(await tables(), []);
       const first = await cli(['migrate'], { CRONWARDEN_DATABASE_URL: scratch.url });
       assert.equal(first.code, 0, first.stderr);
       assert.equal(first.stdout, 'migrations applied\n');
       const created = await tables();
-      for (const t of ['cw_runs', 'cw_run_attempts', 'cw_job_state', 'cw_members', 'cw_fences', '__drizzle_migrations']) assert.ok(created.includes(t), `${t} in ${created.join(', ')}`);
+      for (const t of ['cw_runs', 'cw_run_attempts', 'cw_job_state', 'cw_members', 'cw_fences', '__drizzle_migrations'])
+        assert.ok(created.includes(t), `${t} in ${created.join(', ')}`);
       assert.equal(await inPublic(), 0, 'nothing of cronwarden in public');
       assert.deepEqual(await elsewhere(), [], 'no other schema (no "drizzle")');
-      const applied = async () => (await scratch.pool.query('SELECT count(*)::int AS n FROM cronwarden.__drizzle_migrations')).rows[0].n as number;
+      const applied = async () =>
+        (await scratch.pool.query('SELECT count(*)::int AS n FROM cronwarden.__drizzle_migrations')).rows[0]
+          .n as number;
       const migrations = await applied();
       assert.ok(migrations > 0);
       // Idempotent, and the flag works as well as the environment variable.
@@ -280,15 +356,25 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
 
 describe('cronwarden CLI: where the admin token may go', () => {
   /** A fake replica: answers POSTs 409 naming `leaderAdminUrl`, lists `members`, records every request. */
-  async function fakeReplica(answer: () => { leaderAdminUrl: string; members: { replicaId: string; adminUrl: string }[] }) {
+  async function fakeReplica(
+    answer: () => { leaderAdminUrl: string; members: { replicaId: string; adminUrl: string }[] },
+  ) {
     const { createServer } = await import('node:http');
     const seen: { method: string; url: string; authorization?: string }[] = [];
     const srv = createServer((req, res) => {
       seen.push({ method: req.method!, url: req.url!, authorization: req.headers.authorization });
       res.setHeader('content-type', 'application/json');
-      if (req.method === 'GET' && req.url === '/api/members') return res.end(JSON.stringify({ members: answer().members }));
+      if (req.method === 'GET' && req.url === '/api/members')
+        return res.end(JSON.stringify({ members: answer().members }));
       res.statusCode = 409;
-      res.end(JSON.stringify({ error: 'not the leader', code: 'not_leader', leader: 'cli-x', leaderAdminUrl: answer().leaderAdminUrl }));
+      res.end(
+        JSON.stringify({
+          error: 'not the leader',
+          code: 'not_leader',
+          leader: 'cli-x',
+          leaderAdminUrl: answer().leaderAdminUrl,
+        }),
+      );
     });
     await new Promise<void>((r) => srv.listen(0, '127.0.0.1', r));
     const url = `http://127.0.0.1:${(srv.address() as { port: number }).port}`;
@@ -297,17 +383,30 @@ describe('cronwarden CLI: where the admin token may go', () => {
 
   it('a 409 naming a URL no member advertises is not followed: the token never reaches it, exit 2 with the URL named', async () => {
     const foreign = await fakeReplica(() => ({ leaderAdminUrl: 'unused', members: [] }));
-    const asked = await fakeReplica(() => ({ leaderAdminUrl: foreign.url, members: [{ replicaId: 'cli-x', adminUrl: 'http://127.0.0.1:1' }] }));
+    const asked = await fakeReplica(() => ({
+      leaderAdminUrl: foreign.url,
+      members: [{ replicaId: 'cli-x', adminUrl: 'http://127.0.0.1:1' }],
+    }));
     try {
       const res = await cli(['trigger', 'yearly', '--url', asked.url]);
       assert.equal(res.code, 2, res.stderr);
       assert.equal(linesOf(res.stderr).length, 1, res.stderr);
-      assert.match(res.stderr, new RegExp(`names ${foreign.url.replace(/[.]/g, '\\.')} as the leader's admin URL, but no member "cli-x" advertises it, so the admin token was not sent there`));
-      assert.deepEqual(foreign.seen.filter((r) => r.authorization !== undefined), []);
+      assert.match(
+        res.stderr,
+        new RegExp(
+          `names ${foreign.url.replace(/[.]/g, '\\.')} as the leader's admin URL, but no member "cli-x" advertises it, so the admin token was not sent there`,
+        ),
+      );
+      assert.deepEqual(
+        foreign.seen.filter((r) => r.authorization !== undefined),
+        [],
+      );
       assert.deepEqual(foreign.seen, []);
       // The replica the operator named did get the token (that is where it was sent), and was asked who the members are.
       assert.equal(asked.seen[0]!.authorization, `Bearer ${ADMIN_TOKEN}`);
-      assert.ok(asked.seen.some((r) => r.method === 'GET' && r.url === '/api/members' && r.authorization === undefined));
+      assert.ok(
+        asked.seen.some((r) => r.method === 'GET' && r.url === '/api/members' && r.authorization === undefined),
+      );
     } finally {
       await asked.close();
       await foreign.close();
@@ -317,11 +416,17 @@ describe('cronwarden CLI: where the admin token may go', () => {
   it('a 409 naming a member over another scheme is not followed either', async () => {
     const other = await fakeReplica(() => ({ leaderAdminUrl: 'unused', members: [] }));
     const httpsUrl = other.url.replace('http:', 'https:');
-    const asked = await fakeReplica(() => ({ leaderAdminUrl: httpsUrl, members: [{ replicaId: 'cli-x', adminUrl: httpsUrl }] }));
+    const asked = await fakeReplica(() => ({
+      leaderAdminUrl: httpsUrl,
+      members: [{ replicaId: 'cli-x', adminUrl: httpsUrl }],
+    }));
     try {
       const res = await cli(['pause', 'tick', '--url', asked.url]);
       assert.equal(res.code, 2, res.stderr);
-      assert.match(res.stderr, /but it is not http like http:\/\/127\.0\.0\.1:\d+, so the admin token was not sent there/);
+      assert.match(
+        res.stderr,
+        /but it is not http like http:\/\/127\.0\.0\.1:\d+, so the admin token was not sent there/,
+      );
       assert.deepEqual(other.seen, []);
     } finally {
       await asked.close();
@@ -333,7 +438,9 @@ describe('cronwarden CLI: where the admin token may go', () => {
     for (const url of ['garbage', 'ftp://127.0.0.1:8080', '']) {
       const res = await cli(['status', '--url', url]);
       assert.equal(res.code, 2, `${url}: ${res.stderr}`);
-      assert.deepEqual(linesOf(res.stderr), ['cronwarden: --url (env CRONWARDEN_ADMIN_URL): must be an http:// or https:// URL such as http://127.0.0.1:8080']);
+      assert.deepEqual(linesOf(res.stderr), [
+        'cronwarden: --url (env CRONWARDEN_ADMIN_URL): must be an http:// or https:// URL such as http://127.0.0.1:8080',
+      ]);
     }
   });
 });

@@ -13,7 +13,17 @@ import { registerMigrate } from '../../src/cli/migrate-command.js';
 import { registerStart } from '../../src/cli/start-command.js';
 import { jsonErrorOffset, nearestKey } from '../../src/config/config-file.js';
 import { describeConfig, loadReplicaConfig, loadSettings } from '../../src/config/replica-config.js';
-import { envName, fileKeys, flagName, settingKeys, settingName, settings, settingsTable, type SettingDefinition, type SettingKey } from '../../src/config/settings.js';
+import {
+  envName,
+  fileKeys,
+  flagName,
+  settingKeys,
+  settingName,
+  settings,
+  settingsTable,
+  type SettingDefinition,
+  type SettingKey,
+} from '../../src/config/settings.js';
 import { InvalidConfigError } from '../../src/errors.js';
 
 const env = {
@@ -27,16 +37,29 @@ it('reads env, applies defaults, and the file fills what env leaves out; flags w
   const dir = await mkdtemp(join(tmpdir(), 'cw-config-'));
   try {
     const file = join(dir, 'c.json');
-    await writeFile(file, JSON.stringify({ adminPort: 9100, namespace: 'from-file', concurrency: 3, adminToken: 'file-token-0123456789' }));
+    await writeFile(
+      file,
+      JSON.stringify({ adminPort: 9100, namespace: 'from-file', concurrency: 3, adminToken: 'file-token-0123456789' }),
+    );
     const c = loadReplicaConfig({ config: file, namespace: 'from-flag' }, env);
     assert.equal(c.namespace, 'from-flag');
     assert.equal(c.concurrency, 3);
     assert.equal(c.workerLockMs, 30_000);
-    assert.deepEqual(c.admin, { host: '127.0.0.1', port: 9100, token: 'file-token-0123456789', url: undefined, enabled: true });
+    assert.deepEqual(c.admin, {
+      host: '127.0.0.1',
+      port: 9100,
+      token: 'file-token-0123456789',
+      url: undefined,
+      enabled: true,
+    });
     assert.deepEqual(c.backend, { kind: 'postgres', url: env.CRONWARDEN_DATABASE_URL });
     assert.equal(c.ttlMs, 10_000);
     assert.equal(c.retentionDays, 14);
-    assert.equal(loadReplicaConfig({}, { ...env, CRONWARDEN_RETENTION_DAYS: '0' }).retentionDays, 0, '0 keeps everything');
+    assert.equal(
+      loadReplicaConfig({}, { ...env, CRONWARDEN_RETENTION_DAYS: '0' }).retentionDays,
+      0,
+      '0 keeps everything',
+    );
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
@@ -44,22 +67,34 @@ it('reads env, applies defaults, and the file fills what env leaves out; flags w
 
 it('a wrong or missing value names the setting and what it accepts, without echoing it', () => {
   const cases: [Record<string, string>, RegExp][] = [
-    [{ CRONWARDEN_BACKEND: 'zookeeper' }, /^CRONWARDEN_BACKEND \(--backend\): must be one of etcd, redis, postgres, memory$/],
+    [
+      { CRONWARDEN_BACKEND: 'zookeeper' },
+      /^CRONWARDEN_BACKEND \(--backend\): must be one of etcd, redis, postgres, memory$/,
+    ],
     [{ CRONWARDEN_ADMIN_PORT: '70000' }, /^CRONWARDEN_ADMIN_PORT \(--admin-port\): must be at most 65535$/],
     [{ CRONWARDEN_WORKER_LOCK_MS: '10' }, /^CRONWARDEN_WORKER_LOCK_MS \(--worker-lock-ms\): must be at least 1000$/],
     [{ CRONWARDEN_RETENTION_DAYS: '-1' }, /^CRONWARDEN_RETENTION_DAYS \(--retention-days\): must be at least 0$/],
     [{ CRONWARDEN_ADMIN_TOKEN: 'tiny' }, /^CRONWARDEN_ADMIN_TOKEN: must be at least 16 characters/],
-    [{ CRONWARDEN_ADMIN_URL: 'ftp://x' }, /^CRONWARDEN_ADMIN_URL \(--admin-url\): must be a URL starting with http:\/\/ or https:\/\/$/],
+    [
+      { CRONWARDEN_ADMIN_URL: 'ftp://x' },
+      /^CRONWARDEN_ADMIN_URL \(--admin-url\): must be a URL starting with http:\/\/ or https:\/\/$/,
+    ],
     [{ CRONWARDEN_REDIS_URL: '' }, /^CRONWARDEN_REDIS_URL \(--redis-url\): is required/],
-    [{ CRONWARDEN_BACKEND: 'etcd' }, /^CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\): is required for the etcd backend/],
+    [
+      { CRONWARDEN_BACKEND: 'etcd' },
+      /^CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\): is required for the etcd backend/,
+    ],
   ];
   for (const [override, message] of cases) {
-    assert.throws(() => loadReplicaConfig({}, { ...env, ...override }), (err: unknown) => {
-      assert.ok(err instanceof InvalidConfigError);
-      assert.match(err.message, message);
-      assert.ok(!err.message.includes('tiny'), err.message);
-      return true;
-    });
+    assert.throws(
+      () => loadReplicaConfig({}, { ...env, ...override }),
+      (err: unknown) => {
+        assert.ok(err instanceof InvalidConfigError);
+        assert.match(err.message, message);
+        assert.ok(!err.message.includes('tiny'), err.message);
+        return true;
+      },
+    );
   }
 });
 
@@ -126,11 +161,20 @@ it('every setting has one definition: the flag, env name and file key derive fro
   const start = program.commands.find((c) => c.name() === 'start')!;
   // Commander's options are exactly the settings that have a flag, parsed under the setting's key.
   const withFlag = settingKeys.filter((k) => flagName(k) !== undefined);
-  assert.deepEqual(start.options.map((o) => o.long), withFlag.map(flagName));
-  assert.deepEqual(start.options.map((o) => o.attributeName()), withFlag);
+  assert.deepEqual(
+    start.options.map((o) => o.long),
+    withFlag.map(flagName),
+  );
+  assert.deepEqual(
+    start.options.map((o) => o.attributeName()),
+    withFlag,
+  );
   assert.equal(flagName('adminToken'), undefined, 'a secret is never a flag (flags show in ps)');
   const migrate = program.commands.find((c) => c.name() === 'migrate')!;
-  assert.deepEqual(migrate.options.map((o) => o.long), ['--config', '--database-url', '--namespace', '--schema', '--connect-timeout-ms']);
+  assert.deepEqual(
+    migrate.options.map((o) => o.long),
+    ['--config', '--database-url', '--namespace', '--schema', '--connect-timeout-ms'],
+  );
   assert.equal(envName('leaseTtlMs'), 'CRONWARDEN_LEASE_TTL_MS');
   assert.equal(settingName('adminPort'), 'CRONWARDEN_ADMIN_PORT (--admin-port)');
 
@@ -144,9 +188,11 @@ it('every setting has one definition: the flag, env name and file key derive fro
       const viaEnv = loadSettings([key], {}, { [envName(key)]: text });
       assert.deepEqual(viaFile, { [key]: parsed }, `${key} from the file`);
       assert.deepEqual(viaEnv, { [key]: parsed }, `${key} from ${envName(key)}`);
-      if (flagName(key)) assert.deepEqual(loadSettings([key], { [key]: text }, {}), { [key]: parsed }, `${key} from ${flagName(key)}`);
+      if (flagName(key))
+        assert.deepEqual(loadSettings([key], { [key]: text }, {}), { [key]: parsed }, `${key} from ${flagName(key)}`);
       const def: SettingDefinition = settings[key];
-      if (def.default !== undefined) assert.deepEqual(loadSettings([key], {}, {}), { [key]: def.default }, `${key} default`);
+      if (def.default !== undefined)
+        assert.deepEqual(loadSettings([key], {}, {}), { [key]: def.default }, `${key} default`);
     }
   });
   // The documented file keys are the ones the loader reads: the old jobsModule/ttlMs are gone.
@@ -163,7 +209,17 @@ it("the README's configuration table is the one derived from the definitions", a
 it('the config file: unknown keys are refused with the near-miss named, renamed keys with the new name', async () => {
   await withDir(async (dir) => {
     const file = join(dir, 'c.json');
-    await writeFile(file, JSON.stringify({ namespce: 'team-a', adminToke: 'file-token-0123456789', jobsModule: './j.js', ttlMs: 3000, CRONWARDEN_ADMIN_PORT: 1, zzz: 1 }));
+    await writeFile(
+      file,
+      JSON.stringify({
+        namespce: 'team-a',
+        adminToke: 'file-token-0123456789',
+        jobsModule: './j.js',
+        ttlMs: 3000,
+        CRONWARDEN_ADMIN_PORT: 1,
+        zzz: 1,
+      }),
+    );
     const err = refusal(() => loadReplicaConfig({ config: file }, env));
     assert.equal(
       err.message,
@@ -181,15 +237,34 @@ it('the config file: unknown keys are refused with the near-miss named, renamed 
 it('the config file must hold an object: null, [], a number or a string are refused, and a FIFO does not block', async () => {
   await withDir(async (dir) => {
     const file = join(dir, 'c.json');
-    for (const [content, what] of [['null', 'null'], ['[]', 'an array'], ['[{"namespace":"x"}]', 'an array'], ['42', 'a number'], ['"x"', 'a string']]) {
+    for (const [content, what] of [
+      ['null', 'null'],
+      ['[]', 'an array'],
+      ['[{"namespace":"x"}]', 'an array'],
+      ['42', 'a number'],
+      ['"x"', 'a string'],
+    ]) {
       await writeFile(file, content!);
-      assert.match(refusal(() => loadReplicaConfig({ config: file }, env)).message, new RegExp(`: must hold a JSON object .*, not ${what}$`), content);
+      assert.match(
+        refusal(() => loadReplicaConfig({ config: file }, env)).message,
+        new RegExp(`: must hold a JSON object .*, not ${what}$`),
+        content,
+      );
     }
     const fifo = join(dir, 'fifo');
     execFileSync('mkfifo', [fifo]);
-    assert.equal(refusal(() => loadReplicaConfig({ config: fifo }, env)).message, `CRONWARDEN_CONFIG (--config): ${fifo}: is not a regular file`);
-    assert.equal(refusal(() => loadReplicaConfig({ config: dir }, env)).message, `CRONWARDEN_CONFIG (--config): ${dir}: is not a regular file`);
-    assert.equal(refusal(() => loadReplicaConfig({}, { ...env, CRONWARDEN_CONFIG: join(dir, 'nope.json') })).message, `CRONWARDEN_CONFIG (--config): ${join(dir, 'nope.json')}: cannot be read (ENOENT)`);
+    assert.equal(
+      refusal(() => loadReplicaConfig({ config: fifo }, env)).message,
+      `CRONWARDEN_CONFIG (--config): ${fifo}: is not a regular file`,
+    );
+    assert.equal(
+      refusal(() => loadReplicaConfig({ config: dir }, env)).message,
+      `CRONWARDEN_CONFIG (--config): ${dir}: is not a regular file`,
+    );
+    assert.equal(
+      refusal(() => loadReplicaConfig({}, { ...env, CRONWARDEN_CONFIG: join(dir, 'nope.json') })).message,
+      `CRONWARDEN_CONFIG (--config): ${join(dir, 'nope.json')}: cannot be read (ENOENT)`,
+    );
   });
 });
 
@@ -208,15 +283,20 @@ it('malformed JSON is refused by line and column, never quoting the file (which 
       await writeFile(file, content);
       const err = refusal(() => loadReplicaConfig({ config: file }, env));
       assert.equal(err.message, `CRONWARDEN_CONFIG (--config): ${file}: is not valid JSON (${at})`);
-      for (const part of [secret.slice(0, 4), 'S3cr', 'postgres://u']) assert.ok(!err.message.includes(part), err.message);
+      for (const part of [secret.slice(0, 4), 'S3cr', 'postgres://u'])
+        assert.ok(!err.message.includes(part), err.message);
     }
   });
 });
 
 it('the JSON error locator agrees with JSON.parse on 20,000 mutated documents (fixed seed)', () => {
   let seed = 12;
-  const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-  const base = JSON.stringify({ namespace: 'a-b', adminPort: 8080, n: [1, -2.5e3, true, false, null, { x: 'q\\"\u00e9\\u0041' }], s: '' }, null, 1);
+  const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+  const base = JSON.stringify(
+    { namespace: 'a-b', adminPort: 8080, n: [1, -2.5e3, true, false, null, { x: 'q\\"\u00e9\\u0041' }], s: '' },
+    null,
+    1,
+  );
   const alphabet = '{}[]:,"\\ -+.0123456789eEtruefalsn\n\t\u0001';
   for (let i = 0; i < 20_000; i++) {
     const chars = [...base];
@@ -244,8 +324,20 @@ it('the JSON error locator agrees with JSON.parse on 20,000 mutated documents (f
 it('an empty environment variable counts as unset, so the file value shows through', async () => {
   await withDir(async (dir) => {
     const file = join(dir, 'c.json');
-    await writeFile(file, JSON.stringify({ namespace: 'from-file', adminPort: 9100, adminToken: 'file-token-0123456789' }));
-    const c = loadReplicaConfig({ config: file }, { ...env, CRONWARDEN_NAMESPACE: '', CRONWARDEN_ADMIN_PORT: '', CRONWARDEN_ADMIN_TOKEN: '', CRONWARDEN_CONFIG: '' });
+    await writeFile(
+      file,
+      JSON.stringify({ namespace: 'from-file', adminPort: 9100, adminToken: 'file-token-0123456789' }),
+    );
+    const c = loadReplicaConfig(
+      { config: file },
+      {
+        ...env,
+        CRONWARDEN_NAMESPACE: '',
+        CRONWARDEN_ADMIN_PORT: '',
+        CRONWARDEN_ADMIN_TOKEN: '',
+        CRONWARDEN_CONFIG: '',
+      },
+    );
     assert.equal(c.namespace, 'from-file');
     assert.equal(c.admin.port, 9100);
     assert.equal(c.admin.token, 'file-token-0123456789');
@@ -254,8 +346,11 @@ it('an empty environment variable counts as unset, so the file value shows throu
 
 it('values are not coerced: a numeric token, a null/[]/blank port and unusable tokens are refused, never echoed', async () => {
   const cases: [Record<string, unknown>, string][] = [
-    // eslint-disable-next-line no-loss-of-precision -- the point: JSON numbers this long lose digits
-    [{ adminToken: 1234567890123456789 }, 'adminToken in FILE: must be a string (in the config file: in double quotes)'],
+    [
+      // eslint-disable-next-line no-loss-of-precision -- the point: JSON numbers this long lose digits
+      { adminToken: 1234567890123456789 },
+      'adminToken in FILE: must be a string (in the config file: in double quotes)',
+    ],
     [{ adminPort: null }, 'adminPort in FILE: must be a whole number'],
     [{ adminPort: [] }, 'adminPort in FILE: must be a whole number'],
     [{ adminPort: ' ' }, 'adminPort in FILE: must be a whole number'],
@@ -265,9 +360,18 @@ it('values are not coerced: a numeric token, a null/[]/blank port and unusable t
     [{ concurrency: {} }, 'concurrency in FILE: must be a whole number'],
     [{ adminEnabled: 'no' }, 'adminEnabled in FILE: must be true or false'],
     [{ namespace: null }, 'namespace in FILE: must be a string (in the config file: in double quotes)'],
-    [{ adminToken: 'Secret with spaces 0123' }, 'adminToken in FILE: may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)'],
-    [{ adminToken: 'Secret-wïth-ümlauts-0123' }, 'adminToken in FILE: may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)'],
-    [{ adminToken: ' Secret-padded-0123456 ' }, 'adminToken in FILE: may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)'],
+    [
+      { adminToken: 'Secret with spaces 0123' },
+      'adminToken in FILE: may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)',
+    ],
+    [
+      { adminToken: 'Secret-wïth-ümlauts-0123' },
+      'adminToken in FILE: may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)',
+    ],
+    [
+      { adminToken: ' Secret-padded-0123456 ' },
+      'adminToken in FILE: may contain only printable ASCII characters, no spaces (use e.g. `openssl rand -hex 32`)',
+    ],
   ];
   await withDir(async (dir) => {
     const file = join(dir, 'c.json');
@@ -279,8 +383,14 @@ it('values are not coerced: a numeric token, a null/[]/blank port and unusable t
     }
   });
   // The same through the environment, where every value is text.
-  assert.equal(refusal(() => loadReplicaConfig({}, { ...env, CRONWARDEN_ADMIN_PORT: ' ' })).message, 'CRONWARDEN_ADMIN_PORT (--admin-port): must be a whole number');
-  assert.equal(refusal(() => loadReplicaConfig({ adminPort: '' }, env)).message, 'CRONWARDEN_ADMIN_PORT (--admin-port): must be a whole number');
+  assert.equal(
+    refusal(() => loadReplicaConfig({}, { ...env, CRONWARDEN_ADMIN_PORT: ' ' })).message,
+    'CRONWARDEN_ADMIN_PORT (--admin-port): must be a whole number',
+  );
+  assert.equal(
+    refusal(() => loadReplicaConfig({ adminPort: '' }, env)).message,
+    'CRONWARDEN_ADMIN_PORT (--admin-port): must be a whole number',
+  );
   const spaced = refusal(() => loadReplicaConfig({}, { ...env, CRONWARDEN_ADMIN_TOKEN: 'Secret token 0123456789' }));
   assert.match(spaced.message, /^CRONWARDEN_ADMIN_TOKEN: may contain only printable ASCII/);
   assert.ok(!spaced.message.includes('Secret'));
@@ -288,19 +398,57 @@ it('values are not coerced: a numeric token, a null/[]/blank port and unusable t
 
 it('a lease backend URL must fit the backend: garbage, http:// for redis and bad etcd endpoints are refused', () => {
   const cases: [Record<string, string>, string][] = [
-    [{ CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: 'garbage' }, 'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend'],
-    [{ CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: 'http://cache:6379' }, 'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend'],
-    [{ CRONWARDEN_BACKEND: 'postgres', CRONWARDEN_BACKEND_URL: 'redis://cache:6379' }, 'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with postgres:// or postgresql:// for the postgres backend'],
-    [{ CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: 'garbage' }, 'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://'],
-    [{ CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: 'http://e1:2379,e2:2379' }, 'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://'],
-    [{ CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: ' , ' }, 'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://'],
-    [{ CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_BACKEND_URL: 'garbage' }, 'CRONWARDEN_BACKEND_URL (--backend-url): must be comma-separated URLs starting with http:// or https:// for the etcd backend'],
-    [{ CRONWARDEN_BACKEND: 'memory', CRONWARDEN_BACKEND_URL: 'redis://cache:6379' }, 'CRONWARDEN_BACKEND_URL (--backend-url): is not used by the memory backend (it has no server)'],
+    [
+      { CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: 'garbage' },
+      'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend',
+    ],
+    [
+      { CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: 'http://cache:6379' },
+      'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend',
+    ],
+    [
+      { CRONWARDEN_BACKEND: 'postgres', CRONWARDEN_BACKEND_URL: 'redis://cache:6379' },
+      'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with postgres:// or postgresql:// for the postgres backend',
+    ],
+    [
+      { CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: 'garbage' },
+      'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://',
+    ],
+    [
+      { CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: 'http://e1:2379,e2:2379' },
+      'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://',
+    ],
+    [
+      { CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: ' , ' },
+      'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://',
+    ],
+    [
+      { CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_BACKEND_URL: 'garbage' },
+      'CRONWARDEN_BACKEND_URL (--backend-url): must be comma-separated URLs starting with http:// or https:// for the etcd backend',
+    ],
+    [
+      { CRONWARDEN_BACKEND: 'memory', CRONWARDEN_BACKEND_URL: 'redis://cache:6379' },
+      'CRONWARDEN_BACKEND_URL (--backend-url): is not used by the memory backend (it has no server)',
+    ],
   ];
-  for (const [override, message] of cases) assert.equal(refusal(() => loadReplicaConfig({}, { ...env, ...override })).message, message);
-  assert.deepEqual(loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: 'rediss://lease:6380' }).backend, { kind: 'redis', url: 'rediss://lease:6380' });
+  for (const [override, message] of cases)
+    assert.equal(refusal(() => loadReplicaConfig({}, { ...env, ...override })).message, message);
+  assert.deepEqual(
+    loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: 'rediss://lease:6380' })
+      .backend,
+    { kind: 'redis', url: 'rediss://lease:6380' },
+  );
   // The lease through Sentinel (the drill's redis-sentinel-failover uses it as written here).
   const sentinel = 'redis-sentinel://127.0.0.1:26379,127.0.0.1:26380/mymaster';
-  assert.deepEqual(loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: sentinel }).backend, { kind: 'redis', url: sentinel });
-  assert.deepEqual(loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: 'http://e1:2379, https://e2:2379' }).backend, { kind: 'etcd', endpoints: ['http://e1:2379', 'https://e2:2379'] });
+  assert.deepEqual(
+    loadReplicaConfig({}, { ...env, CRONWARDEN_BACKEND: 'redis', CRONWARDEN_BACKEND_URL: sentinel }).backend,
+    { kind: 'redis', url: sentinel },
+  );
+  assert.deepEqual(
+    loadReplicaConfig(
+      {},
+      { ...env, CRONWARDEN_BACKEND: 'etcd', CRONWARDEN_ETCD_ENDPOINTS: 'http://e1:2379, https://e2:2379' },
+    ).backend,
+    { kind: 'etcd', endpoints: ['http://e1:2379', 'https://e2:2379'] },
+  );
 });

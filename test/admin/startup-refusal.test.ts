@@ -31,7 +31,13 @@ function cli(args: string[], env: Record<string, string | undefined>): Promise<R
     const t0 = Date.now();
     const child = spawn(process.execPath, ['bin/cronwarden.js', ...args], {
       cwd: root,
-      env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: undefined, CRONWARDEN_LOG_LEVEL: 'silent', CRONWARDEN_ADMIN_PORT: '0', ...env },
+      env: {
+        ...process.env,
+        CRONWARDEN_ADMIN_TOKEN: undefined,
+        CRONWARDEN_LOG_LEVEL: 'silent',
+        CRONWARDEN_ADMIN_PORT: '0',
+        ...env,
+      },
     });
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -105,7 +111,11 @@ describe('start refuses an unmigrated ledger, naming cronwarden migrate', () => 
       const where = `${new URL(empty.url).host}/${empty.name}`;
       for (const backend of ['memory', 'redis']) {
         const r = await cli(['start', '--backend', backend], startEnv({ CRONWARDEN_DATABASE_URL: empty.url }));
-        assertRefused(r, 2, `the ledger is not migrated (no cronwarden tables in ${where}): run \`cronwarden migrate\``);
+        assertRefused(
+          r,
+          2,
+          `the ledger is not migrated (no cronwarden tables in ${where}): run \`cronwarden migrate\``,
+        );
       }
     } finally {
       await empty.drop();
@@ -115,10 +125,17 @@ describe('start refuses an unmigrated ledger, naming cronwarden migrate', () => 
   it('migrations of this version missing: exit 2 with how many', async () => {
     const old = await createTestDatabase();
     try {
-      const total = (await old.pool.query('SELECT count(*)::int AS n FROM drizzle.__drizzle_migrations')).rows[0].n as number;
-      await old.pool.query('DELETE FROM drizzle.__drizzle_migrations WHERE created_at = (SELECT max(created_at) FROM drizzle.__drizzle_migrations)');
+      const total = (await old.pool.query('SELECT count(*)::int AS n FROM drizzle.__drizzle_migrations')).rows[0]
+        .n as number;
+      await old.pool.query(
+        'DELETE FROM drizzle.__drizzle_migrations WHERE created_at = (SELECT max(created_at) FROM drizzle.__drizzle_migrations)',
+      );
       const r = await cli(['start'], startEnv({ CRONWARDEN_DATABASE_URL: old.url }));
-      assertRefused(r, 2, `the ledger is not migrated (1 of ${total} migrations missing in ${new URL(old.url).host}/${old.name}): run \`cronwarden migrate\``);
+      assertRefused(
+        r,
+        2,
+        `the ledger is not migrated (1 of ${total} migrations missing in ${new URL(old.url).host}/${old.name}): run \`cronwarden migrate\``,
+      );
     } finally {
       await old.drop();
     }
@@ -131,50 +148,104 @@ describe('start refuses servers it cannot use, in one line', () => {
     noRole.username = 'cw_no_such_role';
     noRole.password = 'hunter2-secret';
     const r = await cli(['start'], startEnv({ CRONWARDEN_DATABASE_URL: noRole.toString() }));
-    assertRefused(r, 2, 'PostgreSQL refused access: role "cw_no_such_role" does not exist; check CRONWARDEN_DATABASE_URL (--database-url)');
+    assertRefused(
+      r,
+      2,
+      'PostgreSQL refused access: role "cw_no_such_role" does not exist; check CRONWARDEN_DATABASE_URL (--database-url)',
+    );
     const m = await cli(['migrate', '--database-url', noRole.toString()], {});
-    assertRefused(m, 2, 'PostgreSQL refused access: role "cw_no_such_role" does not exist; check CRONWARDEN_DATABASE_URL (--database-url)');
+    assertRefused(
+      m,
+      2,
+      'PostgreSQL refused access: role "cw_no_such_role" does not exist; check CRONWARDEN_DATABASE_URL (--database-url)',
+    );
     const noDb = new URL(db.url);
     noDb.pathname = '/cw_no_such_database';
     const d = await cli(['start'], startEnv({ CRONWARDEN_DATABASE_URL: noDb.toString() }));
-    assertRefused(d, 2, 'PostgreSQL refused access: database "cw_no_such_database" does not exist; check CRONWARDEN_DATABASE_URL (--database-url)');
+    assertRefused(
+      d,
+      2,
+      'PostgreSQL refused access: database "cw_no_such_database" does not exist; check CRONWARDEN_DATABASE_URL (--database-url)',
+    );
   });
 
   it('an unreachable or silent Redis: exit 1 within the connect timeout, one line instead of a hang', async () => {
     const refused = await cli(['start'], startEnv({ CRONWARDEN_REDIS_URL: `redis://127.0.0.1:${closed}` }));
-    assertRefused(refused, 1, `Redis unavailable: connect ECONNREFUSED 127.0.0.1:${closed}; check CRONWARDEN_REDIS_URL (--redis-url)`);
+    assertRefused(
+      refused,
+      1,
+      `Redis unavailable: connect ECONNREFUSED 127.0.0.1:${closed}; check CRONWARDEN_REDIS_URL (--redis-url)`,
+    );
     const mute = await cli(['start'], startEnv({ CRONWARDEN_REDIS_URL: `redis://127.0.0.1:${silent.port}` }));
-    assertRefused(mute, 1, 'Redis unavailable: PING: no answer within 1000 ms; check CRONWARDEN_REDIS_URL (--redis-url)');
+    assertRefused(
+      mute,
+      1,
+      'Redis unavailable: PING: no answer within 1000 ms; check CRONWARDEN_REDIS_URL (--redis-url)',
+    );
   });
 
   it('a Redis that refuses the login: exit 2, the password not echoed', async () => {
-    const r = await cli(['start'], startEnv({ CRONWARDEN_REDIS_URL: `redis://cw_no_such_user:hunter2-secret@${new URL(SHARED_REDIS_URL).host}` }));
+    const r = await cli(
+      ['start'],
+      startEnv({ CRONWARDEN_REDIS_URL: `redis://cw_no_such_user:hunter2-secret@${new URL(SHARED_REDIS_URL).host}` }),
+    );
     assertRefused(r, 2, /^cronwarden: Redis refused access: WRONGPASS .*; check CRONWARDEN_REDIS_URL \(--redis-url\)$/);
     assert.doesNotMatch(r.stderr, /hunter2/);
   });
 
   it('lease backend addresses: garbage, http:// for redis and etcd garbage exit 2; unreachable ones exit 1 in time', async () => {
     const shape: [string[], string][] = [
-      [['--backend', 'redis', '--backend-url', 'garbage'], 'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend'],
-      [['--backend', 'redis', '--backend-url', `http://127.0.0.1:${closed}`], 'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend'],
-      [['--backend', 'postgres', '--backend-url', 'garbage'], 'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with postgres:// or postgresql:// for the postgres backend'],
-      [['--backend', 'etcd', '--etcd-endpoints', 'garbage'], 'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://'],
+      [
+        ['--backend', 'redis', '--backend-url', 'garbage'],
+        'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend',
+      ],
+      [
+        ['--backend', 'redis', '--backend-url', `http://127.0.0.1:${closed}`],
+        'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with redis:// or rediss:// for the redis backend',
+      ],
+      [
+        ['--backend', 'postgres', '--backend-url', 'garbage'],
+        'CRONWARDEN_BACKEND_URL (--backend-url): must be a URL starting with postgres:// or postgresql:// for the postgres backend',
+      ],
+      [
+        ['--backend', 'etcd', '--etcd-endpoints', 'garbage'],
+        'CRONWARDEN_ETCD_ENDPOINTS (--etcd-endpoints): must be comma-separated URLs starting with http:// or https://',
+      ],
     ];
     for (const [args, message] of shape) assertRefused(await cli(['start', ...args], startEnv()), 2, message);
 
     const reach: [string[], RegExp][] = [
-      [['--backend', 'etcd', '--etcd-endpoints', `http://127.0.0.1:${closed}`], /^cronwarden: etcd unavailable: .*ECONNREFUSED.*; check CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\)$/],
-      [['--backend', 'etcd', '--etcd-endpoints', `http://127.0.0.1:${silent.port}`], /^cronwarden: etcd unavailable: .*; check CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\)$/],
-      [['--backend', 'redis', '--backend-url', `redis://127.0.0.1:${silent.port}`], /^cronwarden: redis unavailable: lease read: no answer within 1000 ms; check CRONWARDEN_BACKEND_URL \(--backend-url\)$/],
-      [['--backend', 'postgres', '--backend-url', `postgres://postgres@127.0.0.1:${closed}/x`], new RegExp(`^cronwarden: postgres unavailable: connect ECONNREFUSED 127.0.0.1:${closed}; check CRONWARDEN_BACKEND_URL \\(--backend-url\\)$`)],
+      [
+        ['--backend', 'etcd', '--etcd-endpoints', `http://127.0.0.1:${closed}`],
+        /^cronwarden: etcd unavailable: .*ECONNREFUSED.*; check CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\)$/,
+      ],
+      [
+        ['--backend', 'etcd', '--etcd-endpoints', `http://127.0.0.1:${silent.port}`],
+        /^cronwarden: etcd unavailable: .*; check CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\)$/,
+      ],
+      [
+        ['--backend', 'redis', '--backend-url', `redis://127.0.0.1:${silent.port}`],
+        /^cronwarden: redis unavailable: lease read: no answer within 1000 ms; check CRONWARDEN_BACKEND_URL \(--backend-url\)$/,
+      ],
+      [
+        ['--backend', 'postgres', '--backend-url', `postgres://postgres@127.0.0.1:${closed}/x`],
+        new RegExp(
+          `^cronwarden: postgres unavailable: connect ECONNREFUSED 127.0.0.1:${closed}; check CRONWARDEN_BACKEND_URL \\(--backend-url\\)$`,
+        ),
+      ],
     ];
     for (const [args, message] of reach) assertRefused(await cli(['start', ...args], startEnv()), 1, message);
   });
 
   it('migrate gives up on a silent server after --connect-timeout-ms, with one line and exit 1', async () => {
-    const r = await cli(['migrate', '--database-url', `postgres://postgres@127.0.0.1:${silent.port}/x`, '--connect-timeout-ms', '1000'], {});
+    const r = await cli(
+      ['migrate', '--database-url', `postgres://postgres@127.0.0.1:${silent.port}/x`, '--connect-timeout-ms', '1000'],
+      {},
+    );
     assertRefused(r, 1, 'PostgreSQL unavailable: no connection within 1000 ms');
-    const env = await cli(['migrate', '--database-url', `postgres://postgres@127.0.0.1:${silent.port}/x`], { CRONWARDEN_CONNECT_TIMEOUT_MS: '800' });
+    const env = await cli(['migrate', '--database-url', `postgres://postgres@127.0.0.1:${silent.port}/x`], {
+      CRONWARDEN_CONNECT_TIMEOUT_MS: '800',
+    });
     assertRefused(env, 1, 'PostgreSQL unavailable: no connection within 800 ms');
   });
 
@@ -183,19 +254,32 @@ describe('start refuses servers it cannot use, in one line', () => {
     try {
       const fifo = join(dir, 'config.json');
       execFileSync('mkfifo', [fifo]);
-      assertRefused(await cli(['start', '--config', fifo], startEnv()), 2, `CRONWARDEN_CONFIG (--config): ${fifo}: is not a regular file`);
+      assertRefused(
+        await cli(['start', '--config', fifo], startEnv()),
+        2,
+        `CRONWARDEN_CONFIG (--config): ${fifo}: is not a regular file`,
+      );
     } finally {
       await rm(dir, { recursive: true, force: true });
     }
   });
 
   it('with everything in order, the same settings start a replica (the checks pass)', async () => {
-    const child = spawn(process.execPath, ['bin/cronwarden.js', 'start'], { cwd: root, env: { ...process.env, ...startEnv({ CRONWARDEN_LOG_LEVEL: 'info', CRONWARDEN_NAMESPACE: `refusal${process.pid}` }) } });
+    const child = spawn(process.execPath, ['bin/cronwarden.js', 'start'], {
+      cwd: root,
+      env: {
+        ...process.env,
+        ...startEnv({ CRONWARDEN_LOG_LEVEL: 'info', CRONWARDEN_NAMESPACE: `refusal${process.pid}` }),
+      },
+    });
     const exited = new Promise((r) => child.once('exit', r));
     let out = '';
     try {
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no "admin HTTP listening" within ${HANG_MS} ms: ${out}`)), HANG_MS);
+        const timer = setTimeout(
+          () => reject(new Error(`no "admin HTTP listening" within ${HANG_MS} ms: ${out}`)),
+          HANG_MS,
+        );
         child.stdout.on('data', (d: Buffer) => {
           out += d.toString();
           if (out.includes('"admin HTTP listening"')) {

@@ -27,8 +27,16 @@ before(async () => {
   browser = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
     headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
   });
 });
 after(async () => {
@@ -38,42 +46,60 @@ after(async () => {
   await rm(profile, { recursive: true, force: true });
 });
 
-it('shows the leader, token, TTL countdown, members and jobs, and follows a failover', { timeout: 90_000 }, async () => {
-  const a = await cluster.add('page-a');
-  const b = await cluster.add('page-b');
-  const first = await firstLeader([a.replica, b.replica]);
-  const leader: Node = first === a.replica ? a : b;
-  const other: Node = leader === a ? b : a;
+it(
+  'shows the leader, token, TTL countdown, members and jobs, and follows a failover',
+  { timeout: 90_000 },
+  async () => {
+    const a = await cluster.add('page-a');
+    const b = await cluster.add('page-b');
+    const first = await firstLeader([a.replica, b.replica]);
+    const leader: Node = first === a.replica ? a : b;
+    const other: Node = leader === a ? b : a;
 
-  const page = await browser.newPage();
-  const errors: string[] = [];
-  page.on('pageerror', (err) => errors.push(err.message));
-  const res = await page.goto(`${other.url}/`);
-  assert.equal(res?.status(), 200);
-  assert.equal(await page.title(), 'cronwarden status');
+    const page = await browser.newPage();
+    const errors: string[] = [];
+    page.on('pageerror', (err) => errors.push(err.message));
+    const res = await page.goto(`${other.url}/`);
+    assert.equal(res?.status(), 200);
+    assert.equal(await page.title(), 'cronwarden status');
 
-  const text = (id: string) => page.locator(`#${id}`).innerText();
-  await page.waitForFunction((id) => document.getElementById('holder')?.textContent === id, leader.replica.replicaId, { timeout: 15_000 });
-  const token = await text('token');
-  assert.match(token, /^[1-9][0-9]*$/);
-  await page.waitForFunction(() => /^\d+\.\d s$/.test(document.getElementById('ttl')?.textContent ?? ''), null, { timeout: 5000 });
-  const ttl1 = parseFloat(await text('ttl'));
-  assert.ok(ttl1 > 0 && ttl1 <= 3, `ttl ${ttl1}`);
-  await page.waitForFunction(() => document.querySelectorAll('#members tbody tr').length === 2, null, { timeout: 10_000 });
-  const members = await page.locator('#members tbody').innerText();
-  assert.match(members, /page-a/);
-  assert.match(members, /page-b/);
-  const jobs = await page.locator('#jobs tbody').innerText();
-  assert.match(jobs, /tick/);
-  assert.match(jobs, /Europe\/Berlin/);
-  await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length > 0, null, { timeout: 10_000 });
-  assert.match(await text('self'), new RegExp(`^${other.replica.replicaId} \\(`));
+    const text = (id: string) => page.locator(`#${id}`).innerText();
+    await page.waitForFunction(
+      (id) => document.getElementById('holder')?.textContent === id,
+      leader.replica.replicaId,
+      { timeout: 15_000 },
+    );
+    const token = await text('token');
+    assert.match(token, /^[1-9][0-9]*$/);
+    await page.waitForFunction(() => /^\d+\.\d s$/.test(document.getElementById('ttl')?.textContent ?? ''), null, {
+      timeout: 5000,
+    });
+    const ttl1 = parseFloat(await text('ttl'));
+    assert.ok(ttl1 > 0 && ttl1 <= 3, `ttl ${ttl1}`);
+    await page.waitForFunction(() => document.querySelectorAll('#members tbody tr').length === 2, null, {
+      timeout: 10_000,
+    });
+    const members = await page.locator('#members tbody').innerText();
+    assert.match(members, /page-a/);
+    assert.match(members, /page-b/);
+    const jobs = await page.locator('#jobs tbody').innerText();
+    assert.match(jobs, /tick/);
+    assert.match(jobs, /Europe\/Berlin/);
+    await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length > 0, null, { timeout: 10_000 });
+    assert.match(await text('self'), new RegExp(`^${other.replica.replicaId} \\(`));
 
-  await leader.stop();
-  await page.waitForFunction((id) => document.getElementById('holder')?.textContent === id, other.replica.replicaId, { timeout: 15_000 });
-  assert.ok(BigInt(await text('token')) > BigInt(token), 'a new tenure has a higher token');
-  await page.waitForFunction((id) => (document.querySelector('#elections tbody tr')?.textContent ?? '').includes(id), other.replica.replicaId, { timeout: 10_000 });
-  assert.match(await text('self'), /\(leader\)$/);
-  assert.deepEqual(errors, []);
-  await page.close();
-});
+    await leader.stop();
+    await page.waitForFunction((id) => document.getElementById('holder')?.textContent === id, other.replica.replicaId, {
+      timeout: 15_000,
+    });
+    assert.ok(BigInt(await text('token')) > BigInt(token), 'a new tenure has a higher token');
+    await page.waitForFunction(
+      (id) => (document.querySelector('#elections tbody tr')?.textContent ?? '').includes(id),
+      other.replica.replicaId,
+      { timeout: 10_000 },
+    );
+    assert.match(await text('self'), /\(leader\)$/);
+    assert.deepEqual(errors, []);
+    await page.close();
+  },
+);

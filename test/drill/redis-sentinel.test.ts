@@ -19,35 +19,44 @@ describe('redis lease backend through Sentinel', () => {
       ],
       name: 'my master',
     });
-    for (const bad of ['redis-sentinel://127.0.0.1:26379', 'redis-sentinel://:1/x', 'redis-sentinel://h:99999/x', 'redis://h:1/x']) {
+    for (const bad of [
+      'redis-sentinel://127.0.0.1:26379',
+      'redis-sentinel://:1/x',
+      'redis-sentinel://h:99999/x',
+      'redis://h:1/x',
+    ]) {
       assert.throws(() => parseSentinelUrl(bad), InvalidConfigError, bad);
     }
   });
 
-  it('takes a lease through Sentinel and, after the primary is killed, keeps granting increasing tokens from the promoted replica', { timeout: 90_000 }, async () => {
-    const group = await startSentinelGroup();
-    const backend = await createLeaseBackend({ kind: 'redis', url: group.url });
-    try {
-      const request = { name: 'cronwarden/sentinel-test', holder: 'a', ttlMs: 1000 };
-      const first = await backend.tryAcquire(request);
-      assert.ok(first, 'the lease was free');
-      const primaryBefore = group.primary.port;
-      const detail = await group.failover();
-      assert.match(detail, /Sentinel promoted the replica after \d+ ms/);
-      assert.notEqual(group.primary.port, primaryBefore);
-      // The lease may or may not have reached the replica; either way, once it lapses another
-      // holder gets it from the new primary, under a higher token.
-      let second = null;
-      for (let i = 0; i < 100 && !second; i++) {
-        second = await backend.tryAcquire({ ...request, holder: 'b' }).catch(() => null);
-        if (!second) await sleep(100);
+  it(
+    'takes a lease through Sentinel and, after the primary is killed, keeps granting increasing tokens from the promoted replica',
+    { timeout: 90_000 },
+    async () => {
+      const group = await startSentinelGroup();
+      const backend = await createLeaseBackend({ kind: 'redis', url: group.url });
+      try {
+        const request = { name: 'cronwarden/sentinel-test', holder: 'a', ttlMs: 1000 };
+        const first = await backend.tryAcquire(request);
+        assert.ok(first, 'the lease was free');
+        const primaryBefore = group.primary.port;
+        const detail = await group.failover();
+        assert.match(detail, /Sentinel promoted the replica after \d+ ms/);
+        assert.notEqual(group.primary.port, primaryBefore);
+        // The lease may or may not have reached the replica; either way, once it lapses another
+        // holder gets it from the new primary, under a higher token.
+        let second = null;
+        for (let i = 0; i < 100 && !second; i++) {
+          second = await backend.tryAcquire({ ...request, holder: 'b' }).catch(() => null);
+          if (!second) await sleep(100);
+        }
+        assert.ok(second, 'a lease was granted through the promoted replica');
+        assert.ok(second.token > first.token, `token ${second.token} after ${first.token}`);
+        assert.equal((await backend.current(request.name))?.holder, 'b');
+      } finally {
+        await backend.close();
+        await group.cleanup();
       }
-      assert.ok(second, 'a lease was granted through the promoted replica');
-      assert.ok(second.token > first.token, `token ${second.token} after ${first.token}`);
-      assert.equal((await backend.current(request.name))?.holder, 'b');
-    } finally {
-      await backend.close();
-      await group.cleanup();
-    }
-  });
+    },
+  );
 });

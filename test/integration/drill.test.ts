@@ -16,7 +16,14 @@ import { SHARED_REDIS_URL } from './failover-scenario.js';
 const adminUrl = SHARED_POSTGRES_URL.replace(/\/[^/]*$/, '/postgres');
 
 /** Faults on what is not the lease: struck once, in the extra drill. */
-const otherServerFaults: FaultKind[] = ['queue-restart', 'queue-flush', 'ledger-restart', 'ledger-failover', 'redis-sentinel-failover', 'cpu-starve'];
+const otherServerFaults: FaultKind[] = [
+  'queue-restart',
+  'queue-flush',
+  'ledger-restart',
+  'ledger-failover',
+  'redis-sentinel-failover',
+  'cpu-starve',
+];
 
 function summary(backend: string, report: DrillReport): string {
   const log = report.check.attemptLog;
@@ -24,7 +31,10 @@ function summary(backend: string, report: DrillReport): string {
     `${backend} drill: ${report.check.expected} fires expected, ${report.check.committed} committed; settled ${JSON.stringify(report.check.settlement)}; ` +
     `attempt log ${JSON.stringify(log)}, stale writes refused ${report.staleWritesRefused} (ledger: ${report.staleAttemptsRefused}); ` +
     report.faults
-      .map((f) => `${f.kind}: handover ${f.handoverMs ?? '-'} ms, next/new-tenure fire ${f.gapMs} ms (any fire ${f.anyFireMs} ms, bound ${f.boundMs ?? '-'}), ${f.leaderChanges} leader change(s)`)
+      .map(
+        (f) =>
+          `${f.kind}: handover ${f.handoverMs ?? '-'} ms, next/new-tenure fire ${f.gapMs} ms (any fire ${f.anyFireMs} ms, bound ${f.boundMs ?? '-'}), ${f.leaderChanges} leader change(s)`,
+      )
       .join('; ')
   );
 }
@@ -33,19 +43,34 @@ function summary(backend: string, report: DrillReport): string {
 function assertClean(report: DrillReport, kinds: FaultKind[], violations: string[]): void {
   assert.deepEqual(violations, []);
   assert.equal(report.faults.length, kinds.length);
-  assert.ok(report.faults.every((f) => f.counted), 'every fault proved something');
+  assert.ok(
+    report.faults.every((f) => f.counted),
+    'every fault proved something',
+  );
   // Faults that take the leader away did move it; link trouble and clock skew did not.
   for (const f of report.faults) {
     if (keepsLeader.has(f.kind)) assert.equal(f.leaderChanges, 0, `${f.kind}: ${f.detail}`);
-    if (['kill', 'term', 'link-cut'].includes(f.kind)) assert.ok(f.leaderChanges >= 1 && f.leaderAfter !== f.leaderBefore, `${f.kind}: leader stayed ${f.leaderBefore}`);
+    if (['kill', 'term', 'link-cut'].includes(f.kind))
+      assert.ok(f.leaderChanges >= 1 && f.leaderAfter !== f.leaderBefore, `${f.kind}: leader stayed ${f.leaderBefore}`);
     // The gap ran to a fire of the new tenure, within I5's bound.
-    if (movesLeader.has(f.kind)) assert.ok(f.gapMs !== null && f.boundMs !== null && f.gapMs <= f.boundMs && f.anyFireMs !== null && f.anyFireMs <= f.gapMs, `${f.kind}: ${JSON.stringify(f)}`);
+    if (movesLeader.has(f.kind))
+      assert.ok(
+        f.gapMs !== null &&
+          f.boundMs !== null &&
+          f.gapMs <= f.boundMs &&
+          f.anyFireMs !== null &&
+          f.anyFireMs <= f.gapMs,
+        `${f.kind}: ${JSON.stringify(f)}`,
+      );
   }
   // The attempt log (written outside the transactions) saw the committed writes, none of them
   // stale, doubled or forgotten by the ledger, and its refusals are counted.
   const log = report.check.attemptLog;
   assert.ok(log && log.committed >= 0.9 * report.check.committed, `attempt log: ${JSON.stringify(log)}`);
-  assert.deepEqual([report.check.staleWritesLanded, report.check.writesCommittedTwice, report.check.writesLostByLedger], [0, 0, 0]);
+  assert.deepEqual(
+    [report.check.staleWritesLanded, report.check.writesCommittedTwice, report.check.writesLostByLedger],
+    [0, 0, 0],
+  );
   // An attempt fails only when the ledger itself goes away under it.
   if (!kinds.some((k) => k.startsWith('ledger-'))) assert.equal(log.failed, 0);
   assert.equal(report.staleWritesRefused, log.refused + log.staleSkipped);
@@ -113,26 +138,33 @@ describe('failover drill (short)', () => {
     });
   }
 
-  it('redis: the queue, the ledger, its standby, Sentinel and a starved host, each once', { timeout: 300_000 }, async (t) => {
-    const kinds = otherServerFaults;
-    const report = await runDrill({
-      backend: 'redis',
-      replicas: 3,
-      jobs: 4,
-      faults: kinds,
-      faultCount: kinds.length,
-      intervalSeconds: 2,
-      ttlMs: 2000,
-      seed: 42,
-      databaseUrl: adminUrl,
-      redisUrl: SHARED_REDIS_URL,
-    });
-    console.log(summary('redis (other servers)', report));
-    // What each rests on held: synchronous replication (no write the ledger forgot), the fence
-    // through Sentinel (tokens in order), durability across the ledger's restart.
-    assert.equal(report.check.tokenRegressions, 0);
-    assert.match(report.faults.find((f) => f.kind === 'ledger-failover')!.detail, /standby promoted \(sync/);
-    assert.match(report.faults.find((f) => f.kind === 'redis-sentinel-failover')!.detail, /Sentinel promoted the replica after \d+ ms/);
-    await assertWithKnownGaps(t, report, kinds);
-  });
+  it(
+    'redis: the queue, the ledger, its standby, Sentinel and a starved host, each once',
+    { timeout: 300_000 },
+    async (t) => {
+      const kinds = otherServerFaults;
+      const report = await runDrill({
+        backend: 'redis',
+        replicas: 3,
+        jobs: 4,
+        faults: kinds,
+        faultCount: kinds.length,
+        intervalSeconds: 2,
+        ttlMs: 2000,
+        seed: 42,
+        databaseUrl: adminUrl,
+        redisUrl: SHARED_REDIS_URL,
+      });
+      console.log(summary('redis (other servers)', report));
+      // What each rests on held: synchronous replication (no write the ledger forgot), the fence
+      // through Sentinel (tokens in order), durability across the ledger's restart.
+      assert.equal(report.check.tokenRegressions, 0);
+      assert.match(report.faults.find((f) => f.kind === 'ledger-failover')!.detail, /standby promoted \(sync/);
+      assert.match(
+        report.faults.find((f) => f.kind === 'redis-sentinel-failover')!.detail,
+        /Sentinel promoted the replica after \d+ ms/,
+      );
+      await assertWithKnownGaps(t, report, kinds);
+    },
+  );
 });

@@ -24,7 +24,11 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
   const env = effectsSuite();
 
   /** Commit one run, start worker A in `mode`, act on it, then start worker B to finish the run. */
-  async function scenario(mode: EffectMode, act: (a: EventedChild) => Promise<void>, settle: (b: EventedChild, a: EventedChild, runId: bigint) => Promise<void>) {
+  async function scenario(
+    mode: EffectMode,
+    act: (a: EventedChild) => Promise<void>,
+    settle: (b: EventedChild, a: EventedChild, runId: bigint) => Promise<void>,
+  ) {
     const namespace = `fx${randomUUID().slice(0, 8)}`;
     const db = env.db;
     const delivery = effectDelivery(env, namespace);
@@ -39,14 +43,19 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       await act(a);
       b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: names.b });
       await settle(b, a, runId);
-      const effects = await db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [runId.toString()]);
-      const run = await db.pool.query<{ state: string; attempts: number; completed_attempt: number | null; skipped_attempts: number }>(
-        'SELECT state, attempts, completed_attempt, skipped_attempts FROM cw_runs WHERE id = $1',
-        [runId.toString()],
-      );
-      const attempts = await db.pool.query<{ attempt: number; state: string }>('SELECT attempt, state FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt', [
+      const effects = await db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [
         runId.toString(),
       ]);
+      const run = await db.pool.query<{
+        state: string;
+        attempts: number;
+        completed_attempt: number | null;
+        skipped_attempts: number;
+      }>('SELECT state, attempts, completed_attempt, skipped_attempts FROM cw_runs WHERE id = $1', [runId.toString()]);
+      const attempts = await db.pool.query<{ attempt: number; state: string }>(
+        'SELECT attempt, state FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt',
+        [runId.toString()],
+      );
       return { runId, namespace, names, effects: effects.rows, run: run.rows[0]!, attempts: attempts.rows };
     } finally {
       for (const c of [a, b]) {
@@ -59,7 +68,12 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     }
   }
 
-  async function waitForRow(q: string, v: unknown[], ok: (row: Record<string, unknown> | undefined) => boolean, ms = 20_000) {
+  async function waitForRow(
+    q: string,
+    v: unknown[],
+    ok: (row: Record<string, unknown> | undefined) => boolean,
+    ms = 20_000,
+  ) {
     const deadline = Date.now() + ms;
     for (;;) {
       const row = (await env.db.pool.query(q, v)).rows[0] as Record<string, unknown> | undefined;
@@ -93,78 +107,100 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     return byOutcome;
   }
 
-  it('killed with SIGKILL after its transaction committed, before BullMQ heard: the re-delivery is skipped', { timeout: 60_000 }, async () => {
-    const { runId, namespace, names, effects, run, attempts } = await scenario(
-      'after-commit',
-      async (a) => {
-        await a.waitFor((e) => e.event === 'committed' && e.attempt === 1, 20_000);
-        a.signal('SIGKILL');
-      },
-      async (_b, _a, runId) => {
-        await waitForRow('SELECT skipped_attempts FROM cw_runs WHERE id = $1', [runId.toString()], (r) => Number(r?.skipped_attempts) >= 1);
-      },
-    );
-    assert.deepEqual(effects, [{ attempt: 1 }]);
-    assert.equal(run.state, 'completed');
-    assert.equal(run.completed_attempt, 1);
-    assert.ok(run.skipped_attempts >= 1, 'the re-delivered attempt is recorded as skipped');
-    assert.deepEqual(attempts[0], { attempt: 1, state: 'completed' });
-    assert.ok(attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'), JSON.stringify(attempts));
+  it(
+    'killed with SIGKILL after its transaction committed, before BullMQ heard: the re-delivery is skipped',
+    { timeout: 60_000 },
+    async () => {
+      const { runId, namespace, names, effects, run, attempts } = await scenario(
+        'after-commit',
+        async (a) => {
+          await a.waitFor((e) => e.event === 'committed' && e.attempt === 1, 20_000);
+          a.signal('SIGKILL');
+        },
+        async (_b, _a, runId) => {
+          await waitForRow(
+            'SELECT skipped_attempts FROM cw_runs WHERE id = $1',
+            [runId.toString()],
+            (r) => Number(r?.skipped_attempts) >= 1,
+          );
+        },
+      );
+      assert.deepEqual(effects, [{ attempt: 1 }]);
+      assert.equal(run.state, 'completed');
+      assert.equal(run.completed_attempt, 1);
+      assert.ok(run.skipped_attempts >= 1, 'the re-delivered attempt is recorded as skipped');
+      assert.deepEqual(attempts[0], { attempt: 1, state: 'completed' });
+      assert.ok(
+        attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'),
+        JSON.stringify(attempts),
+      );
 
-    // Issue 6: the admin view shows the attempts, which one completed, and the skipped re-deliveries.
-    const { runs } = await listRuns(env.db.pool, tablesIn(env.db.schema), { job: 'effect', limit: 100 });
-    const view = runs.find((r) => r.id === runId.toString());
-    assert.ok(view, 'the run is listed');
-    assert.equal(view.state, 'completed');
-    assert.equal(view.completedAttempt, 1);
-    assert.ok(view.skippedAttempts >= 1, `skippedAttempts ${view.skippedAttempts}`);
-    assert.equal(view.attempts.length, 1 + view.skippedAttempts);
-    assert.deepEqual(
-      view.attempts.slice(0, 2).map((a) => ({ attempt: a.attempt, worker: a.worker, state: a.state })),
-      [
-        { attempt: 1, worker: names.a, state: 'completed' },
-        { attempt: 2, worker: names.b, state: 'skipped' },
-      ],
-    );
-    assert.ok(view.attempts.slice(1).every((a) => a.state === 'skipped' && a.error?.startsWith('run already completed')), JSON.stringify(view.attempts));
-    // ... and so do the metrics of the replicas that executed them.
-    assert.deepEqual([...(await attemptMetrics(names.a, namespace))], [['completed', 1]]);
-    const b = await attemptMetrics(names.b, namespace);
-    assert.equal(b.get('skipped'), view.skippedAttempts, JSON.stringify([...b]));
-    assert.equal(b.get('completed') ?? 0, 0);
-  });
+      // Issue 6: the admin view shows the attempts, which one completed, and the skipped re-deliveries.
+      const { runs } = await listRuns(env.db.pool, tablesIn(env.db.schema), { job: 'effect', limit: 100 });
+      const view = runs.find((r) => r.id === runId.toString());
+      assert.ok(view, 'the run is listed');
+      assert.equal(view.state, 'completed');
+      assert.equal(view.completedAttempt, 1);
+      assert.ok(view.skippedAttempts >= 1, `skippedAttempts ${view.skippedAttempts}`);
+      assert.equal(view.attempts.length, 1 + view.skippedAttempts);
+      assert.deepEqual(
+        view.attempts.slice(0, 2).map((a) => ({ attempt: a.attempt, worker: a.worker, state: a.state })),
+        [
+          { attempt: 1, worker: names.a, state: 'completed' },
+          { attempt: 2, worker: names.b, state: 'skipped' },
+        ],
+      );
+      assert.ok(
+        view.attempts.slice(1).every((a) => a.state === 'skipped' && a.error?.startsWith('run already completed')),
+        JSON.stringify(view.attempts),
+      );
+      // ... and so do the metrics of the replicas that executed them.
+      assert.deepEqual([...(await attemptMetrics(names.a, namespace))], [['completed', 1]]);
+      const b = await attemptMetrics(names.b, namespace);
+      assert.equal(b.get('skipped'), view.skippedAttempts, JSON.stringify([...b]));
+      assert.equal(b.get('completed') ?? 0, 0);
+    },
+  );
 
-  it('killed inside the handler before its commit: the re-delivered attempt commits once', { timeout: 60_000 }, async () => {
-    const { effects, run } = await scenario(
-      'before-commit',
-      async (a) => {
-        await a.waitFor((e) => e.event === 'inside' && e.attempt === 1, 20_000);
-        a.signal('SIGKILL');
-      },
-      async (b) => {
-        await b.waitFor((e) => e.event === 'committed' && e.attempt === 2, 30_000);
-      },
-    );
-    assert.deepEqual(effects, [{ attempt: 2 }], 'nothing of the killed attempt is visible');
-    assert.equal(run.state, 'completed');
-    assert.equal(run.completed_attempt, 2);
-  });
+  it(
+    'killed inside the handler before its commit: the re-delivered attempt commits once',
+    { timeout: 60_000 },
+    async () => {
+      const { effects, run } = await scenario(
+        'before-commit',
+        async (a) => {
+          await a.waitFor((e) => e.event === 'inside' && e.attempt === 1, 20_000);
+          a.signal('SIGKILL');
+        },
+        async (b) => {
+          await b.waitFor((e) => e.event === 'committed' && e.attempt === 2, 30_000);
+        },
+      );
+      assert.deepEqual(effects, [{ attempt: 2 }], 'nothing of the killed attempt is visible');
+      assert.equal(run.state, 'completed');
+      assert.equal(run.completed_attempt, 2);
+    },
+  );
 
-  it('paused past the lock while another worker completes the run, then resumed: its commit is refused', { timeout: 60_000 }, async () => {
-    const { effects, run } = await scenario(
-      'pause-in-tx',
-      async (a) => {
-        await a.waitFor((e) => e.event === 'inside' && e.attempt === 1, 20_000);
-        a.signal('SIGSTOP');
-      },
-      async (b, a) => {
-        await b.waitFor((e) => e.event === 'committed' && e.attempt === 2, 30_000);
-        a.signal('SIGCONT');
-        await a.waitFor((e) => e.event === 'refused' && e.attempt === 1, 20_000);
-      },
-    );
-    assert.deepEqual(effects, [{ attempt: 2 }], 'the paused attempt rolled back');
-    assert.equal(run.state, 'completed');
-    assert.equal(run.completed_attempt, 2);
-  });
+  it(
+    'paused past the lock while another worker completes the run, then resumed: its commit is refused',
+    { timeout: 60_000 },
+    async () => {
+      const { effects, run } = await scenario(
+        'pause-in-tx',
+        async (a) => {
+          await a.waitFor((e) => e.event === 'inside' && e.attempt === 1, 20_000);
+          a.signal('SIGSTOP');
+        },
+        async (b, a) => {
+          await b.waitFor((e) => e.event === 'committed' && e.attempt === 2, 30_000);
+          a.signal('SIGCONT');
+          await a.waitFor((e) => e.event === 'refused' && e.attempt === 1, 20_000);
+        },
+      );
+      assert.deepEqual(effects, [{ attempt: 2 }], 'the paused attempt rolled back');
+      assert.equal(run.state, 'completed');
+      assert.equal(run.completed_attempt, 2);
+    },
+  );
 });

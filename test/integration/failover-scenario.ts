@@ -77,7 +77,11 @@ export async function runFailoverScenario(
     const inWindow = `scheduled_at BETWEEN $1 AND $2`;
     const deadline = Date.now() + 30_000;
     while (Date.now() < deadline) {
-      const open = await scalar<number>(db.pool, `SELECT count(*)::int FROM cw_runs WHERE ${inWindow} AND state <> 'completed'`, [t0, t1]);
+      const open = await scalar<number>(
+        db.pool,
+        `SELECT count(*)::int FROM cw_runs WHERE ${inWindow} AND state <> 'completed'`,
+        [t0, t1],
+      );
       if (open === 0) break;
       await sleep(500);
     }
@@ -88,7 +92,12 @@ export async function runFailoverScenario(
     assert.ok(seconds >= 30, `window of ${seconds} s is shorter than 30 s`);
     const times = Array.from({ length: seconds }, (_, i) => t0.getTime() + i * 1000);
     const expected = new Map(Array.from({ length: jobs }, (_, i) => [`job-${i}`, times] as [string, number[]]));
-    const history = await readHistory(db.pool, { from: new Date(0), to: new Date(Date.now() + 60_000), effectsTable: 'cw_test_effects', schema: db.schema });
+    const history = await readHistory(db.pool, {
+      from: new Date(0),
+      to: new Date(Date.now() + 60_000),
+      effectsTable: 'cw_test_effects',
+      schema: db.schema,
+    });
     const report = checkHistory(history, { expected, requireCompleted: true });
     assert.deepEqual(report.violations, [], 'exactly-once violated');
     assert.ok(report.ok);
@@ -103,7 +112,11 @@ export async function runFailoverScenario(
   }
 }
 
-async function scalar<T>(pool: { query: (q: string, v?: unknown[]) => Promise<{ rows: Record<string, unknown>[] }> }, q: string, v?: unknown[]): Promise<T | undefined> {
+async function scalar<T>(
+  pool: { query: (q: string, v?: unknown[]) => Promise<{ rows: Record<string, unknown>[] }> },
+  q: string,
+  v?: unknown[],
+): Promise<T | undefined> {
   const res = await pool.query(q, v);
   const row = res.rows[0];
   return row ? (Object.values(row)[0] as T) : undefined;

@@ -29,7 +29,15 @@ describe('graceful shutdown during a run (real PostgreSQL, Redis, child processe
     const namespace = `gs${randomUUID().slice(0, 8)}`;
     const db = env.db;
     const { ledger, delivery, deliverOne, close } = effectDelivery(env, namespace);
-    const base = { databaseUrl: db.url, redisUrl: SHARED_REDIS_URL, namespace, lockDurationMs: LOCK_MS, job: 'effect', graceMs, shutdownMarginMs };
+    const base = {
+      databaseUrl: db.url,
+      redisUrl: SHARED_REDIS_URL,
+      namespace,
+      lockDurationMs: LOCK_MS,
+      job: 'effect',
+      graceMs,
+      shutdownMarginMs,
+    };
     const a = EventedChild.fixture('A', fixture, { ...base, mode, name: 'A' });
     let b: EventedChild | undefined;
     try {
@@ -49,9 +57,12 @@ describe('graceful shutdown during a run (real PostgreSQL, Redis, child processe
 
       const jobId = bullmqJobId(await ledger.identity(), runId);
       const deadline = Date.now() + 10_000;
-      while ((await delivery.queue.getJobState(jobId)) !== 'completed' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      while ((await delivery.queue.getJobState(jobId)) !== 'completed' && Date.now() < deadline)
+        await new Promise((r) => setTimeout(r, 100));
       const job = await delivery.queue.getJob(jobId);
-      const effects = await db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [runId.toString()]);
+      const effects = await db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [
+        runId.toString(),
+      ]);
       const run = await db.pool.query<{ state: string; attempts: number; completed_attempt: number | null }>(
         'SELECT state, attempts, completed_attempt FROM cw_runs WHERE id = $1',
         [runId.toString()],
@@ -67,7 +78,11 @@ describe('graceful shutdown during a run (real PostgreSQL, Redis, child processe
         pickupMs,
         attempt2,
         a,
-        job: { state: await delivery.queue.getJobState(jobId), attemptsMade: job?.attemptsMade, attemptsStarted: job?.attemptsStarted },
+        job: {
+          state: await delivery.queue.getJobState(jobId),
+          attemptsMade: job?.attemptsMade,
+          attemptsStarted: job?.attemptsStarted,
+        },
         effects: effects.rows,
         run: run.rows[0]!,
         attempts: attempts.rows,
@@ -79,56 +94,78 @@ describe('graceful shutdown during a run (real PostgreSQL, Redis, child processe
     }
   }
 
-  it('SIGTERM during a long run (retries = 0): interrupted, not failed; another worker completes it at once, effect once', { timeout: 90_000 }, async () => {
-    const graceMs = 500;
-    const r = await rollingDeploy('cooperative', graceMs, 1000);
-    assert.equal(r.code, 0, 'the worker exits 0');
-    assert.ok(r.a.events.some((e) => e.event === 'aborted' && e.attempt === 1), 'the handler saw its signal abort');
-    assert.ok(r.closeMs >= graceMs - 50, `close waited for the grace period (${r.closeMs} ms)`);
-    assert.ok(r.closeMs < graceMs + 1000, `a handler that stops on its signal needs no margin (${r.closeMs} ms)`);
-    assert.ok(r.exitMs < graceMs + 5000, `the process exited in ${r.exitMs} ms`);
-    // The run was handed back, not left for the stalled check (lock 30 s).
-    assert.ok(r.pickupMs < 10_000, `picked up ${r.pickupMs} ms after SIGTERM`);
-    assert.deepEqual(r.effects, [{ attempt: 2 }], 'the interrupted attempt rolled back; the effect landed once');
-    assert.equal(r.run.state, 'completed');
-    assert.equal(r.run.completed_attempt, 2);
-    assert.equal(r.run.attempts, 2);
-    assert.deepEqual(
-      r.attempts.map(({ attempt, worker, state }) => ({ attempt, worker, state })),
-      [
-        { attempt: 1, worker: 'A', state: 'retrying' },
-        { attempt: 2, worker: 'B', state: 'completed' },
-      ],
-    );
-    assert.match(r.attempts[0]!.error ?? '', /^interrupted: replica shutting down/);
-    assert.ok(!r.attempts.some((a) => a.state === 'failed'));
-    assert.equal(r.job.state, 'completed');
-    assert.equal(r.job.attemptsMade, 1, 'only the completion counts as a BullMQ attempt: the interruption used no retry');
-    assert.equal(r.job.attemptsStarted, 2);
-  });
+  it(
+    'SIGTERM during a long run (retries = 0): interrupted, not failed; another worker completes it at once, effect once',
+    { timeout: 90_000 },
+    async () => {
+      const graceMs = 500;
+      const r = await rollingDeploy('cooperative', graceMs, 1000);
+      assert.equal(r.code, 0, 'the worker exits 0');
+      assert.ok(
+        r.a.events.some((e) => e.event === 'aborted' && e.attempt === 1),
+        'the handler saw its signal abort',
+      );
+      assert.ok(r.closeMs >= graceMs - 50, `close waited for the grace period (${r.closeMs} ms)`);
+      assert.ok(r.closeMs < graceMs + 1000, `a handler that stops on its signal needs no margin (${r.closeMs} ms)`);
+      assert.ok(r.exitMs < graceMs + 5000, `the process exited in ${r.exitMs} ms`);
+      // The run was handed back, not left for the stalled check (lock 30 s).
+      assert.ok(r.pickupMs < 10_000, `picked up ${r.pickupMs} ms after SIGTERM`);
+      assert.deepEqual(r.effects, [{ attempt: 2 }], 'the interrupted attempt rolled back; the effect landed once');
+      assert.equal(r.run.state, 'completed');
+      assert.equal(r.run.completed_attempt, 2);
+      assert.equal(r.run.attempts, 2);
+      assert.deepEqual(
+        r.attempts.map(({ attempt, worker, state }) => ({ attempt, worker, state })),
+        [
+          { attempt: 1, worker: 'A', state: 'retrying' },
+          { attempt: 2, worker: 'B', state: 'completed' },
+        ],
+      );
+      assert.match(r.attempts[0]!.error ?? '', /^interrupted: replica shutting down/);
+      assert.ok(!r.attempts.some((a) => a.state === 'failed'));
+      assert.equal(r.job.state, 'completed');
+      assert.equal(
+        r.job.attemptsMade,
+        1,
+        'only the completion counts as a BullMQ attempt: the interruption used no retry',
+      );
+      assert.equal(r.job.attemptsStarted, 2);
+    },
+  );
 
-  it('a handler that ignores its signal does not keep the worker from exiting; the run is handed on', { timeout: 90_000 }, async () => {
-    const graceMs = 500;
-    const marginMs = 500;
-    const r = await rollingDeploy('ignore-signal', graceMs, marginMs);
-    assert.equal(r.code, 0, 'the worker exits 0');
-    assert.ok(r.a.events.some((e) => e.event === 'ignored-abort'), 'the handler was told and ignored it');
-    assert.ok(r.closeMs >= graceMs + marginMs - 50, `abandoned only after grace + margin (${r.closeMs} ms)`);
-    assert.ok(r.closeMs < graceMs + 2 * marginMs + 1000, `close is bounded (${r.closeMs} ms)`);
-    assert.ok(r.exitMs < graceMs + 2 * marginMs + 6000, `the process exited in ${r.exitMs} ms`);
-    assert.ok(r.pickupMs < 12_000, `picked up ${r.pickupMs} ms after SIGTERM`);
-    assert.deepEqual(r.effects, [{ attempt: 2 }], "the abandoned attempt's uncommitted write is gone; the effect landed once");
-    assert.equal(r.run.state, 'completed');
-    assert.equal(r.run.completed_attempt, 2);
-    assert.deepEqual(
-      r.attempts.map(({ attempt, state }) => ({ attempt, state })),
-      [
-        { attempt: 1, state: 'retrying' },
-        { attempt: 2, state: 'completed' },
-      ],
-    );
-    assert.match(r.attempts[0]!.error ?? '', /^interrupted: replica shutting down.*abandoned/);
-    assert.equal(r.job.state, 'completed');
-    assert.equal(r.job.attemptsMade, 1);
-  });
+  it(
+    'a handler that ignores its signal does not keep the worker from exiting; the run is handed on',
+    { timeout: 90_000 },
+    async () => {
+      const graceMs = 500;
+      const marginMs = 500;
+      const r = await rollingDeploy('ignore-signal', graceMs, marginMs);
+      assert.equal(r.code, 0, 'the worker exits 0');
+      assert.ok(
+        r.a.events.some((e) => e.event === 'ignored-abort'),
+        'the handler was told and ignored it',
+      );
+      assert.ok(r.closeMs >= graceMs + marginMs - 50, `abandoned only after grace + margin (${r.closeMs} ms)`);
+      assert.ok(r.closeMs < graceMs + 2 * marginMs + 1000, `close is bounded (${r.closeMs} ms)`);
+      assert.ok(r.exitMs < graceMs + 2 * marginMs + 6000, `the process exited in ${r.exitMs} ms`);
+      assert.ok(r.pickupMs < 12_000, `picked up ${r.pickupMs} ms after SIGTERM`);
+      assert.deepEqual(
+        r.effects,
+        [{ attempt: 2 }],
+        "the abandoned attempt's uncommitted write is gone; the effect landed once",
+      );
+      assert.equal(r.run.state, 'completed');
+      assert.equal(r.run.completed_attempt, 2);
+      assert.deepEqual(
+        r.attempts.map(({ attempt, state }) => ({ attempt, state })),
+        [
+          { attempt: 1, state: 'retrying' },
+          { attempt: 2, state: 'completed' },
+        ],
+      );
+      assert.match(r.attempts[0]!.error ?? '', /^interrupted: replica shutting down.*abandoned/);
+      assert.equal(r.job.state, 'completed');
+      assert.equal(r.job.attemptsMade, 1);
+    },
+  );
 });

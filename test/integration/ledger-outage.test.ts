@@ -16,7 +16,14 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
-import { Ledger, RunLedger, type Claim, type ClaimResult, type Outcome, type Queryable } from '../../src/ledger/ledger.js';
+import {
+  Ledger,
+  RunLedger,
+  type Claim,
+  type ClaimResult,
+  type Outcome,
+  type Queryable,
+} from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { commitTestRun } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
@@ -77,12 +84,22 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
   });
 
   async function fire(): Promise<bigint> {
-    return (await commitTestRun(real, 'outage', { scheduledAt: new Date(Date.UTC(2031, 0, 1, 0, fired++)), trigger: 'schedule' })).runId;
+    return (
+      await commitTestRun(real, 'outage', {
+        scheduledAt: new Date(Date.UTC(2031, 0, 1, 0, fired++)),
+        trigger: 'schedule',
+      })
+    ).runId;
   }
   const state = async (runId: bigint) =>
-    (await db.pool.query<{ state: string; attempts: number }>('SELECT state, attempts FROM cw_runs WHERE id = $1', [runId.toString()])).rows[0]!;
+    (
+      await db.pool.query<{ state: string; attempts: number }>('SELECT state, attempts FROM cw_runs WHERE id = $1', [
+        runId.toString(),
+      ])
+    ).rows[0]!;
   const effects = async (runId: bigint) =>
-    (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM effects WHERE run_id = $1', [runId.toString()])).rows[0]!.n;
+    (await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM effects WHERE run_id = $1', [runId.toString()]))
+      .rows[0]!.n;
   const writeEffect = async (ctx: JobContext) => {
     await ctx.transaction(async (tx) => {
       await tx.query('INSERT INTO effects VALUES ($1, $2)', [ctx.runId, ctx.attempt]);
@@ -94,7 +111,10 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
     calls = 0;
     const runId = await fire();
     ledger.failClaims = 1;
-    await assert.rejects(executor.execute(runId, { finalAttempt: true }), (err: Error) => err instanceof BackendUnavailableError && err.retryable);
+    await assert.rejects(
+      executor.execute(runId, { finalAttempt: true }),
+      (err: Error) => err instanceof BackendUnavailableError && err.retryable,
+    );
     assert.equal(calls, 0, 'the handler must not run without a claim');
     assert.equal((await state(runId)).state, 'pending');
     assert.equal((await executor.execute(runId, { finalAttempt: true })).status, 'completed');
@@ -106,7 +126,11 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
     const runId = await fire();
     ledger.failTransactions = 1;
     await assert.rejects(executor.execute(runId, { finalAttempt: true }), BackendUnavailableError);
-    assert.equal((await state(runId)).state, 'retrying', 'recorded as retrying, not failed, although no retry was left');
+    assert.equal(
+      (await state(runId)).state,
+      'retrying',
+      'recorded as retrying, not failed, although no retry was left',
+    );
     assert.equal(await effects(runId), 0);
     assert.equal((await executor.execute(runId, { finalAttempt: true })).status, 'completed');
     assert.equal(await effects(runId), 1);
@@ -122,31 +146,42 @@ describe('the ledger unreachable during a delivery (real PostgreSQL, Redis)', ()
     assert.deepEqual(await state(runId), { state: 'completed', attempts: 1 });
   });
 
-  it('through BullMQ: a delivery that finds the ledger unreachable is delayed, not failed, and uses up no attempt', { timeout: 30_000 }, async () => {
-    handler = writeEffect;
-    const namespace = `outage${randomUUID().slice(0, 8)}`;
-    const connection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
-    const delivery = new BullmqDelivery({ connection, namespace, registry, ledger: real });
-    const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger: pino({ level: 'silent' }), lockDurationMs: 5000 });
-    try {
-      await worker.start();
-      const runId = await fire();
-      ledger.failClaims = 2; // two deliveries find the ledger down; retries = 0, so a failure would be final
-      const started = Date.now();
-      await delivery.enqueue([{ runId, job: 'outage', scheduledAt: new Date() }]);
-      while ((await state(runId)).state !== 'completed' && Date.now() - started < 20_000) await new Promise((r) => setTimeout(r, 100));
-      assert.equal((await state(runId)).state, 'completed');
-      assert.equal(ledger.failClaims, 0, 'both failing deliveries happened');
-      assert.equal(await effects(runId), 1);
-      const job = (await delivery.queue.getJobs(['completed']))[0];
-      assert.ok(job, 'the BullMQ job completed');
-      assert.equal(job.attemptsMade, 1, 'the delayed deliveries used up no attempt');
-      assert.ok(job.attemptsStarted >= 3, `delivered ${job.attemptsStarted} times`);
-    } finally {
-      await worker.close(1000);
-      await delivery.queue.obliterate({ force: true }).catch(() => {});
-      await delivery.close();
-      await connection.quit();
-    }
-  });
+  it(
+    'through BullMQ: a delivery that finds the ledger unreachable is delayed, not failed, and uses up no attempt',
+    { timeout: 30_000 },
+    async () => {
+      handler = writeEffect;
+      const namespace = `outage${randomUUID().slice(0, 8)}`;
+      const connection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
+      const delivery = new BullmqDelivery({ connection, namespace, registry, ledger: real });
+      const worker = new BullmqWorker({
+        redisUrl: SHARED_REDIS_URL,
+        namespace,
+        executor,
+        logger: pino({ level: 'silent' }),
+        lockDurationMs: 5000,
+      });
+      try {
+        await worker.start();
+        const runId = await fire();
+        ledger.failClaims = 2; // two deliveries find the ledger down; retries = 0, so a failure would be final
+        const started = Date.now();
+        await delivery.enqueue([{ runId, job: 'outage', scheduledAt: new Date() }]);
+        while ((await state(runId)).state !== 'completed' && Date.now() - started < 20_000)
+          await new Promise((r) => setTimeout(r, 100));
+        assert.equal((await state(runId)).state, 'completed');
+        assert.equal(ledger.failClaims, 0, 'both failing deliveries happened');
+        assert.equal(await effects(runId), 1);
+        const job = (await delivery.queue.getJobs(['completed']))[0];
+        assert.ok(job, 'the BullMQ job completed');
+        assert.equal(job.attemptsMade, 1, 'the delayed deliveries used up no attempt');
+        assert.ok(job.attemptsStarted >= 3, `delivered ${job.attemptsStarted} times`);
+      } finally {
+        await worker.close(1000);
+        await delivery.queue.obliterate({ force: true }).catch(() => {});
+        await delivery.close();
+        await connection.quit();
+      }
+    },
+  );
 });

@@ -13,7 +13,12 @@ import { createTestDatabase, type TestDatabase } from '../support/postgres-datab
 describe('Ledger (real PostgreSQL)', () => {
   let db: TestDatabase;
   let ledger: Ledger;
-  const leader = (token: bigint, id = 'r1') => ({ fenceResource: 'scheduler/x', token, replicaId: id, stillLeading: () => true });
+  const leader = (token: bigint, id = 'r1') => ({
+    fenceResource: 'scheduler/x',
+    token,
+    replicaId: id,
+    stillLeading: () => true,
+  });
   const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s));
 
   before(async () => {
@@ -49,7 +54,9 @@ describe('Ledger (real PostgreSQL)', () => {
     assert.equal(secondManual.committed.length, 1, 'each trigger is its own run');
     const catchup = await ledger.fires.commitFires([{ job: 'm', scheduledAt: t, trigger: 'catchup' }], leader(5n));
     assert.equal(catchup.duplicates, 1, 'a catch-up of the scheduled instant is still refused by the key');
-    const rows = await db.pool.query("SELECT trigger, count(*)::int AS n FROM cw_runs WHERE job = 'm' GROUP BY trigger ORDER BY trigger");
+    const rows = await db.pool.query(
+      "SELECT trigger, count(*)::int AS n FROM cw_runs WHERE job = 'm' GROUP BY trigger ORDER BY trigger",
+    );
     assert.deepEqual(rows.rows, [
       { trigger: 'manual', n: 2 },
       { trigger: 'schedule', n: 1 },
@@ -57,24 +64,47 @@ describe('Ledger (real PostgreSQL)', () => {
   });
 
   it('retention deletes finished runs past the period with their attempts, and keeps active and recent ones', async () => {
-    const fires = ['done', 'failed', 'active', 'recent'].map((job) => ({ job: `ret-${job}`, scheduledAt: at(50), trigger: 'schedule' as const }));
+    const fires = ['done', 'failed', 'active', 'recent'].map((job) => ({
+      job: `ret-${job}`,
+      scheduledAt: at(50),
+      trigger: 'schedule' as const,
+    }));
     const { committed } = await ledger.fires.commitFires(fires, leader(7n));
     const id = (job: string) => committed.find((c) => c.job === `ret-${job}`)!.runId;
     for (const job of ['done', 'failed', 'active', 'recent']) await ledger.runs.claim(id(job), 'w');
-    const claimOf = async (job: string): Promise<Claim> => ({ runId: id(job), job: `ret-${job}`, scheduledAt: at(50), attempt: 1, token: (await ledger.runs.runState(id(job)))!.claimToken! });
+    const claimOf = async (job: string): Promise<Claim> => ({
+      runId: id(job),
+      job: `ret-${job}`,
+      scheduledAt: at(50),
+      attempt: 1,
+      token: (await ledger.runs.runState(id(job)))!.claimToken!,
+    });
     assert.ok(await ledger.runs.finish(await claimOf('done'), 'completed'));
     assert.ok(await ledger.runs.finish(await claimOf('failed'), 'failed', 'boom'));
     assert.ok(await ledger.runs.finish(await claimOf('recent'), 'completed'));
-    await db.pool.query(`UPDATE cw_runs SET created_at = now() - interval '20 days' WHERE job IN ('ret-done', 'ret-failed', 'ret-active')`);
+    await db.pool.query(
+      `UPDATE cw_runs SET created_at = now() - interval '20 days' WHERE job IN ('ret-done', 'ret-failed', 'ret-active')`,
+    );
     // Batches of one: the caller loops until a batch comes back short.
     assert.equal(await ledger.fires.pruneFinishedRuns(14 * 86_400_000, 1), 1);
     assert.equal(await ledger.fires.pruneFinishedRuns(14 * 86_400_000, 10), 1);
     assert.equal(await ledger.fires.pruneFinishedRuns(14 * 86_400_000, 10), 0);
     const left = await db.pool.query<{ job: string }>(`SELECT job FROM cw_runs WHERE job LIKE 'ret-%' ORDER BY job`);
-    assert.deepEqual(left.rows.map((r) => r.job), ['ret-active', 'ret-recent'], 'an old run still running, and a recent finished one, stay');
-    const orphans = await db.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])', [[id('done'), id('failed')].map(String)]);
+    assert.deepEqual(
+      left.rows.map((r) => r.job),
+      ['ret-active', 'ret-recent'],
+      'an old run still running, and a recent finished one, stay',
+    );
+    const orphans = await db.pool.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])',
+      [[id('done'), id('failed')].map(String)],
+    );
     assert.equal(orphans.rows[0]!.n, 0, 'their attempts went with them');
-    assert.equal((await ledger.fires.lastFired()).get('ret-done')?.toISOString(), at(50).toISOString(), 'the schedule keeps its anchor in cw_job_state');
+    assert.equal(
+      (await ledger.fires.lastFired()).get('ret-done')?.toISOString(),
+      at(50).toISOString(),
+      'the schedule keeps its anchor in cw_job_state',
+    );
   });
 
   it('the fence refuses a leader token lower than one already committed, and commits nothing', async () => {
@@ -83,7 +113,9 @@ describe('Ledger (real PostgreSQL)', () => {
       ledger.fires.commitFires([{ job: 'a', scheduledAt: at(3), trigger: 'schedule' }], leader(6n)),
       (err: Error) => err instanceof StaleTokenError && err.highest === 7n,
     );
-    const rows = await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE job = 'a' AND scheduled_at = $1", [at(3)]);
+    const rows = await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE job = 'a' AND scheduled_at = $1", [
+      at(3),
+    ]);
     assert.equal(rows.rows[0].n, 0);
   });
 
@@ -98,7 +130,10 @@ describe('Ledger (real PostgreSQL)', () => {
   });
 
   it('claims give ever-higher execution tokens; a stale attempt cannot record its outcome', async () => {
-    const { committed } = await ledger.fires.commitFires([{ job: 'c', scheduledAt: at(5), trigger: 'schedule' }], leader(7n));
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'c', scheduledAt: at(5), trigger: 'schedule' }],
+      leader(7n),
+    );
     const runId = committed[0]!.runId;
     const c1 = await ledger.runs.claim(runId, 'w1');
     const c2 = await ledger.runs.claim(runId, 'w2');
@@ -112,9 +147,14 @@ describe('Ledger (real PostgreSQL)', () => {
     assert.equal(await ledger.runs.finish(second, 'completed'), true);
     const again = await ledger.runs.claim(runId, 'w3');
     assert.deepEqual(again, { status: 'finished', state: 'completed' });
-    const run = await db.pool.query('SELECT state, completed_attempt, skipped_attempts FROM cw_runs WHERE id = $1', [runId.toString()]);
+    const run = await db.pool.query('SELECT state, completed_attempt, skipped_attempts FROM cw_runs WHERE id = $1', [
+      runId.toString(),
+    ]);
     assert.deepEqual(run.rows[0], { state: 'completed', completed_attempt: 2, skipped_attempts: 1 });
-    const attempts = await db.pool.query('SELECT attempt, state FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt', [runId.toString()]);
+    const attempts = await db.pool.query(
+      'SELECT attempt, state FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt',
+      [runId.toString()],
+    );
     assert.deepEqual(attempts.rows, [
       { attempt: 1, state: 'stale' },
       { attempt: 2, state: 'completed' },
@@ -123,15 +163,30 @@ describe('Ledger (real PostgreSQL)', () => {
   });
 
   it('fenceRun refuses an attempt once a newer one has claimed the run, whatever the write order', async () => {
-    const { committed } = await ledger.fires.commitFires([{ job: 'd', scheduledAt: at(6), trigger: 'schedule' }], leader(7n));
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'd', scheduledAt: at(6), trigger: 'schedule' }],
+      leader(7n),
+    );
     const runId = committed[0]!.runId;
     const first = ((await ledger.runs.claim(runId, 'w1')) as { claim: Claim }).claim;
     await ledger.runs.fenceRun('account/1', first); // first attempt writes while it is the newest claim
     const second = ((await ledger.runs.claim(runId, 'w2')) as { claim: Claim }).claim;
-    await assert.rejects(ledger.runs.fenceRun('account/1', first), StaleTokenError, 'older attempt refused after the new claim');
-    await assert.rejects(ledger.runs.fenceRun('account/2', first), StaleTokenError, 'even on a resource the new attempt has not written');
+    await assert.rejects(
+      ledger.runs.fenceRun('account/1', first),
+      StaleTokenError,
+      'older attempt refused after the new claim',
+    );
+    await assert.rejects(
+      ledger.runs.fenceRun('account/2', first),
+      StaleTokenError,
+      'even on a resource the new attempt has not written',
+    );
     await ledger.runs.fenceRun('account/1', second);
-    assert.equal(await ledger.fires.fenceToken('account/1'), slotToken(second.scheduledAt, second.attempt), 'the fence holds the slot token');
+    assert.equal(
+      await ledger.fires.fenceToken('account/1'),
+      slotToken(second.scheduledAt, second.attempt),
+      'the fence holds the slot token',
+    );
   });
 
   it('fenceRun orders runs by slot: an earlier slot after a later one is superseded, not stale, whatever the claim order', async () => {
@@ -161,22 +216,36 @@ describe('Ledger (real PostgreSQL)', () => {
   });
 
   it('an error with NUL characters and megabytes of text is stored bounded and sanitised; the outcome is recorded', async () => {
-    const { committed } = await ledger.fires.commitFires([{ job: 'nul', scheduledAt: at(8), trigger: 'schedule' }], leader(7n));
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'nul', scheduledAt: at(8), trigger: 'schedule' }],
+      leader(7n),
+    );
     const runId = committed[0]!.runId;
     const claim = ((await ledger.runs.claim(runId, 'w1')) as { claim: Claim }).claim;
     const error = new Error('x\u0000' + 'y'.repeat(5_000_000));
     assert.equal(await ledger.runs.finish(claim, 'failed', error), true);
-    const row = (await db.pool.query<{ state: string; error: string }>('SELECT state, error FROM cw_runs WHERE id = $1', [runId.toString()])).rows[0]!;
+    const row = (
+      await db.pool.query<{ state: string; error: string }>('SELECT state, error FROM cw_runs WHERE id = $1', [
+        runId.toString(),
+      ])
+    ).rows[0]!;
     assert.equal(row.state, 'failed');
     assert.ok(row.error.startsWith('x\\0yyy'), row.error.slice(0, 20));
     assert.ok(row.error.length <= MAX_ERROR_MESSAGE, `stored ${row.error.length} characters`);
-    const attempt = (await db.pool.query<{ error_stack: string }>('SELECT error_stack FROM cw_run_attempts WHERE run_id = $1', [runId.toString()])).rows[0]!;
+    const attempt = (
+      await db.pool.query<{ error_stack: string }>('SELECT error_stack FROM cw_run_attempts WHERE run_id = $1', [
+        runId.toString(),
+      ])
+    ).rows[0]!;
     assert.ok(attempt.error_stack.length <= MAX_ERROR_STACK && !attempt.error_stack.includes('\u0000'));
   });
 
   it('completeInTransaction commits effect and completion together, and skips a second attempt', async () => {
     await db.pool.query('CREATE TABLE effects (run_id bigint, note text)');
-    const { committed } = await ledger.fires.commitFires([{ job: 'e', scheduledAt: at(7), trigger: 'schedule' }], leader(7n));
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'e', scheduledAt: at(7), trigger: 'schedule' }],
+      leader(7n),
+    );
     const runId = committed[0]!.runId;
     const first = ((await ledger.runs.claim(runId, 'w1')) as { claim: Claim }).claim;
     const r1 = await ledger.runs.completeInTransaction(first, async (tx) => {
@@ -192,12 +261,20 @@ describe('Ledger (real PostgreSQL)', () => {
 
   it('drizzle over tx takes part in the transaction: a refused attempt leaves nothing, one effect lands; the idempotency key is the same for every attempt', async () => {
     await db.pool.query('CREATE TABLE drizzle_effects (run_id bigint NOT NULL, idempotency_key text NOT NULL)');
-    const drizzleEffects = pgTable('drizzle_effects', { runId: bigint('run_id', { mode: 'bigint' }).notNull(), idempotencyKey: text('idempotency_key').notNull() });
-    const { committed } = await ledger.fires.commitFires([{ job: 'dz', scheduledAt: at(30), trigger: 'schedule' }], leader(7n));
+    const drizzleEffects = pgTable('drizzle_effects', {
+      runId: bigint('run_id', { mode: 'bigint' }).notNull(),
+      idempotencyKey: text('idempotency_key').notNull(),
+    });
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'dz', scheduledAt: at(30), trigger: 'schedule' }],
+      leader(7n),
+    );
     const runId = committed[0]!.runId;
     const first = ((await ledger.runs.claim(runId, 'w1')) as { claim: Claim }).claim;
     const insert = (claim: Claim, tx: Parameters<Parameters<Ledger['runs']['completeInTransaction']>[1]>[0]) =>
-      drizzle(tx).insert(drizzleEffects).values({ runId, idempotencyKey: idempotencyKey(claim) });
+      drizzle(tx)
+        .insert(drizzleEffects)
+        .values({ runId, idempotencyKey: idempotencyKey(claim) });
     // The first attempt writes through drizzle; while it is inside, a re-delivery claims the run.
     let second: Claim | undefined;
     await assert.rejects(
@@ -210,20 +287,36 @@ describe('Ledger (real PostgreSQL)', () => {
     );
     assert.ok(second);
     assert.equal(idempotencyKey(first), idempotencyKey(second), 'one key for every attempt of a run');
-    assert.notEqual(idempotencyKey(second), idempotencyKey({ job: 'dz', scheduledAt: at(31) }), 'another run, another key');
-    const none = await drizzle(db.pool).select({ n: count() }).from(drizzleEffects).where(eq(drizzleEffects.runId, runId));
+    assert.notEqual(
+      idempotencyKey(second),
+      idempotencyKey({ job: 'dz', scheduledAt: at(31) }),
+      'another run, another key',
+    );
+    const none = await drizzle(db.pool)
+      .select({ n: count() })
+      .from(drizzleEffects)
+      .where(eq(drizzleEffects.runId, runId));
     assert.equal(none[0]!.n, 0, "the refused attempt's drizzle insert was rolled back with it");
     const done = await ledger.runs.completeInTransaction(second, async (tx) => {
       await insert(second!, tx);
     });
     assert.equal(done.status, 'committed');
-    assert.equal((await ledger.runs.completeInTransaction(first, async () => assert.fail('fn of a done run must not run'))).status, 'skipped');
-    const rows = await drizzle(db.pool).select({ n: count() }).from(drizzleEffects).where(eq(drizzleEffects.runId, runId));
+    assert.equal(
+      (await ledger.runs.completeInTransaction(first, async () => assert.fail('fn of a done run must not run'))).status,
+      'skipped',
+    );
+    const rows = await drizzle(db.pool)
+      .select({ n: count() })
+      .from(drizzleEffects)
+      .where(eq(drizzleEffects.runId, runId));
     assert.equal(rows[0]!.n, 1);
   });
 
   it('completeInTransaction of a stale attempt rolls its effect back', async () => {
-    const { committed } = await ledger.fires.commitFires([{ job: 'e', scheduledAt: at(8), trigger: 'schedule' }], leader(7n));
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'e', scheduledAt: at(8), trigger: 'schedule' }],
+      leader(7n),
+    );
     const runId = committed[0]!.runId;
     const first = ((await ledger.runs.claim(runId, 'w1')) as { claim: Claim }).claim;
     const second = ((await ledger.runs.claim(runId, 'w2')) as { claim: Claim }).claim;
@@ -240,7 +333,10 @@ describe('Ledger (real PostgreSQL)', () => {
   });
 
   it('an attempt paused inside its transaction blocks no one; when it resumes, its effect rolls back', async () => {
-    const { committed } = await ledger.fires.commitFires([{ job: 'e', scheduledAt: at(9), trigger: 'schedule' }], leader(7n));
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'e', scheduledAt: at(9), trigger: 'schedule' }],
+      leader(7n),
+    );
     const runId = committed[0]!.runId;
     const first = ((await ledger.runs.claim(runId, 'w1')) as { claim: Claim }).claim;
     let resume!: () => void;
@@ -279,18 +375,25 @@ describe('Ledger (real PostgreSQL)', () => {
     const active = await ledger.fires.activeJobs(['q']);
     assert.equal(active.get('q')?.ids.length, 2);
     assert.equal(active.get('q')?.held, 1);
-    const ofQ = async () => (await ledger.fires.unenqueued(100, ['q'])).filter((r) => r.job === 'q').map((r) => r.runId);
+    const ofQ = async () =>
+      (await ledger.fires.unenqueued(100, ['q'])).filter((r) => r.job === 'q').map((r) => r.runId);
     assert.deepEqual(await ofQ(), [], 'held while the first run is active');
     const claim = ((await ledger.runs.claim(committed[0]!.runId, 'w')) as { claim: Claim }).claim;
     await ledger.runs.finish(claim, 'completed');
     assert.deepEqual(await ofQ(), [committed[1]!.runId], 'released once the job is idle');
   });
   it("overlap 'replace' from a stale leader: the fence refuses the batch and the active run is untouched", async () => {
-    const { committed } = await ledger.fires.commitFires([{ job: 'r', scheduledAt: at(20), trigger: 'schedule' }], leader(7n));
+    const { committed } = await ledger.fires.commitFires(
+      [{ job: 'r', scheduledAt: at(20), trigger: 'schedule' }],
+      leader(7n),
+    );
     const running = committed[0]!.runId;
     await ledger.runs.claim(running, 'w1');
     await assert.rejects(
-      ledger.fires.commitFires([{ job: 'r', scheduledAt: at(21), trigger: 'schedule', replace: true }], leader(6n, 'stale')),
+      ledger.fires.commitFires(
+        [{ job: 'r', scheduledAt: at(21), trigger: 'schedule', replace: true }],
+        leader(6n, 'stale'),
+      ),
       (err: Error) => err instanceof StaleTokenError && err.highest === 7n,
     );
     const rows = await db.pool.query("SELECT id, state, error FROM cw_runs WHERE job = 'r' ORDER BY scheduled_at");
@@ -299,14 +402,22 @@ describe('Ledger (real PostgreSQL)', () => {
 
   it("overlap 'replace' from the current leader: the active run is cancelled in the same commit as the new fire", async () => {
     // Past the local deadline the whole commit rolls back: nothing cancelled either.
-    const late = await ledger.fires.commitFires([{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }], {
-      ...leader(7n),
-      stillLeading: () => false,
-    });
+    const late = await ledger.fires.commitFires(
+      [{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }],
+      {
+        ...leader(7n),
+        stillLeading: () => false,
+      },
+    );
     assert.deepEqual(late, { committed: [], duplicates: 0, cancelled: [] });
-    const running = (await db.pool.query<{ id: string }>("SELECT id FROM cw_runs WHERE job = 'r' AND state = 'running'")).rows[0]!.id;
+    const running = (
+      await db.pool.query<{ id: string }>("SELECT id FROM cw_runs WHERE job = 'r' AND state = 'running'")
+    ).rows[0]!.id;
 
-    const res = await ledger.fires.commitFires([{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }], leader(8n));
+    const res = await ledger.fires.commitFires(
+      [{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }],
+      leader(8n),
+    );
     assert.equal(res.committed.length, 1);
     assert.deepEqual(res.cancelled, [BigInt(running)]);
     const rows = await db.pool.query<{ id: string; state: string; error: string | null; finished: boolean }>(
@@ -323,7 +434,10 @@ describe('Ledger (real PostgreSQL)', () => {
 
     // The same fire again (a retry after a lost reply) is a duplicate: it cancels nothing, not
     // even the run it already committed.
-    const again = await ledger.fires.commitFires([{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }], leader(8n));
+    const again = await ledger.fires.commitFires(
+      [{ job: 'r', scheduledAt: at(22), trigger: 'schedule', replace: true }],
+      leader(8n),
+    );
     assert.deepEqual(again, { committed: [], duplicates: 1, cancelled: [] });
     const state = await ledger.runs.runState(res.committed[0]!.runId);
     assert.equal(state?.state, 'pending');

@@ -27,8 +27,15 @@ describe('RunExecutor (real PostgreSQL ledger)', () => {
     db = await createTestDatabase();
     await db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, note text)');
     ledger = new Ledger(db.pool);
-    const registry = new JobRegistry([defineJob({ name: 'tx', schedule: '0 0 1 1 *', handler: (ctx) => handler(ctx) })]);
-    executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'in-process', logger: pino({ level: 'silent' }) });
+    const registry = new JobRegistry([
+      defineJob({ name: 'tx', schedule: '0 0 1 1 *', handler: (ctx) => handler(ctx) }),
+    ]);
+    executor = new RunExecutor({
+      ledger: ledger.runs,
+      registry,
+      replicaId: 'in-process',
+      logger: pino({ level: 'silent' }),
+    });
   });
   after(async () => {
     await db.drop();
@@ -40,23 +47,32 @@ describe('RunExecutor (real PostgreSQL ledger)', () => {
 
   async function read(runId: bigint) {
     const run = (
-      await db.pool.query<{ state: string; completed_attempt: number | null; skipped_attempts: number; error: string | null }>(
-        'SELECT state, completed_attempt, skipped_attempts, error FROM cw_runs WHERE id = $1',
-        [runId.toString()],
-      )
+      await db.pool.query<{
+        state: string;
+        completed_attempt: number | null;
+        skipped_attempts: number;
+        error: string | null;
+      }>('SELECT state, completed_attempt, skipped_attempts, error FROM cw_runs WHERE id = $1', [runId.toString()])
     ).rows[0]!;
     const attempts = (
-      await db.pool.query<{ attempt: number; state: string; error: string | null }>('SELECT attempt, state, error FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt', [
-        runId.toString(),
-      ])
+      await db.pool.query<{ attempt: number; state: string; error: string | null }>(
+        'SELECT attempt, state, error FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt',
+        [runId.toString()],
+      )
     ).rows;
-    const effects = (await db.pool.query<{ attempt: number; note: string }>('SELECT attempt, note FROM effects WHERE run_id = $1 ORDER BY note', [runId.toString()])).rows;
+    const effects = (
+      await db.pool.query<{ attempt: number; note: string }>(
+        'SELECT attempt, note FROM effects WHERE run_id = $1 ORDER BY note',
+        [runId.toString()],
+      )
+    ).rows;
     return { run, attempts, effects };
   }
 
-  const write = (ctx: JobContext, note: string) => async (tx: { query: (q: string, v: unknown[]) => Promise<unknown> }) => {
-    await tx.query('INSERT INTO effects (run_id, attempt, note) VALUES ($1, $2, $3)', [ctx.runId, ctx.attempt, note]);
-  };
+  const write =
+    (ctx: JobContext, note: string) => async (tx: { query: (q: string, v: unknown[]) => Promise<unknown> }) => {
+      await tx.query('INSERT INTO effects (run_id, attempt, note) VALUES ($1, $2, $3)', [ctx.runId, ctx.attempt, note]);
+    };
 
   it('a second ctx.transaction in one attempt is refused (InvalidArgumentError) before touching the ledger', async () => {
     const runId = await fire();
@@ -76,7 +92,7 @@ describe('RunExecutor (real PostgreSQL ledger)', () => {
     const result = await executor.execute(runId, { finalAttempt: true });
     assert.ok(second instanceof InvalidArgumentError, String(second));
     assert.match((second as Error).message, /ctx\.transaction may be called once per attempt/);
-    assert.equal((second).retryable, false);
+    assert.equal(second.retryable, false);
     assert.equal(secondFnCalled, false);
     assert.equal(result.status, 'completed');
     const { run, attempts, effects } = await read(runId);

@@ -22,83 +22,114 @@ import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 type Event = Record<string, unknown>;
 
-it('a stalled worker is fenced out: first attempt refused, second lands, one completed run', { timeout: 60_000 }, async () => {
-  const db = await createTestDatabase();
-  await db.pool.query('CREATE TABLE stall_writes (run_id bigint, attempt int, token bigint)');
-  const namespace = `stall${randomUUID().slice(0, 8)}`;
-  const events: Event[] = [];
-  let notify: () => void = () => {};
-  const waitFor = async (match: (e: Event) => boolean, ms = 20_000) => {
-    const deadline = Date.now() + ms;
-    while (!events.some(match)) {
-      if (Date.now() > deadline) throw new Error(`timed out; events: ${JSON.stringify(events)}`);
-      await new Promise<void>((r) => {
-        notify = r;
-        setTimeout(r, 200);
+it(
+  'a stalled worker is fenced out: first attempt refused, second lands, one completed run',
+  { timeout: 60_000 },
+  async () => {
+    const db = await createTestDatabase();
+    await db.pool.query('CREATE TABLE stall_writes (run_id bigint, attempt int, token bigint)');
+    const namespace = `stall${randomUUID().slice(0, 8)}`;
+    const events: Event[] = [];
+    let notify: () => void = () => {};
+    const waitFor = async (match: (e: Event) => boolean, ms = 20_000) => {
+      const deadline = Date.now() + ms;
+      while (!events.some(match)) {
+        if (Date.now() > deadline) throw new Error(`timed out; events: ${JSON.stringify(events)}`);
+        await new Promise<void>((r) => {
+          notify = r;
+          setTimeout(r, 200);
+        });
+      }
+    };
+    const say = (e: Event) => {
+      events.push(e);
+      notify();
+    };
+
+    const fixture = fileURLToPath(new URL('../fixtures/worker-process.ts', import.meta.url));
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        fixture,
+        JSON.stringify({
+          databaseUrl: db.url,
+          redisUrl: SHARED_REDIS_URL,
+          namespace,
+          lockDurationMs: 1000,
+          job: 'stall',
+        }),
+      ],
+      {
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
+    const exited = new Promise((r) => child.once('exit', r));
+    createInterface({ input: child.stdout }).on('line', (line) => say(JSON.parse(line) as Event));
+    const redis = new Redis(SHARED_REDIS_URL);
+    const logger = pino({ level: 'silent' });
+    const ledger = new Ledger(db.pool);
+    const registry = new JobRegistry([stallJob(db.pool, (e) => say({ worker: 'parent', ...e }))]);
+    const delivery = new BullmqDelivery({ connection: redis, namespace, registry, ledger });
+    let parentWorker: BullmqWorker | undefined;
+    try {
+      await waitFor((e) => e.event === 'ready');
+      const { committed } = await ledger.fires.commitFires(
+        [{ job: 'stall', scheduledAt: new Date(), trigger: 'manual' }],
+        {
+          fenceResource: 'scheduler/test',
+          token: 1n,
+          replicaId: 'test',
+          stillLeading: () => true,
+        },
+      );
+      await delivery.enqueue(committed);
+      await waitFor((e) => e.worker === 'child' && e.event === 'attempt' && e.attempt === 1);
+      child.kill('SIGSTOP');
+
+      const executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'parent', logger });
+      parentWorker = new BullmqWorker({
+        redisUrl: SHARED_REDIS_URL,
+        namespace,
+        executor,
+        logger,
+        lockDurationMs: 1000,
+        stalledIntervalMs: 500,
       });
+      executor.setPublisher(parentWorker.publisherFor());
+      await parentWorker.start();
+      await waitFor((e) => e.worker === 'parent' && e.event === 'wrote' && e.attempt === 2);
+      child.kill('SIGCONT');
+      await waitFor((e) => e.worker === 'child' && e.event === 'refused' && e.attempt === 1);
+
+      const writes = await db.pool.query('SELECT attempt FROM stall_writes');
+      assert.deepEqual(writes.rows, [{ attempt: 2 }], 'only the second attempt wrote');
+      const run = await db.pool.query('SELECT state, attempts, completed_attempt FROM cw_runs WHERE id = $1', [
+        committed[0]!.runId.toString(),
+      ]);
+      assert.deepEqual(run.rows[0], { state: 'completed', attempts: 2, completed_attempt: 2 });
+      // The refused attempt's outcome is recorded as stale, never over the newer attempt's record.
+      const deadline = Date.now() + 5000;
+      let attempts: { attempt: number; state: string }[] = [];
+      while (Date.now() < deadline) {
+        attempts = (await db.pool.query('SELECT attempt, state FROM cw_run_attempts ORDER BY attempt')).rows;
+        if (attempts[0]?.state !== 'running') break;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.deepEqual(attempts, [
+        { attempt: 1, state: 'stale' },
+        { attempt: 2, state: 'completed' },
+      ]);
+    } finally {
+      child.kill('SIGCONT');
+      child.kill('SIGTERM');
+      await exited;
+      await parentWorker?.close(1000);
+      await delivery.queue.obliterate({ force: true }).catch(() => {});
+      await delivery.close();
+      await redis.quit();
+      await db.drop();
     }
-  };
-  const say = (e: Event) => {
-    events.push(e);
-    notify();
-  };
-
-  const fixture = fileURLToPath(new URL('../fixtures/worker-process.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', 'tsx', fixture, JSON.stringify({ databaseUrl: db.url, redisUrl: SHARED_REDIS_URL, namespace, lockDurationMs: 1000, job: 'stall' })], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const exited = new Promise((r) => child.once('exit', r));
-  createInterface({ input: child.stdout }).on('line', (line) => say(JSON.parse(line) as Event));
-  const redis = new Redis(SHARED_REDIS_URL);
-  const logger = pino({ level: 'silent' });
-  const ledger = new Ledger(db.pool);
-  const registry = new JobRegistry([stallJob(db.pool, (e) => say({ worker: 'parent', ...e }))]);
-  const delivery = new BullmqDelivery({ connection: redis, namespace, registry, ledger });
-  let parentWorker: BullmqWorker | undefined;
-  try {
-    await waitFor((e) => e.event === 'ready');
-    const { committed } = await ledger.fires.commitFires([{ job: 'stall', scheduledAt: new Date(), trigger: 'manual' }], {
-      fenceResource: 'scheduler/test',
-      token: 1n,
-      replicaId: 'test',
-      stillLeading: () => true,
-    });
-    await delivery.enqueue(committed);
-    await waitFor((e) => e.worker === 'child' && e.event === 'attempt' && e.attempt === 1);
-    child.kill('SIGSTOP');
-
-    const executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'parent', logger });
-    parentWorker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, lockDurationMs: 1000, stalledIntervalMs: 500 });
-    executor.setPublisher(parentWorker.publisherFor());
-    await parentWorker.start();
-    await waitFor((e) => e.worker === 'parent' && e.event === 'wrote' && e.attempt === 2);
-    child.kill('SIGCONT');
-    await waitFor((e) => e.worker === 'child' && e.event === 'refused' && e.attempt === 1);
-
-    const writes = await db.pool.query('SELECT attempt FROM stall_writes');
-    assert.deepEqual(writes.rows, [{ attempt: 2 }], 'only the second attempt wrote');
-    const run = await db.pool.query('SELECT state, attempts, completed_attempt FROM cw_runs WHERE id = $1', [committed[0]!.runId.toString()]);
-    assert.deepEqual(run.rows[0], { state: 'completed', attempts: 2, completed_attempt: 2 });
-    // The refused attempt's outcome is recorded as stale, never over the newer attempt's record.
-    const deadline = Date.now() + 5000;
-    let attempts: { attempt: number; state: string }[] = [];
-    while (Date.now() < deadline) {
-      attempts = (await db.pool.query('SELECT attempt, state FROM cw_run_attempts ORDER BY attempt')).rows;
-      if (attempts[0]?.state !== 'running') break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.deepEqual(attempts, [
-      { attempt: 1, state: 'stale' },
-      { attempt: 2, state: 'completed' },
-    ]);
-  } finally {
-    child.kill('SIGCONT');
-    child.kill('SIGTERM');
-    await exited;
-    await parentWorker?.close(1000);
-    await delivery.queue.obliterate({ force: true }).catch(() => {});
-    await delivery.close();
-    await redis.quit();
-    await db.drop();
-  }
-});
+  },
+);

@@ -47,7 +47,10 @@ export function leaseConformance(label: string, target: ConformanceTarget): void
       await assert.rejects(b.tryAcquire({ name: '', holder: 'a', ttlMs: 5000 }), InvalidArgumentError);
       await assert.rejects(b.tryAcquire({ name: 'x', holder: 'a', ttlMs: 0 }), InvalidArgumentError);
       await assert.rejects(b.tryAcquire({ name: 'x', holder: 'a', ttlMs: 10 ** 12 }), InvalidArgumentError);
-      await assert.rejects(b.tryAcquire({ name: 'x', holder: 'a', ttlMs: 5000, safetyMarginMs: 5000 }), InvalidArgumentError);
+      await assert.rejects(
+        b.tryAcquire({ name: 'x', holder: 'a', ttlMs: 5000, safetyMarginMs: 5000 }),
+        InvalidArgumentError,
+      );
       await assert.rejects(b.tryAcquire({ name: 'x', holder: '', ttlMs: 5000 }), InvalidArgumentError);
     });
 
@@ -59,7 +62,10 @@ export function leaseConformance(label: string, target: ConformanceTarget): void
       assert.ok(lease, 'first tryAcquire must succeed');
       assert.equal(lease.holder, 'A');
       assert.equal(typeof lease.token, 'bigint');
-      assert.ok(lease.deadline >= sentAt + 9000 && lease.deadline <= performance.now() + 9000, 'deadline = sent + ttl - margin');
+      assert.ok(
+        lease.deadline >= sentAt + 9000 && lease.deadline <= performance.now() + 9000,
+        'deadline = sent + ttl - margin',
+      );
       assert.equal(await b.tryAcquire({ name, holder: 'B', ttlMs: 10_000 }), null);
       const record = await b.current(name);
       assert.ok(record);
@@ -109,7 +115,12 @@ export function leaseConformance(label: string, target: ConformanceTarget): void
         clients.map(async (client, i) => {
           // Each winner "crashes" at once: it neither renews nor releases, so only expiry frees the lease.
           const lease = await client.acquire({ name, holder: `crash${i}`, ttlMs: ttl });
-          grants.push({ holder: lease.holder, token: lease.token, at: performance.now(), expiresNoEarlierThan: lease.deadline + lease.safetyMarginMs });
+          grants.push({
+            holder: lease.holder,
+            token: lease.token,
+            at: performance.now(),
+            expiresNoEarlierThan: lease.deadline + lease.safetyMarginMs,
+          });
         }),
       );
       await Promise.all(clients.map((c) => c.close()));

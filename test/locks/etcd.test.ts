@@ -44,7 +44,8 @@ async function until(condition: () => boolean | Promise<boolean>, what: string, 
 describe('etcd backend specifics', () => {
   let etcd: TestEtcd;
   let admin: Etcd3;
-  const queueKeys = async (name: string) => (await admin.getAll().prefix(`${name}/`).sort('Create', 'Ascend').keys()).map(String);
+  const queueKeys = async (name: string) =>
+    (await admin.getAll().prefix(`${name}/`).sort('Create', 'Ascend').keys()).map(String);
 
   before(async () => {
     etcd = await startEtcd();
@@ -83,57 +84,72 @@ describe('etcd backend specifics', () => {
     }
   });
 
-  it('a waiter watches only its predecessor; when its predecessor leaves the queue it watches the next one up', { timeout: 60_000 }, async () => {
-    const name = `pred-${randomUUID().slice(0, 6)}`;
-    const holder = new EtcdLeaseBackend({ endpoints: etcd.endpoints });
-    const raw = Array.from({ length: 5 }, () => new RecordingEtcd3({ hosts: etcd.endpoints }));
-    const waiters = raw.map((client) => new EtcdLeaseBackend({ client }));
-    const abortW3 = new AbortController();
-    const order: string[] = [];
-    const results: Promise<Lease | void>[] = [];
-    try {
-      const held = await holder.tryAcquire({ name, holder: 'w0', ttlMs: 20_000 });
-      assert.ok(held);
-      for (let i = 0; i < 5; i++) {
-        const signal = i === 2 ? abortW3.signal : undefined;
-        const lease = waiters[i]!.acquire({ name, holder: `w${i + 1}`, ttlMs: 20_000 }, signal);
-        results.push(
-          i === 2
-            ? assert.rejects(lease, AbortedError)
-            : lease.then(async (l) => {
-                order.push(l.holder);
-                await waiters[i]!.release(l);
-              }),
+  it(
+    'a waiter watches only its predecessor; when its predecessor leaves the queue it watches the next one up',
+    { timeout: 60_000 },
+    async () => {
+      const name = `pred-${randomUUID().slice(0, 6)}`;
+      const holder = new EtcdLeaseBackend({ endpoints: etcd.endpoints });
+      const raw = Array.from({ length: 5 }, () => new RecordingEtcd3({ hosts: etcd.endpoints }));
+      const waiters = raw.map((client) => new EtcdLeaseBackend({ client }));
+      const abortW3 = new AbortController();
+      const order: string[] = [];
+      const results: Promise<Lease | void>[] = [];
+      try {
+        const held = await holder.tryAcquire({ name, holder: 'w0', ttlMs: 20_000 });
+        assert.ok(held);
+        for (let i = 0; i < 5; i++) {
+          const signal = i === 2 ? abortW3.signal : undefined;
+          const lease = waiters[i]!.acquire({ name, holder: `w${i + 1}`, ttlMs: 20_000 }, signal);
+          results.push(
+            i === 2
+              ? assert.rejects(lease, AbortedError)
+              : lease.then(async (l) => {
+                  order.push(l.holder);
+                  await waiters[i]!.release(l);
+                }),
+          );
+          await until(async () => (await queueKeys(name)).length === i + 2, `${i + 2} keys in the queue`);
+        }
+        const keys = await queueKeys(name); // k0 (holder), k1..k5 (w1..w5)
+        await until(
+          () => raw.every((r, i) => r.watched.includes(`key ${keys[i]}`)),
+          'every waiter to watch its predecessor',
         );
-        await until(async () => (await queueKeys(name)).length === i + 2, `${i + 2} keys in the queue`);
+
+        abortW3.abort();
+        await results[2];
+        assert.deepEqual(
+          await queueKeys(name),
+          [keys[0], keys[1], keys[2], keys[4], keys[5]],
+          'the aborted waiter left the queue',
+        );
+        // w4 lost its predecessor (w3) and must now watch w2; nobody may lead while w0 holds on.
+        await until(() => raw[3]!.watched.includes(`key ${keys[2]}`), 'w4 to watch w2');
+        assert.equal((await holder.current(name))?.holder, 'w0');
+        assert.deepEqual(order, []);
+
+        await holder.release(held);
+        await Promise.all(results);
+        assert.deepEqual(order, ['w1', 'w2', 'w4', 'w5']);
+        const watchedBy = raw.map((r) => [...new Set(r.watched)]);
+        assert.deepEqual(watchedBy[0], [`key ${keys[0]}`]);
+        assert.deepEqual(watchedBy[1], [`key ${keys[1]}`]);
+        assert.deepEqual(watchedBy[3], [`key ${keys[3]}`, `key ${keys[2]}`]);
+        assert.deepEqual(
+          watchedBy[4],
+          [`key ${keys[4]}`],
+          'w5 must not react to w3 leaving, nor watch anything but w4',
+        );
+      } finally {
+        abortW3.abort();
+        await holder.close();
+        await Promise.all(waiters.map((w) => w.close()));
+        await Promise.allSettled(results);
+        for (const r of raw) r.close();
       }
-      const keys = await queueKeys(name); // k0 (holder), k1..k5 (w1..w5)
-      await until(() => raw.every((r, i) => r.watched.includes(`key ${keys[i]}`)), 'every waiter to watch its predecessor');
-
-      abortW3.abort();
-      await results[2];
-      assert.deepEqual(await queueKeys(name), [keys[0], keys[1], keys[2], keys[4], keys[5]], 'the aborted waiter left the queue');
-      // w4 lost its predecessor (w3) and must now watch w2; nobody may lead while w0 holds on.
-      await until(() => raw[3]!.watched.includes(`key ${keys[2]}`), 'w4 to watch w2');
-      assert.equal((await holder.current(name))?.holder, 'w0');
-      assert.deepEqual(order, []);
-
-      await holder.release(held);
-      await Promise.all(results);
-      assert.deepEqual(order, ['w1', 'w2', 'w4', 'w5']);
-      const watchedBy = raw.map((r) => [...new Set(r.watched)]);
-      assert.deepEqual(watchedBy[0], [`key ${keys[0]}`]);
-      assert.deepEqual(watchedBy[1], [`key ${keys[1]}`]);
-      assert.deepEqual(watchedBy[3], [`key ${keys[3]}`, `key ${keys[2]}`]);
-      assert.deepEqual(watchedBy[4], [`key ${keys[4]}`], 'w5 must not react to w3 leaving, nor watch anything but w4');
-    } finally {
-      abortW3.abort();
-      await holder.close();
-      await Promise.all(waiters.map((w) => w.close()));
-      await Promise.allSettled(results);
-      for (const r of raw) r.close();
-    }
-  });
+    },
+  );
 
   it('a lease named "a/b" is not a candidate of lease "a" (the election prefixes nest)', async () => {
     const name = `nest-${randomUUID().slice(0, 6)}`;

@@ -60,7 +60,10 @@ describe('postgres lease backend', () => {
     assert.equal(await ahead.tryAcquire({ name, holder: 'B', ttlMs: 5000 }), null, 'a fast clock took a live lease');
     const record = await ahead.current(name);
     assert.equal(record?.holder, 'A');
-    assert.ok(record.expiresInMs > 4000 && record.expiresInMs <= 5000, `expiresInMs ${record.expiresInMs} not from the DB clock`);
+    assert.ok(
+      record.expiresInMs > 4000 && record.expiresInMs <= 5000,
+      `expiresInMs ${record.expiresInMs} not from the DB clock`,
+    );
     // A slow clock holds the lease no longer than the database says: expiry is on the DB clock.
     const name2 = uniqueName();
     const slow = await behind.tryAcquire({ name: name2, holder: 'S', ttlMs: 300 });
@@ -106,7 +109,10 @@ describe('postgres lease backend', () => {
     await assert.rejects(a.release(lease), { name: 'NotHolderError' });
     const other = await b.tryAcquire({ name, holder: 'B', ttlMs: 5000 });
     assert.ok(other);
-    await assert.rejects(a.renew(lease), (err: Error) => err instanceof LeaseLostError && /held by "B"/.test(err.message));
+    await assert.rejects(
+      a.renew(lease),
+      (err: Error) => err instanceof LeaseLostError && /held by "B"/.test(err.message),
+    );
     await b.release(other);
   });
 
@@ -155,12 +161,18 @@ describe('postgres lease backend', () => {
 
   it('a database without the migrations is a configuration error; an unreachable one is unavailable', async () => {
     const bare = await createTestDatabase({ migrate: false });
-    const dead = new PostgresLeaseBackend({ connectionString: 'postgres://postgres@127.0.0.1:1/none', statementTimeoutMs: 1000 });
+    const dead = new PostgresLeaseBackend({
+      connectionString: 'postgres://postgres@127.0.0.1:1/none',
+      statementTimeoutMs: 1000,
+    });
     const unmigrated = new PostgresLeaseBackend({ connectionString: bare.url });
     try {
       await assert.rejects(unmigrated.current('x'), InvalidConfigError);
       await assert.rejects(dead.tryAcquire({ name: 'x', holder: 'a', ttlMs: 1000 }), BackendUnavailableError);
-      await assert.rejects(dead.onChange('x', () => {}), BackendUnavailableError);
+      await assert.rejects(
+        dead.onChange('x', () => {}),
+        BackendUnavailableError,
+      );
     } finally {
       await unmigrated.close();
       await dead.close();

@@ -109,7 +109,7 @@ describe('redis backend specifics (throwaway redis-server)', () => {
     const withSuffix = await b.tryAcquire({ name: `${base}:token`, holder: 'host:1:A', ttlMs: 5000 });
     assert.ok(withSuffix);
     const plain = await b.tryAcquire({ name: base, holder: 'host:1:B', ttlMs: 5000 });
-    assert.ok(plain, 'a name whose lease key could be another name\'s counter must still be grantable');
+    assert.ok(plain, "a name whose lease key could be another name's counter must still be grantable");
     assert.equal(plain.token, 1n);
     const record = await b.current(`${base}:token`);
     assert.equal(record?.holder, 'host:1:A');
@@ -155,7 +155,10 @@ describe('redis backend specifics (throwaway redis-server)', () => {
     await offX1();
     await offX2();
     await offY();
-    await eventually(async () => ((await admin.call('PUBSUB', 'CHANNELS', `${prefix}*`)) as string[]).length === 0, 'UNSUBSCRIBE after the last listener');
+    await eventually(
+      async () => ((await admin.call('PUBSUB', 'CHANNELS', `${prefix}*`)) as string[]).length === 0,
+      'UNSUBSCRIBE after the last listener',
+    );
   });
 
   it('close() wakes a waiting acquire, which fails instead of sleeping out the TTL', async () => {
@@ -196,7 +199,9 @@ describe('redis backend specifics (throwaway redis-server)', () => {
       const mine = new RedisLeaseBackend({ url: own.url });
       backends.push(mine);
       await mine.current(unique('own'));
-      await (await mine.onChange(unique('own'), () => undefined))();
+      await (
+        await mine.onChange(unique('own'), () => undefined)
+      )();
       assert.equal(await clients(), 4, 'plus a command connection and one subscriber');
       await mine.close();
       await eventually(async () => (await clients()) === 2, 'both connections of the backend closed');
@@ -207,7 +212,9 @@ describe('redis backend specifics (throwaway redis-server)', () => {
       const lease = await borrowed.tryAcquire({ name, holder: 'A', ttlMs: 5000 });
       assert.ok(lease);
       assert.equal(await ownAdmin.exists(`cronwarden:lease:${name}`), 1, 'written through the given client');
-      await (await borrowed.onChange(name, () => undefined))();
+      await (
+        await borrowed.onChange(name, () => undefined)
+      )();
       assert.equal(await clients(), 3, 'the given client plus our subscriber');
       await borrowed.close();
       await borrowed.close();
@@ -227,7 +234,10 @@ describe('redis backend specifics (throwaway redis-server)', () => {
     backends.push(b);
     const startedAt = performance.now();
     await assert.rejects(b.tryAcquire({ name: 'x', holder: 'a', ttlMs: 5000 }), BackendUnavailableError);
-    await assert.rejects(b.renew({ name: 'x', holder: 'a', token: 1n, ttlMs: 5000, safetyMarginMs: 500, deadline: 0 }), BackendUnavailableError);
+    await assert.rejects(
+      b.renew({ name: 'x', holder: 'a', token: 1n, ttlMs: 5000, safetyMarginMs: 500, deadline: 0 }),
+      BackendUnavailableError,
+    );
     const took = performance.now() - startedAt;
     assert.ok(took < 2000, `two calls took ${took.toFixed(0)} ms with a 400 ms timeout`);
   });

@@ -32,7 +32,8 @@ async function keysMentioning(namespace: string): Promise<string[]> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
   try {
     const keys: string[] = [];
-    for await (const batch of redis.scanStream({ match: `*${namespace}*`, count: 1000 }) as AsyncIterable<string[]>) keys.push(...batch);
+    for await (const batch of redis.scanStream({ match: `*${namespace}*`, count: 1000 }) as AsyncIterable<string[]>)
+      keys.push(...batch);
     return keys;
   } finally {
     redis.disconnect();
@@ -67,7 +68,10 @@ describe('npm run demo', { timeout: 180_000 }, () => {
 
   it('--keep: the hints work against the running survivor; Ctrl-C leaves what it says, and its commands remove it', async () => {
     // What `npm run demo -- --keep` runs, started directly so SIGINT reaches the demo itself.
-    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts', '--keep'], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'scripts/demo.ts', '--keep'], {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const lines: string[] = [];
     let stderr = '';
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
@@ -77,11 +81,15 @@ describe('npm run demo', { timeout: 180_000 }, () => {
         lines.push(line);
         if (/Ctrl-C stops it/.test(line)) resolve();
       });
-      void exited.then(() => reject(new Error(`the demo exited before keeping a replica:\n${lines.join('\n')}\n${stderr}`)));
+      void exited.then(() =>
+        reject(new Error(`the demo exited before keeping a replica:\n${lines.join('\n')}\n${stderr}`)),
+      );
     });
     try {
       await ready;
-      const hints = lines.filter((l) => /^\[demo\]\s+(try: )?\s*(CRONWARDEN_ADMIN_TOKEN=\S+ )?node bin\/cronwarden\.js /.test(l));
+      const hints = lines.filter((l) =>
+        /^\[demo\]\s+(try: )?\s*(CRONWARDEN_ADMIN_TOKEN=\S+ )?node bin\/cronwarden\.js /.test(l),
+      );
       assert.equal(hints.length, 2, lines.join('\n'));
       for (const hint of hints) {
         const command = hint.replace(/^\[demo\]\s+(try: )?\s*/, '');
@@ -100,7 +108,9 @@ describe('npm run demo', { timeout: 180_000 }, () => {
     assert.ok(left, output);
     assert.equal(await demoDatabaseExists(), true);
     assert.equal((await keysMentioning(namespace)).length, Number(left[1]), 'it left exactly the keys it says');
-    const removal = lines.slice(lines.findIndex((l) => l.includes('left (--keep)')) + 1).map((l) => l.replace(/^\[demo\]\s+/, ''));
+    const removal = lines
+      .slice(lines.findIndex((l) => l.includes('left (--keep)')) + 1)
+      .map((l) => l.replace(/^\[demo\]\s+/, ''));
     assert.equal(removal.length, 2, output);
     for (const command of removal) {
       const r = await run('bash', ['-c', command], { cwd: repoRoot, timeoutMs: 30_000 });

@@ -19,7 +19,16 @@ import { parseAllDocuments } from 'yaml';
 import { loadReplicaConfig } from '../../src/config/replica-config.js';
 import { createTestDatabase } from '../support/postgres-database.js';
 import { schemaForNamespace } from '../../src/db/tables.js';
-import { LoggedProcess, packPackage, processesWithEnv, repoRoot, run, unpack, type LogLine, type Packed } from './support.js';
+import {
+  LoggedProcess,
+  packPackage,
+  processesWithEnv,
+  repoRoot,
+  run,
+  unpack,
+  type LogLine,
+  type Packed,
+} from './support.js';
 
 const SHARED_REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const readDeploy = (name: string) => readFileSync(join(repoRoot, 'deploy', name), 'utf8');
@@ -81,7 +90,10 @@ function environmentFile(text: string): Env {
     const line = raw.trim();
     if (line === '' || line.startsWith('#') || line.startsWith(';')) continue;
     const eq = line.indexOf('=');
-    env[line.slice(0, eq).trim()] = line.slice(eq + 1).trim().replace(/^"(.*)"$|^'(.*)'$/, '$1$2');
+    env[line.slice(0, eq).trim()] = line
+      .slice(eq + 1)
+      .trim()
+      .replace(/^"(.*)"$|^'(.*)'$/, '$1$2');
   }
   return env;
 }
@@ -146,10 +158,15 @@ function k8sEnv(vars: K8sEnvVar[], secrets: Record<string, string>, fields: Reco
   const env: Env = {};
   for (const v of vars) {
     if (v.value !== undefined) {
-      env[v.name] = v.value.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m, name?: string) => (name === undefined ? '$' : (env[name] ?? m)));
+      env[v.name] = v.value.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (m, name?: string) =>
+        name === undefined ? '$' : (env[name] ?? m),
+      );
     } else if (v.valueFrom?.secretKeyRef) {
       const secret = secrets[v.valueFrom.secretKeyRef.key];
-      assert.ok(secret !== undefined, `secret key ${v.valueFrom.secretKeyRef.key} is one the manifest's instructions create`);
+      assert.ok(
+        secret !== undefined,
+        `secret key ${v.valueFrom.secretKeyRef.key} is one the manifest's instructions create`,
+      );
       env[v.name] = secret;
     } else if (v.valueFrom?.fieldRef) {
       const field = fields[v.valueFrom.fieldRef.fieldPath];
@@ -165,7 +182,11 @@ function k8sEnv(vars: K8sEnvVar[], secrets: Record<string, string>, fields: Reco
 function kubernetesDeployment(): Deployment {
   const docs = parseAllDocuments(readDeploy('kubernetes.yaml')).map((d) => d.toJS() as { kind: string; spec: any });
   const deployment = docs.find((d) => d.kind === 'Deployment')!;
-  const pod = deployment.spec.template.spec as { initContainers: K8sContainer[]; containers: K8sContainer[]; terminationGracePeriodSeconds: number };
+  const pod = deployment.spec.template.spec as {
+    initContainers: K8sContainer[];
+    containers: K8sContainer[];
+    terminationGracePeriodSeconds: number;
+  };
   const migrate = pod.initContainers.find((c) => c.name === 'migrate')!;
   const replica = pod.containers.find((c) => c.name === 'cronwarden')!;
   assert.equal(migrate.workingDir, replica.workingDir, 'both containers run in the same directory');
@@ -178,7 +199,11 @@ function kubernetesDeployment(): Deployment {
     env(pod, secrets, step = 'start') {
       const fields = { 'metadata.name': pod, 'status.podIP': '127.0.0.1' };
       const container = step === 'migrate' ? migrate : replica;
-      return k8sEnv(container.env ?? [], { 'database-url': secrets.databaseUrl, 'admin-token': secrets.adminToken }, fields);
+      return k8sEnv(
+        container.env ?? [],
+        { 'database-url': secrets.databaseUrl, 'admin-token': secrets.adminToken },
+        fields,
+      );
     },
     stopTimeoutMs: pod.terminationGracePeriodSeconds * 1000,
   };
@@ -188,13 +213,19 @@ function kubernetesDeployment(): Deployment {
 
 /** The environment a process starts with besides the file's: node on PATH, nothing of ours. */
 function baseEnv(): Env {
-  return { PATH: `${dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`, HOME: process.env.HOME ?? '/tmp', LANG: 'C.UTF-8' };
+  return {
+    PATH: `${dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin`,
+    HOME: process.env.HOME ?? '/tmp',
+    LANG: 'C.UTF-8',
+  };
 }
 
 /** Paths under the file's working directory point into the scratch application instead. */
 function relocate(env: Env, from: string, to: string): Env {
   const prefix = from.endsWith('/') ? from : `${from}/`;
-  return Object.fromEntries(Object.entries(env).map(([k, v]) => [k, v.startsWith(prefix) ? join(to, v.slice(prefix.length)) : v]));
+  return Object.fromEntries(
+    Object.entries(env).map(([k, v]) => [k, v.startsWith(prefix) ? join(to, v.slice(prefix.length)) : v]),
+  );
 }
 
 let packed: Packed;
@@ -228,108 +259,146 @@ describe('deploy files (real PostgreSQL and Redis, the packed package)', () => {
     const d = load();
 
     it(`${d.file}: the example configuration is accepted as written`, () => {
-      const env = d.env('host-1', { databaseUrl: 'postgres://cronwarden:PASSWORD@db:5432/app', adminToken: randomBytes(32).toString('hex') });
+      const env = d.env('host-1', {
+        databaseUrl: 'postgres://cronwarden:PASSWORD@db:5432/app',
+        adminToken: randomBytes(32).toString('hex'),
+      });
       assert.doesNotThrow(() => loadReplicaConfig({}, env));
     });
 
-    it(`${d.file}: SIGTERM to the replica hands the lease over in under 1 s, exits 0, leaves no process`, { timeout: 180_000 }, async () => {
-      const db = await createTestDatabase({ migrate: false });
-      const namespace = `dp${randomUUID().slice(0, 8)}`;
-      const site = (env: Env): Env => {
-        const out: Env = {
-          ...baseEnv(),
-          ...relocate(env, d.workingDir, app),
-          CRONWARDEN_BACKEND: 'postgres',
-          CRONWARDEN_DATABASE_URL: db.url,
-          CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
-          CRONWARDEN_NAMESPACE: namespace,
-          CRONWARDEN_ADMIN_HOST: '127.0.0.1',
-          CRONWARDEN_ADMIN_PORT: '0',
+    it(
+      `${d.file}: SIGTERM to the replica hands the lease over in under 1 s, exits 0, leaves no process`,
+      { timeout: 180_000 },
+      async () => {
+        const db = await createTestDatabase({ migrate: false });
+        const namespace = `dp${randomUUID().slice(0, 8)}`;
+        const site = (env: Env): Env => {
+          const out: Env = {
+            ...baseEnv(),
+            ...relocate(env, d.workingDir, app),
+            CRONWARDEN_BACKEND: 'postgres',
+            CRONWARDEN_DATABASE_URL: db.url,
+            CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
+            CRONWARDEN_NAMESPACE: namespace,
+            CRONWARDEN_ADMIN_HOST: '127.0.0.1',
+            CRONWARDEN_ADMIN_PORT: '0',
+          };
+          delete out.CRONWARDEN_ETCD_ENDPOINTS;
+          return out;
         };
-        delete out.CRONWARDEN_ETCD_ENDPOINTS;
-        return out;
-      };
-      const secrets = { databaseUrl: db.url, adminToken: randomBytes(32).toString('hex') };
-      const replicas: LoggedProcess[] = [];
-      try {
-        const migrated = await run(d.migrate[0]!, d.migrate.slice(1), { cwd: app, env: site(d.env('migrate', secrets, 'migrate')), timeoutMs: 60_000 });
-        assert.equal(migrated.code, 0, `the migrate command succeeds: ${migrated.stderr}`);
-        const tables = await db.pool.query("SELECT 1 FROM information_schema.tables WHERE table_name = 'cw_runs'");
-        assert.equal(tables.rowCount, 1, 'the migrate command created the ledger');
+        const secrets = { databaseUrl: db.url, adminToken: randomBytes(32).toString('hex') };
+        const replicas: LoggedProcess[] = [];
+        try {
+          const migrated = await run(d.migrate[0]!, d.migrate.slice(1), {
+            cwd: app,
+            env: site(d.env('migrate', secrets, 'migrate')),
+            timeoutMs: 60_000,
+          });
+          assert.equal(migrated.code, 0, `the migrate command succeeds: ${migrated.stderr}`);
+          const tables = await db.pool.query("SELECT 1 FROM information_schema.tables WHERE table_name = 'cw_runs'");
+          assert.equal(tables.rowCount, 1, 'the migrate command created the ledger');
 
-        const envA = site(d.env('host-a', secrets));
-        const a = new LoggedProcess('A', d.start, { cwd: app, env: envA });
-        replicas.push(a);
-        const electedA = await a.waitFor('elected leader', 30_000);
-        const b = new LoggedProcess('B', d.start, { cwd: app, env: site(d.env('host-b', secrets)) });
-        replicas.push(b);
-        await b.waitFor('admin HTTP listening', 30_000);
-        assert.ok(!b.lines.some((l) => l.msg === 'elected leader'), 'B follows while A leads');
-        // A is busy firing when it is told to stop.
-        for (let i = 0; i < 50 && Number((await db.pool.query(`SELECT count(*) AS n FROM "${schemaForNamespace(namespace)}".cw_runs`)).rows[0].n) === 0; i++) await new Promise((r) => setTimeout(r, 100));
+          const envA = site(d.env('host-a', secrets));
+          const a = new LoggedProcess('A', d.start, { cwd: app, env: envA });
+          replicas.push(a);
+          const electedA = await a.waitFor('elected leader', 30_000);
+          const b = new LoggedProcess('B', d.start, { cwd: app, env: site(d.env('host-b', secrets)) });
+          replicas.push(b);
+          await b.waitFor('admin HTTP listening', 30_000);
+          assert.ok(!b.lines.some((l) => l.msg === 'elected leader'), 'B follows while A leads');
+          // A is busy firing when it is told to stop.
+          for (
+            let i = 0;
+            i < 50 &&
+            Number(
+              (await db.pool.query(`SELECT count(*) AS n FROM "${schemaForNamespace(namespace)}".cw_runs`)).rows[0].n,
+            ) === 0;
+            i++
+          )
+            await new Promise((r) => setTimeout(r, 100));
 
-        const sigterm = Date.now();
-        a.child.kill('SIGTERM');
-        const electedB: LogLine = await b.waitFor('elected leader', 10_000);
-        const handoverMs = Number(electedB.time) - sigterm;
-        const stopped = await Promise.race([a.exited, new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), d.stopTimeoutMs))]);
-        const exitMs = Date.now() - sigterm;
+          const sigterm = Date.now();
+          a.child.kill('SIGTERM');
+          const electedB: LogLine = await b.waitFor('elected leader', 10_000);
+          const handoverMs = Number(electedB.time) - sigterm;
+          const stopped = await Promise.race([
+            a.exited,
+            new Promise<'timeout'>((r) => setTimeout(() => r('timeout'), d.stopTimeoutMs)),
+          ]);
+          const exitMs = Date.now() - sigterm;
 
-        assert.ok(handoverMs < 1000, `B led ${handoverMs} ms after A's SIGTERM`);
-        assert.ok(BigInt(String(electedB.token)) > BigInt(String(electedA.token)), 'a newer fencing token');
-        assert.notEqual(stopped, 'timeout', `A exited within the stop timeout (${d.stopTimeoutMs} ms)`);
-        assert.deepEqual(stopped, { code: 0, signal: null }, `A exited 0 (stderr: ${a.stderr.slice(-1000)})`);
-        assert.ok(a.lines.some((l) => l.msg === 'replica stopped'), 'A stopped gracefully');
-        const left = processesWithEnv('CRONWARDEN_NAMESPACE', namespace).filter((pid) => pid !== b.child.pid);
-        assert.deepEqual(left, [], `no process of A is left (pids ${left.join(', ')})`);
-        process.stdout.write(`# ${d.file}: lease handed over ${handoverMs} ms after SIGTERM; exit 0 after ${exitMs} ms\n`);
+          assert.ok(handoverMs < 1000, `B led ${handoverMs} ms after A's SIGTERM`);
+          assert.ok(BigInt(String(electedB.token)) > BigInt(String(electedA.token)), 'a newer fencing token');
+          assert.notEqual(stopped, 'timeout', `A exited within the stop timeout (${d.stopTimeoutMs} ms)`);
+          assert.deepEqual(stopped, { code: 0, signal: null }, `A exited 0 (stderr: ${a.stderr.slice(-1000)})`);
+          assert.ok(
+            a.lines.some((l) => l.msg === 'replica stopped'),
+            'A stopped gracefully',
+          );
+          const left = processesWithEnv('CRONWARDEN_NAMESPACE', namespace).filter((pid) => pid !== b.child.pid);
+          assert.deepEqual(left, [], `no process of A is left (pids ${left.join(', ')})`);
+          process.stdout.write(
+            `# ${d.file}: lease handed over ${handoverMs} ms after SIGTERM; exit 0 after ${exitMs} ms\n`,
+          );
 
-        b.child.kill('SIGTERM');
-        assert.deepEqual(await b.exited, { code: 0, signal: null }, 'B exits 0 too');
-        assert.deepEqual(processesWithEnv('CRONWARDEN_NAMESPACE', namespace), [], 'nothing of the deployment is left');
-      } finally {
-        for (const r of replicas) await r.kill();
-        // A replica that a wrapper (npx, a shell) left behind holds the namespace in its environment.
-        for (const pid of processesWithEnv('CRONWARDEN_NAMESPACE', namespace)) process.kill(pid, 'SIGKILL');
-        await db.drop();
-      }
-    });
+          b.child.kill('SIGTERM');
+          assert.deepEqual(await b.exited, { code: 0, signal: null }, 'B exits 0 too');
+          assert.deepEqual(
+            processesWithEnv('CRONWARDEN_NAMESPACE', namespace),
+            [],
+            'nothing of the deployment is left',
+          );
+        } finally {
+          for (const r of replicas) await r.kill();
+          // A replica that a wrapper (npx, a shell) left behind holds the namespace in its environment.
+          for (const pid of processesWithEnv('CRONWARDEN_NAMESPACE', namespace)) process.kill(pid, 'SIGKILL');
+          await db.drop();
+        }
+      },
+    );
   }
 
-  it('a TypeScript jobs module: one line naming node --import tsx without a loader; runs under one', { timeout: 120_000 }, async () => {
-    const d = systemdDeployment();
-    const namespace = `dp${randomUUID().slice(0, 8)}`;
-    const db = await createTestDatabase({ schema: schemaForNamespace(namespace) });
-    mkdirSync(join(app, 'src'), { recursive: true });
-    writeFileSync(
-      join(app, 'src', 'jobs.ts'),
-      "import { defineJob, type JobContext } from 'cronwarden';\nexport const tick = defineJob({ name: 'tick', schedule: '* * * * *', handler: async (_ctx: JobContext): Promise<void> => {} });\n",
-    );
-    const env: Env = {
-      ...baseEnv(),
-      ...d.env('host-ts', { databaseUrl: db.url, adminToken: '' }),
-      CRONWARDEN_BACKEND: 'postgres',
-      CRONWARDEN_DATABASE_URL: db.url,
-      CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
-      CRONWARDEN_NAMESPACE: namespace,
-      CRONWARDEN_ADMIN_ENABLED: 'false',
-      CRONWARDEN_JOBS: './src/jobs.ts',
-    };
-    let replica: LoggedProcess | undefined;
-    try {
-      const plain = await run(d.start[0]!, d.start.slice(1), { cwd: app, env, timeoutMs: 30_000 });
-      assert.equal(plain.code, 2, `a configuration error: ${plain.stderr}`);
-      assert.equal(plain.stderr.trim().split('\n').length, 1, `one line: ${plain.stderr}`);
-      assert.match(plain.stderr, /^cronwarden: CRONWARDEN_JOBS \(--jobs\): cannot load "\.\/src\/jobs\.ts": .*compile it.*node --import tsx/);
+  it(
+    'a TypeScript jobs module: one line naming node --import tsx without a loader; runs under one',
+    { timeout: 120_000 },
+    async () => {
+      const d = systemdDeployment();
+      const namespace = `dp${randomUUID().slice(0, 8)}`;
+      const db = await createTestDatabase({ schema: schemaForNamespace(namespace) });
+      mkdirSync(join(app, 'src'), { recursive: true });
+      writeFileSync(
+        join(app, 'src', 'jobs.ts'),
+        "import { defineJob, type JobContext } from 'cronwarden';\nexport const tick = defineJob({ name: 'tick', schedule: '* * * * *', handler: async (_ctx: JobContext): Promise<void> => {} });\n",
+      );
+      const env: Env = {
+        ...baseEnv(),
+        ...d.env('host-ts', { databaseUrl: db.url, adminToken: '' }),
+        CRONWARDEN_BACKEND: 'postgres',
+        CRONWARDEN_DATABASE_URL: db.url,
+        CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
+        CRONWARDEN_NAMESPACE: namespace,
+        CRONWARDEN_ADMIN_ENABLED: 'false',
+        CRONWARDEN_JOBS: './src/jobs.ts',
+      };
+      let replica: LoggedProcess | undefined;
+      try {
+        const plain = await run(d.start[0]!, d.start.slice(1), { cwd: app, env, timeoutMs: 30_000 });
+        assert.equal(plain.code, 2, `a configuration error: ${plain.stderr}`);
+        assert.equal(plain.stderr.trim().split('\n').length, 1, `one line: ${plain.stderr}`);
+        assert.match(
+          plain.stderr,
+          /^cronwarden: CRONWARDEN_JOBS \(--jobs\): cannot load "\.\/src\/jobs\.ts": .*compile it.*node --import tsx/,
+        );
 
-      replica = new LoggedProcess('ts', d.start, { cwd: app, env: { ...env, NODE_OPTIONS: '--import tsx' } });
-      const started = await replica.waitFor('replica started', 30_000);
-      assert.equal(started.jobs, 1, 'the TypeScript module was loaded');
-      replica.child.kill('SIGTERM');
-      assert.deepEqual(await replica.exited, { code: 0, signal: null });
-    } finally {
-      await replica?.kill();
-      await db.drop();
-    }
-  });
+        replica = new LoggedProcess('ts', d.start, { cwd: app, env: { ...env, NODE_OPTIONS: '--import tsx' } });
+        const started = await replica.waitFor('replica started', 30_000);
+        assert.equal(started.jobs, 1, 'the TypeScript module was loaded');
+        replica.child.kill('SIGTERM');
+        assert.deepEqual(await replica.exited, { code: 0, signal: null });
+      } finally {
+        await replica?.kill();
+        await db.drop();
+      }
+    },
+  );
 });

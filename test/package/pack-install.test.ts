@@ -20,8 +20,14 @@ before(async () => {
   packed = await packPackage();
   // Outside this checkout, so nothing resolves to our own node_modules.
   consumer = mkdtempSync(join(tmpdir(), 'cronwarden-consumer-'));
-  writeFileSync(join(consumer, 'package.json'), JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }, null, 2));
-  install = await run('npm', ['i', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline', packed.tarball], { cwd: consumer, timeoutMs: 300_000 });
+  writeFileSync(
+    join(consumer, 'package.json'),
+    JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }, null, 2),
+  );
+  install = await run('npm', ['i', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline', packed.tarball], {
+    cwd: consumer,
+    timeoutMs: 300_000,
+  });
 });
 
 after(() => {
@@ -37,8 +43,15 @@ describe('the packed package in a consumer (npm i --omit=dev of the tarball)', (
     assert.ok(packed.files.includes('dist/index.js') && packed.files.includes('dist/index.d.ts'));
     assert.ok(packed.files.includes('bin/cronwarden.js'));
     assert.ok(packed.files.some((f) => f.startsWith('migrations/')));
-    assert.deepEqual(packed.files.filter((f) => f.endsWith('.map')), [], 'no source maps (they would point at the unshipped src/)');
-    assert.deepEqual(packed.files.filter((f) => f.startsWith('src/') || f.startsWith('test/')), []);
+    assert.deepEqual(
+      packed.files.filter((f) => f.endsWith('.map')),
+      [],
+      'no source maps (they would point at the unshipped src/)',
+    );
+    assert.deepEqual(
+      packed.files.filter((f) => f.startsWith('src/') || f.startsWith('test/')),
+      [],
+    );
   });
 
   it('installs with no engine warning and without tsx, esbuild or etcd3; size reported', async () => {
@@ -63,7 +76,15 @@ describe('the packed package in a consumer (npm i --omit=dev of the tarball)', (
     writeFileSync(
       join(dir, 'tsconfig.json'),
       JSON.stringify({
-        compilerOptions: { strict: true, skipLibCheck: false, noEmit: true, target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', noUncheckedIndexedAccess: true },
+        compilerOptions: {
+          strict: true,
+          skipLibCheck: false,
+          noEmit: true,
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          noUncheckedIndexedAccess: true,
+        },
         files: ['consumer.ts'],
       }),
     );
@@ -99,9 +120,18 @@ await backend.close();
     assert.equal(r.code, 0, `tsc: ${r.stdout}${r.stderr}`);
 
     // The same file with the expect-error lines gone must fail: the check has teeth.
-    writeFileSync(join(dir, 'wrong.ts'), `import type { TransactionClient } from 'cronwarden';\nexport const f = (tx: TransactionClient) => tx.noSuchMethod();\n`);
-    writeFileSync(join(dir, 'tsconfig.wrong.json'), JSON.stringify({ extends: './tsconfig.json', files: ['wrong.ts'] }));
-    const wrong = await run(process.execPath, [tsc, '-p', join(dir, 'tsconfig.wrong.json')], { cwd: dir, timeoutMs: 120_000 });
+    writeFileSync(
+      join(dir, 'wrong.ts'),
+      `import type { TransactionClient } from 'cronwarden';\nexport const f = (tx: TransactionClient) => tx.noSuchMethod();\n`,
+    );
+    writeFileSync(
+      join(dir, 'tsconfig.wrong.json'),
+      JSON.stringify({ extends: './tsconfig.json', files: ['wrong.ts'] }),
+    );
+    const wrong = await run(process.execPath, [tsc, '-p', join(dir, 'tsconfig.wrong.json')], {
+      cwd: dir,
+      timeoutMs: 120_000,
+    });
     assert.notEqual(wrong.code, 0);
     assert.match(wrong.stdout, /Property 'noSuchMethod' does not exist on type 'PoolClient'/);
   });
@@ -130,7 +160,13 @@ console.log(JSON.stringify({ job: job.name, token: lease.token.toString(), held:
     );
     const r = await run(process.execPath, ['consumer.js'], { cwd: consumer, timeoutMs: 30_000 });
     assert.equal(r.code, 0, r.stderr);
-    const out = JSON.parse(r.stdout) as { job: string; token: string; held: string; after: unknown; etcd: { invalidConfig: boolean; message: string } };
+    const out = JSON.parse(r.stdout) as {
+      job: string;
+      token: string;
+      held: string;
+      after: unknown;
+      etcd: { invalidConfig: boolean; message: string };
+    };
     assert.equal(out.job, 'tick');
     assert.ok(BigInt(out.token) > 0n);
     assert.equal(out.held, 'consumer');
@@ -142,7 +178,10 @@ console.log(JSON.stringify({ job: job.name, token: lease.token.toString(), held:
   it('the bin runs from dist without TypeScript tooling, and says to build when dist is missing', async () => {
     const version = await run(join(consumer, 'node_modules', '.bin', 'cronwarden'), ['--version'], { cwd: consumer });
     assert.equal(version.code, 0, version.stderr);
-    assert.equal(version.stdout.trim(), (JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version);
+    assert.equal(
+      version.stdout.trim(),
+      (JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version,
+    );
 
     const bare = join(packed.dir, 'bare');
     await unpack(packed.tarball, bare);

@@ -20,16 +20,26 @@ export interface CommandResult {
 }
 
 /** Run a command to its end (no shell); rejects only if it cannot be started or runs past timeoutMs. */
-export function run(command: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number }): Promise<CommandResult> {
+export function run(
+  command: string,
+  args: string[],
+  options: { cwd: string; env?: NodeJS.ProcessEnv; timeoutMs?: number },
+): Promise<CommandResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd: options.cwd, env: options.env ?? process.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(command, args, {
+      cwd: options.cwd,
+      env: options.env ?? process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`${command} ${args.join(' ')} ran past ${options.timeoutMs} ms; stderr: ${stderr.slice(-2000)}`));
+      reject(
+        new Error(`${command} ${args.join(' ')} ran past ${options.timeoutMs} ms; stderr: ${stderr.slice(-2000)}`),
+      );
     }, options.timeoutMs ?? 300_000);
     child.once('error', (err) => {
       clearTimeout(timer);
@@ -49,7 +59,17 @@ export function scratchDirInRepo(prefix: string): string {
 }
 
 /** The files `npm pack` needs to build and pack: the package's own sources, no tests. */
-const PACK_INPUTS = ['package.json', 'README.md', 'LICENSE', 'tsconfig.json', 'tsconfig.build.json', 'src', 'bin', 'migrations', 'scripts/copy-assets.mjs'];
+const PACK_INPUTS = [
+  'package.json',
+  'README.md',
+  'LICENSE',
+  'tsconfig.json',
+  'tsconfig.build.json',
+  'src',
+  'bin',
+  'migrations',
+  'scripts/copy-assets.mjs',
+];
 
 export interface Packed {
   /** The scratch directory holding the copy and the tarball (remove it when done). */
@@ -101,7 +121,11 @@ export class LoggedProcess {
     argv: string[],
     options: { cwd: string; env: NodeJS.ProcessEnv },
   ) {
-    this.child = spawn(argv[0]!, argv.slice(1), { cwd: options.cwd, env: options.env, stdio: ['ignore', 'pipe', 'pipe'] });
+    this.child = spawn(argv[0]!, argv.slice(1), {
+      cwd: options.cwd,
+      env: options.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     this.child.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
     this.exited = new Promise((resolve) => this.child.once('exit', (code, signal) => resolve({ code, signal })));
     createInterface({ input: this.child.stdout! }).on('line', (line) => {
@@ -126,7 +150,9 @@ export class LoggedProcess {
       if (line) return line;
       const left = deadline - Date.now();
       if (left <= 0 || this.closed) {
-        throw new Error(`${this.name}: no "${msg}" ${this.closed ? 'before it exited' : `within ${timeoutMs} ms`}; stderr: ${this.stderr.slice(-1500)}; last logs: ${JSON.stringify(this.lines.slice(-4))}`);
+        throw new Error(
+          `${this.name}: no "${msg}" ${this.closed ? 'before it exited' : `within ${timeoutMs} ms`}; stderr: ${this.stderr.slice(-1500)}; last logs: ${JSON.stringify(this.lines.slice(-4))}`,
+        );
       }
       await new Promise<void>((resolve) => {
         const wake = () => {

@@ -6,7 +6,16 @@
  */
 import { InvalidScheduleError } from '../../src/errors.js';
 import { CronSchedule } from '../../src/scheduler/cron-schedule.js';
-import { buildTimeline, oracleFiresInZone, oracleFiresUtc, oracleNeverFires, oracleParse, prng, transitions, type Timeline } from './cron-oracle.js';
+import {
+  buildTimeline,
+  oracleFiresInZone,
+  oracleFiresUtc,
+  oracleNeverFires,
+  oracleParse,
+  prng,
+  transitions,
+  type Timeline,
+} from './cron-oracle.js';
 
 export const ZONES = ['UTC', 'Europe/Berlin', 'America/New_York', 'Australia/Lord_Howe', 'Asia/Kolkata'] as const;
 
@@ -74,18 +83,23 @@ export function runDifferential(count: number, seed: number): DifferentialResult
     try {
       schedule = CronSchedule.parse(expr, anchor.zone);
     } catch (err) {
-      if (err instanceof InvalidScheduleError && /never fire/.test(err.message) && oracleNeverFires(spec)) result.refusedAsNeverFiring++;
+      if (err instanceof InvalidScheduleError && /never fire/.test(err.message) && oracleNeverFires(spec))
+        result.refusedAsNeverFiring++;
       else mismatch(`"${expr}": refused (${(err as Error).message}) but the oracle reads it and it fires`);
       continue;
     }
     // A window of up to 3 days starting at a random distance from the anchor (often minutes).
     const scale = pick([60_000, 10 * 60_000, HOUR, 6 * HOUR, DAY, 2 * DAY]);
-    const from = anchor.at - Math.floor(rnd() * scale) + (rnd() < 0.2 ? Math.floor(rnd() * HOUR) : 0) + (rnd() < 0.5 ? 0 : Math.floor(rnd() * 1000));
+    const from =
+      anchor.at -
+      Math.floor(rnd() * scale) +
+      (rnd() < 0.2 ? Math.floor(rnd() * HOUR) : 0) +
+      (rnd() < 0.5 ? 0 : Math.floor(rnd() * 1000));
     const to = from + 3 * DAY;
     anchor.timeline ??= buildTimeline(anchor.zone, anchor.at - 2 * DAY - 4 * HOUR, anchor.at + 4 * DAY);
     const expected = oracleFiresInZone(spec, anchor.timeline, from, to, FIRES_PER_WINDOW);
     const got: number[] = [];
-    for (let t: number | null = from; got.length < FIRES_PER_WINDOW; ) {
+    for (let t: number | null = from; got.length < FIRES_PER_WINDOW;) {
       t = schedule.nextAfter(t);
       if (t === null || t > to) break;
       got.push(t);
@@ -104,7 +118,8 @@ export function runDifferential(count: number, seed: number): DifferentialResult
       const want = expected.find((t) => t > q)!;
       const have = schedule.nextAfter(q);
       result.probesCompared++;
-      if (have !== want) mismatch(`"${expr}" in ${anchor.zone}: nextAfter(${iso([q])}) = ${iso([have])}, oracle ${iso([want])}`);
+      if (have !== want)
+        mismatch(`"${expr}" in ${anchor.zone}: nextAfter(${iso([q])}) = ${iso([have])}, oracle ${iso([want])}`);
     }
     // The calendar over years, in UTC (wall clock = instant).
     const utc = CronSchedule.parse(expr, 'UTC');
@@ -112,13 +127,14 @@ export function runDifferential(count: number, seed: number): DifferentialResult
     const years = 30;
     const want = oracleFiresUtc(spec, start, 6, years);
     const have: number[] = [];
-    for (let t: number | null = start; have.length < 6; ) {
+    for (let t: number | null = start; have.length < 6;) {
       t = utc.nextAfter(t);
       if (t === null || new Date(t).getUTCFullYear() > new Date(start).getUTCFullYear() + years) break;
       have.push(t);
     }
     result.firesCompared += want.length;
-    if (iso(have) !== iso(want)) mismatch(`"${expr}" in UTC after ${iso([start])}: got [${iso(have)}], oracle [${iso(want)}]`);
+    if (iso(have) !== iso(want))
+      mismatch(`"${expr}" in UTC after ${iso([start])}: got [${iso(have)}], oracle [${iso(want)}]`);
   }
   return result;
 }
@@ -127,10 +143,18 @@ export function runDifferential(count: number, seed: number): DifferentialResult
 export function randomExpression(rnd: () => number): string {
   const int = (lo: number, hi: number) => lo + Math.floor(rnd() * (hi - lo + 1));
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
-  if (rnd() < 0.03) return pick(['@yearly', '@annually', '@monthly', '@weekly', '@daily', '@midnight', '@hourly', '@Daily']);
-  const names = (lo: number, xs: string[]) => (v: number) => (rnd() < 0.3 && v - lo < xs.length ? caseOf(xs[v - lo]!) : String(v));
+  if (rnd() < 0.03)
+    return pick(['@yearly', '@annually', '@monthly', '@weekly', '@daily', '@midnight', '@hourly', '@Daily']);
+  const names = (lo: number, xs: string[]) => (v: number) =>
+    rnd() < 0.3 && v - lo < xs.length ? caseOf(xs[v - lo]!) : String(v);
   const caseOf = (s: string) => pick([s, s.toUpperCase(), s[0]!.toUpperCase() + s.slice(1)]);
-  const field = (lo: number, hi: number, bias: number[], show: (v: number) => string = String, extra?: () => string | null): string => {
+  const field = (
+    lo: number,
+    hi: number,
+    bias: number[],
+    show: (v: number) => string = String,
+    extra?: () => string | null,
+  ): string => {
     const value = () => (rnd() < 0.5 && bias.length ? pick(bias) : int(lo, hi));
     const item = (): string => {
       const e = extra?.();
@@ -152,7 +176,12 @@ export function randomExpression(rnd: () => number): string {
   const minute = field(0, 59, [0, 15, 30, 45, 59]);
   const hour = field(0, 23, [0, 1, 2, 3, 23]);
   const dom = field(1, 31, [1, 28, 29, 30, 31], String, () => (rnd() < 0.05 ? 'L' : null));
-  const month = field(1, 12, [1, 2, 3, 10, 11, 12], names(1, 'jan feb mar apr may jun jul aug sep oct nov dec'.split(' ')));
+  const month = field(
+    1,
+    12,
+    [1, 2, 3, 10, 11, 12],
+    names(1, 'jan feb mar apr may jun jul aug sep oct nov dec'.split(' ')),
+  );
   const dayName = names(0, 'sun mon tue wed thu fri sat'.split(' '));
   const dow = field(0, 7, [0, 1, 5, 6, 7], dayName, () => {
     const r = rnd();

@@ -66,7 +66,9 @@ export function oracleParse(expression: string): OracleSpec | null {
     readList(f[0]!, 0, 59, null, spec.seconds) &&
     readList(f[1]!, 0, 59, null, spec.minutes) &&
     readList(f[2]!, 0, 23, null, spec.hours) &&
-    readList(f[3]!, 1, 31, null, spec.doms, (item) => (item.toUpperCase() === 'L' ? ((spec.domLast = true), true) : false)) &&
+    readList(f[3]!, 1, 31, null, spec.doms, (item) =>
+      item.toUpperCase() === 'L' ? ((spec.domLast = true), true) : false,
+    ) &&
     readList(f[4]!, 1, 12, MONTHS, spec.months) &&
     readList(f[5]!, 0, 7, DAYS, spec.dows, (item) => {
       const m = /^([0-9]+|[a-z]+)(l|#([0-9]+))$/i.exec(item);
@@ -74,7 +76,8 @@ export function oracleParse(expression: string): OracleSpec | null {
       const w = num(m[1]!, 0, 7, DAYS);
       if (w === null) return null;
       if (m[2]!.toLowerCase() === 'l') spec.dowSpecial.push([w % 7, 0]);
-      else if (m[3]!.length === 1 && Number(m[3]) >= 1 && Number(m[3]) <= 5) spec.dowSpecial.push([w % 7, Number(m[3])]);
+      else if (m[3]!.length === 1 && Number(m[3]) >= 1 && Number(m[3]) <= 5)
+        spec.dowSpecial.push([w % 7, Number(m[3])]);
       else return null;
       return true;
     });
@@ -87,7 +90,14 @@ export function oracleParse(expression: string): OracleSpec | null {
 }
 
 /** special(item): true = consumed, false = not special, null = invalid. */
-function readList(text: string, lo: number, hi: number, names: string[] | null, into: Set<number>, special?: (item: string) => boolean | null): boolean {
+function readList(
+  text: string,
+  lo: number,
+  hi: number,
+  names: string[] | null,
+  into: Set<number>,
+  special?: (item: string) => boolean | null,
+): boolean {
   for (const item of text.split(',')) {
     const s = special?.(item);
     if (s === null) return false;
@@ -159,14 +169,20 @@ export function oracleFiresUtc(spec: OracleSpec, fromMs: number, limit: number, 
   const start = new Date(fromMs);
   const sorted = (s: Set<number>) => [...s].sort((a, b) => a - b);
   const [hs, ms, ss] = [sorted(spec.hours), sorted(spec.minutes), sorted(spec.seconds)];
-  for (let day = Date.UTC(start.getUTCFullYear(), start.getUTCMonth(), start.getUTCDate()); out.length < limit; day += 86_400_000) {
+  for (
+    let day = Date.UTC(start.getUTCFullYear(), start.getUTCMonth(), start.getUTCDate());
+    out.length < limit;
+    day += 86_400_000
+  ) {
     const d = new Date(day);
     if (d.getUTCFullYear() > start.getUTCFullYear() + years) break;
     if (!oracleDay(spec, d.getUTCFullYear(), d.getUTCMonth() + 1, d.getUTCDate())) continue;
-    for (const h of hs) for (const mi of ms) for (const s of ss) {
-      const t = day + h * 3_600_000 + mi * 60_000 + s * 1000;
-      if (t > fromMs && out.length < limit) out.push(t);
-    }
+    for (const h of hs)
+      for (const mi of ms)
+        for (const s of ss) {
+          const t = day + h * 3_600_000 + mi * 60_000 + s * 1000;
+          if (t > fromMs && out.length < limit) out.push(t);
+        }
   }
   return out;
 }
@@ -227,14 +243,21 @@ export function buildTimeline(zone: string, fromMs: number, toMs: number): Timel
  * starts at the timeline's start, which must lie a few hours before fromMs so that the first
  * occurrence of a repeated wall-clock time is known.
  */
-export function oracleFiresInZone(spec: OracleSpec, tl: Timeline, fromMs: number, toMs: number, limit: number): number[] {
+export function oracleFiresInZone(
+  spec: OracleSpec,
+  tl: Timeline,
+  fromMs: number,
+  toMs: number,
+  limit: number,
+): number[] {
   const out: number[] = [];
   const secs = [...spec.seconds].sort((a, b) => a - b);
   const everyHour = spec.hours.size === 24;
   const days = new Map<number, boolean>();
   const minuteMatches = (wallMs: number): boolean => {
     // Wall times here are after 1970, so hour and minute are plain arithmetic on the ms.
-    if (!spec.hours.has(Math.floor(wallMs / 3_600_000) % 24) || !spec.minutes.has(Math.floor(wallMs / 60_000) % 60)) return false;
+    if (!spec.hours.has(Math.floor(wallMs / 3_600_000) % 24) || !spec.minutes.has(Math.floor(wallMs / 60_000) % 60))
+      return false;
     const key = Math.floor(wallMs / 86_400_000);
     let ok = days.get(key);
     if (ok === undefined) {
@@ -250,7 +273,8 @@ export function oracleFiresInZone(spec: OracleSpec, tl: Timeline, fromMs: number
     const w = tl.wall[i]!;
     let madeUp = false;
     if (i > 0 && w - tl.wall[i - 1]! > 60_000 && !everyHour) {
-      for (let skipped = tl.wall[i - 1]! + 60_000; skipped < w; skipped += 60_000) if (minuteMatches(skipped)) madeUp = true;
+      for (let skipped = tl.wall[i - 1]! + 60_000; skipped < w; skipped += 60_000)
+        if (minuteMatches(skipped)) madeUp = true;
     }
     if (w <= maxWall) continue; // a repeated minute: its first occurrence has fired already
     maxWall = w;
@@ -268,7 +292,8 @@ export function transitions(zone: string, fromMs: number, toMs: number): number[
   for (let i = 1; i < hourly.length; i++) {
     if (hourly[i]!.offset === hourly[i - 1]!.offset) continue;
     const tl = buildTimeline(zone, hourly[i - 1]!.t, hourly[i]!.t + 60_000);
-    for (let j = 1; j < tl.wall.length; j++) if (tl.wall[j]! - tl.wall[j - 1]! !== 60_000) out.push(tl.start + j * 60_000);
+    for (let j = 1; j < tl.wall.length; j++)
+      if (tl.wall[j]! - tl.wall[j - 1]! !== 60_000) out.push(tl.start + j * 60_000);
   }
   return out;
 }

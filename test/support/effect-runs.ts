@@ -17,7 +17,9 @@ export function effectsSuite(): { readonly db: TestDatabase; readonly redis: Red
   const env = {} as { db: TestDatabase; redis: Redis };
   before(async () => {
     env.db = await createTestDatabase();
-    await env.db.pool.query('CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, token bigint NOT NULL)');
+    await env.db.pool.query(
+      'CREATE TABLE effects (run_id bigint NOT NULL, attempt int NOT NULL, token bigint NOT NULL)',
+    );
     env.redis = new Redis(SHARED_REDIS_URL);
   });
   after(async () => {
@@ -33,12 +35,15 @@ export async function commitTestRun(
   job: string,
   options: { scheduledAt?: Date; trigger?: FireTrigger; fenceResource?: string } = {},
 ): Promise<CommittedFire> {
-  const { committed } = await ledger.fires.commitFires([{ job, scheduledAt: options.scheduledAt ?? new Date(), trigger: options.trigger ?? 'manual' }], {
-    fenceResource: options.fenceResource ?? 'scheduler/test',
-    token: 1n,
-    replicaId: 'test',
-    stillLeading: () => true,
-  });
+  const { committed } = await ledger.fires.commitFires(
+    [{ job, scheduledAt: options.scheduledAt ?? new Date(), trigger: options.trigger ?? 'manual' }],
+    {
+      fenceResource: options.fenceResource ?? 'scheduler/test',
+      token: 1n,
+      replicaId: 'test',
+      stillLeading: () => true,
+    },
+  );
   if (!committed[0]) throw new Error(`the test run of ${job} was not committed (already there?)`);
   return committed[0];
 }

@@ -27,7 +27,11 @@ export class EventedChild<E extends ChildEvent = ChildEvent> {
     argv: string[],
     options: { env?: NodeJS.ProcessEnv; cwd?: string } = {},
   ) {
-    this.child = spawn(process.execPath, argv, { env: options.env, cwd: options.cwd, stdio: ['ignore', 'pipe', 'inherit'] });
+    this.child = spawn(process.execPath, argv, {
+      env: options.env,
+      cwd: options.cwd,
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
     this.exited = new Promise((resolve) => this.child.once('exit', (code) => resolve(code)));
     createInterface({ input: this.child.stdout! }).on('line', (line) => {
       try {
@@ -45,7 +49,12 @@ export class EventedChild<E extends ChildEvent = ChildEvent> {
   }
 
   /** A test fixture run through tsx with one JSON argument. */
-  static fixture<E extends ChildEvent = ChildEvent>(id: string, path: string, arg: unknown, options: { cwd?: string } = {}): EventedChild<E> {
+  static fixture<E extends ChildEvent = ChildEvent>(
+    id: string,
+    path: string,
+    arg: unknown,
+    options: { cwd?: string } = {},
+  ): EventedChild<E> {
     return new EventedChild<E>(id, fixtureArgv(path, arg), options);
   }
 

@@ -18,7 +18,15 @@ import { MAX_ERROR_MESSAGE } from '../../src/ledger/stored-text.js';
 
 export type ContractFireLedger = Pick<
   FireLedger,
-  'advanceFence' | 'fenceToken' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'setPaused' | 'activeJobs'
+  | 'advanceFence'
+  | 'fenceToken'
+  | 'commitFires'
+  | 'markEnqueued'
+  | 'unenqueued'
+  | 'lastFired'
+  | 'pausedJobs'
+  | 'setPaused'
+  | 'activeJobs'
 >;
 
 /** A run as the ledger records it: its state and the book of its attempts. */
@@ -55,7 +63,12 @@ interface Scenario {
 const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s));
 
 function leader(c: Ctx, token: bigint, stillLeading = true) {
-  return { fenceResource: c.resource('scheduler'), token, replicaId: `leader-${token}`, stillLeading: () => stillLeading };
+  return {
+    fenceResource: c.resource('scheduler'),
+    token,
+    replicaId: `leader-${token}`,
+    stillLeading: () => stillLeading,
+  };
 }
 
 function commit(c: Ctx, fires: FireRequest[], token = 7n): Promise<FireBatchResult> {
@@ -63,7 +76,12 @@ function commit(c: Ctx, fires: FireRequest[], token = 7n): Promise<FireBatchResu
 }
 
 /** One run of `job` at second `s`, committed as a leader would; its id. */
-async function fireOne(c: Ctx, s: number, job = c.job(), trigger: FireRequest['trigger'] = 'schedule'): Promise<bigint> {
+async function fireOne(
+  c: Ctx,
+  s: number,
+  job = c.job(),
+  trigger: FireRequest['trigger'] = 'schedule',
+): Promise<bigint> {
   const { committed } = await commit(c, [{ job, scheduledAt: at(s), trigger }]);
   assert.equal(committed.length, 1, `the run of ${job} at ${s}s commits`);
   return committed[0]!.runId;
@@ -88,7 +106,8 @@ async function view(c: Ctx, runId: bigint): Promise<RunView> {
   return v;
 }
 
-const attemptStates = async (c: Ctx, runId: bigint) => (await view(c, runId)).attemptRows.map((a) => [a.attempt, a.state]);
+const attemptStates = async (c: Ctx, runId: bigint) =>
+  (await view(c, runId)).attemptRows.map((a) => [a.attempt, a.state]);
 
 async function rejection(p: Promise<unknown>): Promise<unknown> {
   return p.then(
@@ -161,15 +180,23 @@ const runSide: Scenario[] = [
       const first = await claim(c, runId, 'w1');
       const second = await claim(c, runId, 'w2');
       assert.equal(await c.l.runs.finish(first, 'completed'), false, 'the older attempt is refused');
-      assert.deepEqual(await c.l.runs.runState(runId), { state: 'running', claimToken: second.token }, 'and changed nothing');
+      assert.deepEqual(
+        await c.l.runs.runState(runId),
+        { state: 'running', claimToken: second.token },
+        'and changed nothing',
+      );
       assert.equal(await c.l.runs.finish(second, 'failed', 'boom'), true);
       assert.equal(await c.l.runs.finish(second, 'completed'), false, 'a finished run takes no second outcome');
       const v = await view(c, runId);
       assert.deepEqual([v.state, v.error, v.completedAttempt], ['failed', 'boom', null]);
-      assert.deepEqual(v.attemptRows, [
-        { attempt: 1, state: 'stale', error: null },
-        { attempt: 2, state: 'failed', error: 'boom' },
-      ], 'a refused late outcome does not overwrite the record of an attempt that already ended');
+      assert.deepEqual(
+        v.attemptRows,
+        [
+          { attempt: 1, state: 'stale', error: null },
+          { attempt: 2, state: 'failed', error: 'boom' },
+        ],
+        'a refused late outcome does not overwrite the record of an attempt that already ended',
+      );
     },
   },
   {
@@ -198,10 +225,18 @@ const runSide: Scenario[] = [
       assert.ok(refused instanceof StaleTokenError, String(refused));
       assert.equal(refused.resource, `run ${runId}`, 'refused on the claim, before the resource');
       assert.equal(refused.highest, second.token);
-      await assert.rejects(c.l.runs.fenceRun(c.resource('account/2'), first), StaleTokenError, 'even on a resource the newer attempt never wrote');
+      await assert.rejects(
+        c.l.runs.fenceRun(c.resource('account/2'), first),
+        StaleTokenError,
+        'even on a resource the newer attempt never wrote',
+      );
       assert.equal(await c.l.fires.fenceToken(c.resource('account/2')), null, 'and wrote nothing there');
       await c.l.runs.fenceRun(c.resource('account/1'), second);
-      assert.equal(await c.l.fires.fenceToken(c.resource('account/1')), slotToken(at(6), 2), 'the fence holds the slot token');
+      assert.equal(
+        await c.l.fires.fenceToken(c.resource('account/1')),
+        slotToken(at(6), 2),
+        'the fence holds the slot token',
+      );
     },
   },
   {
@@ -256,7 +291,11 @@ const runSide: Scenario[] = [
       const v = await view(c, runId);
       assert.deepEqual([v.state, v.completedAttempt], ['completed', 1]);
       assert.deepEqual(await c.l.effects(runId), ['first']);
-      assert.equal(await c.l.runs.finish(first, 'retrying', 'interrupted'), false, 'a late interrupt of the same attempt is refused');
+      assert.equal(
+        await c.l.runs.finish(first, 'retrying', 'interrupted'),
+        false,
+        'a late interrupt of the same attempt is refused',
+      );
       assert.deepEqual(await attemptStates(c, runId), [[1, 'completed']], 'and leaves the completed attempt as it was');
       let called = false;
       const again = await c.l.runs.completeInTransaction(first, async () => {
@@ -322,7 +361,10 @@ const runSide: Scenario[] = [
         c.l.runs.completeInTransaction(first, async (tx) => {
           await effect(tx, runId, 'first');
           const second = await claim(c, runId, 'w2');
-          assert.equal((await c.l.runs.completeInTransaction(second, (tx2) => effect(tx2, runId, 'second'))).status, 'committed');
+          assert.equal(
+            (await c.l.runs.completeInTransaction(second, (tx2) => effect(tx2, runId, 'second'))).status,
+            'committed',
+          );
         }),
       );
       assert.ok(refused instanceof StaleTokenError, String(refused));
@@ -367,7 +409,8 @@ const runSide: Scenario[] = [
       assert.deepEqual(res.cancelled, [running]);
       assert.equal(await c.l.runs.finish(attempt, 'completed'), false);
       assert.equal(
-        (await rejection(c.l.runs.completeInTransaction(attempt, (tx) => effect(tx, running, 'late')))) instanceof StaleTokenError,
+        (await rejection(c.l.runs.completeInTransaction(attempt, (tx) => effect(tx, running, 'late')))) instanceof
+          StaleTokenError,
         true,
       );
       assert.deepEqual(await c.l.effects(running), []);
@@ -398,11 +441,18 @@ const fireSide: Scenario[] = [
     name: "a batch past the leader's deadline rolls back whole, the fence's advance included",
     async run(c) {
       await commit(c, [{ job: c.job(), scheduledAt: at(1), trigger: 'schedule' }], 7n);
-      const late = await c.l.fires.commitFires([{ job: c.job(), scheduledAt: at(2), trigger: 'schedule', replace: true }], leader(c, 9n, false));
+      const late = await c.l.fires.commitFires(
+        [{ job: c.job(), scheduledAt: at(2), trigger: 'schedule', replace: true }],
+        leader(c, 9n, false),
+      );
       assert.deepEqual(late, { committed: [], duplicates: 0, cancelled: [] });
       assert.equal(await c.l.fires.fenceToken(c.resource('scheduler')), 7n);
       assert.equal((await c.l.fires.lastFired()).get(c.job())?.getTime(), at(1).getTime());
-      assert.equal((await c.l.fires.activeJobs([c.job()])).get(c.job())?.ids.length, 1, 'nothing cancelled, nothing inserted');
+      assert.equal(
+        (await c.l.fires.activeJobs([c.job()])).get(c.job())?.ids.length,
+        1,
+        'nothing cancelled, nothing inserted',
+      );
       const after = await commit(c, [{ job: c.job(), scheduledAt: at(2), trigger: 'schedule' }], 8n);
       assert.equal(after.committed.length, 1, 'a token between the committed and the rolled-back one still commits');
     },
@@ -454,7 +504,11 @@ const fireSide: Scenario[] = [
       assert.equal((await commit(c, [{ job, scheduledAt: at(40), trigger: 'catchup' }])).duplicates, 1);
       const later = await commit(c, [{ job, scheduledAt: at(50), trigger: 'manual' }]);
       assert.equal(later.committed.length, 1);
-      assert.equal((await c.l.fires.lastFired()).get(job)?.getTime(), at(40).getTime(), 'manual triggers do not move lastFired');
+      assert.equal(
+        (await c.l.fires.lastFired()).get(job)?.getTime(),
+        at(40).getTime(),
+        'manual triggers do not move lastFired',
+      );
       assert.equal((await c.l.fires.activeJobs([job])).get(job)?.ids.length, 4);
     },
   },
@@ -479,7 +533,8 @@ const fireSide: Scenario[] = [
         { job: c.job('a'), scheduledAt: at(1), trigger: 'catchup' },
         { job: c.job('b'), scheduledAt: at(1), trigger: 'schedule', state: 'skipped', error: 'paused' },
       ]);
-      const mine = async () => (await c.l.fires.unenqueued(10_000, [])).filter((r) => r.job.startsWith(c.ns)).map((r) => r.runId);
+      const mine = async () =>
+        (await c.l.fires.unenqueued(10_000, [])).filter((r) => r.job.startsWith(c.ns)).map((r) => r.runId);
       assert.deepEqual(await mine(), [committed[0]!.runId, committed[1]!.runId], 'a skipped fire is never delivered');
       await c.l.fires.markEnqueued([committed[0]!.runId]);
       assert.deepEqual(await mine(), [committed[1]!.runId]);
@@ -501,7 +556,8 @@ const fireSide: Scenario[] = [
       );
       const [first, second] = committed.map((r) => r.runId);
       await c.l.fires.markEnqueued([first!]);
-      const ofJob = async (queued: string[]) => (await c.l.fires.unenqueued(10_000, queued)).filter((r) => r.job === job).map((r) => r.runId);
+      const ofJob = async (queued: string[]) =>
+        (await c.l.fires.unenqueued(10_000, queued)).filter((r) => r.job === job).map((r) => r.runId);
       assert.deepEqual(await ofJob([job]), [], 'held while the first run is active');
       assert.deepEqual(await ofJob([]), [second], 'a job not queued is not held');
       const attempt = await claim(c, first!);
@@ -564,7 +620,10 @@ const fireSide: Scenario[] = [
       await claim(c, committed[0]!.runId);
       const res = await commit(c, [{ job, scheduledAt: at(22), trigger: 'schedule', replace: true }], 8n);
       assert.equal(res.committed.length, 1);
-      assert.deepEqual([...res.cancelled].sort((x, y) => (x < y ? -1 : 1)), [committed[0]!.runId, committed[1]!.runId]);
+      assert.deepEqual(
+        [...res.cancelled].sort((x, y) => (x < y ? -1 : 1)),
+        [committed[0]!.runId, committed[1]!.runId],
+      );
       assert.equal((await c.l.runs.runState(committed[2]!.runId))?.state, 'pending', "another job's run is untouched");
       const again = await commit(c, [{ job, scheduledAt: at(22), trigger: 'schedule', replace: true }], 8n);
       assert.deepEqual(again, { committed: [], duplicates: 1, cancelled: [] });
@@ -577,7 +636,10 @@ const fireSide: Scenario[] = [
       const running = await fireOne(c, 20);
       await claim(c, running);
       await assert.rejects(
-        c.l.fires.commitFires([{ job: c.job(), scheduledAt: at(21), trigger: 'schedule', replace: true }], leader(c, 6n)),
+        c.l.fires.commitFires(
+          [{ job: c.job(), scheduledAt: at(21), trigger: 'schedule', replace: true }],
+          leader(c, 6n),
+        ),
         (err: Error) => err instanceof StaleTokenError && err.highest === 7n,
       );
       assert.equal((await c.l.runs.runState(running))?.state, 'running');
@@ -607,7 +669,12 @@ export function ledgerContract(label: string, target: ContractTarget): void {
     ledgerScenarios.forEach((scenario, i) => {
       it(scenario.name, async () => {
         const ns = `c${i}`;
-        await scenario.run({ l: ledger, ns, job: (name = 'job') => `${ns}-${name}`, resource: (name) => `${ns}/${name}` });
+        await scenario.run({
+          l: ledger,
+          ns,
+          job: (name = 'job') => `${ns}-${name}`,
+          resource: (name) => `${ns}/${name}`,
+        });
       });
     });
   });

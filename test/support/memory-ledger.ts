@@ -30,7 +30,11 @@ export class MemoryLedger implements FireLoopLedger {
   failAfterCommits = 0;
   commitError: Error = new Error('connection reset by peer');
   /** Every commitFires call, in order: what was asked and how it ended. */
-  readonly commitLog: { fires: FireRequest[]; token: bigint; outcome: 'committed' | 'failed' | 'reply lost' | 'refused' | 'rolled back' }[] = [];
+  readonly commitLog: {
+    fires: FireRequest[];
+    token: bigint;
+    outcome: 'committed' | 'failed' | 'reply lost' | 'refused' | 'rolled back';
+  }[] = [];
   private nextId = 1n;
 
   async advanceFence(resource: string, token: bigint): Promise<void> {
@@ -74,7 +78,8 @@ export class MemoryLedger implements FireLoopLedger {
     const replaced = new Map<string, Date>(); // job → its newest inserted 'replace' fire
     for (const f of fires) {
       // The unique key is partial: manual triggers are outside it, each one its own run.
-      const taken = (r: MemoryRun) => r.trigger !== 'manual' && r.job === f.job && r.scheduledAt.getTime() === f.scheduledAt.getTime();
+      const taken = (r: MemoryRun) =>
+        r.trigger !== 'manual' && r.job === f.job && r.scheduledAt.getTime() === f.scheduledAt.getTime();
       if (f.trigger !== 'manual' && this.runs.some(taken)) continue;
       const state = f.state ?? 'pending';
       const run: MemoryRun = {
@@ -88,7 +93,14 @@ export class MemoryLedger implements FireLoopLedger {
         error: f.error,
       };
       this.runs.push(run);
-      committed.push({ runId: run.id, job: f.job, scheduledAt: f.scheduledAt, trigger: f.trigger, state, hold: f.hold ?? false });
+      committed.push({
+        runId: run.id,
+        job: f.job,
+        scheduledAt: f.scheduledAt,
+        trigger: f.trigger,
+        state,
+        hold: f.hold ?? false,
+      });
       const newest = replaced.get(f.job);
       if (f.replace && (!newest || newest < f.scheduledAt)) replaced.set(f.job, f.scheduledAt);
     }
@@ -119,9 +131,22 @@ export class MemoryLedger implements FireLoopLedger {
   async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
     return this.runs
       .filter((r) => !r.enqueued && r.state === 'pending')
-      .filter((r) => !(queuedJobs.includes(r.job) && this.runs.some((a) => a.job === r.job && a.id !== r.id && a.enqueued && isActive(a))))
+      .filter(
+        (r) =>
+          !(
+            queuedJobs.includes(r.job) &&
+            this.runs.some((a) => a.job === r.job && a.id !== r.id && a.enqueued && isActive(a))
+          ),
+      )
       .slice(0, limit)
-      .map((r) => ({ runId: r.id, job: r.job, scheduledAt: r.scheduledAt, trigger: r.trigger as FireTrigger, state: 'pending' as const, hold: false }));
+      .map((r) => ({
+        runId: r.id,
+        job: r.job,
+        scheduledAt: r.scheduledAt,
+        trigger: r.trigger as FireTrigger,
+        state: 'pending' as const,
+        hold: false,
+      }));
   }
 
   async lastFired(): Promise<Map<string, Date>> {

@@ -78,7 +78,10 @@ export class MemoryRunLedger implements ExecutorLedger {
     book.attempts += 1;
     run.state = 'running';
     book.attemptRows.push({ attempt: book.attempts, token, worker, state: 'running', error: null, errorStack: null });
-    return { status: 'claimed', claim: { runId, job: run.job, scheduledAt: run.scheduledAt, attempt: book.attempts, token } };
+    return {
+      status: 'claimed',
+      claim: { runId, job: run.job, scheduledAt: run.scheduledAt, attempt: book.attempts, token },
+    };
   }
 
   /** As fences.ts: the newest claim first (StaleTokenError), then slot order (SupersededError / StaleTokenError). */
@@ -127,7 +130,8 @@ export class MemoryRunLedger implements ExecutorLedger {
       }
       return { status: 'committed', value };
     }
-    if (run.state === 'completed') this.recordSkippedAttempt(claim, 'a newer attempt completed the run first; this attempt rolled back');
+    if (run.state === 'completed')
+      this.recordSkippedAttempt(claim, 'a newer attempt completed the run first; this attempt rolled back');
     throw new StaleTokenError(`run ${claim.runId}`, claim.token, book.claimToken);
   }
 
@@ -178,7 +182,14 @@ export class MemoryRunLedger implements ExecutorLedger {
     const book = this.book(runId);
     book.skippedAttempts += 1;
     const attempt = book.attempts + book.skippedAttempts;
-    book.attemptRows.push({ attempt, token: this.nextToken(), worker, state: 'skipped', error: `run already ${run.state}`, errorStack: null });
+    book.attemptRows.push({
+      attempt,
+      token: this.nextToken(),
+      worker,
+      state: 'skipped',
+      error: `run already ${run.state}`,
+      errorStack: null,
+    });
     return run.state;
   }
 

@@ -22,7 +22,11 @@ export class ReplicaChild extends EventedChild<ReplicaEvent> {
 }
 
 /** The replica currently leading, by the events they printed (waits up to timeoutMs). */
-export async function waitForLeader(replicas: ReplicaChild[], timeoutMs: number, exclude: ReplicaChild[] = []): Promise<ReplicaChild> {
+export async function waitForLeader(
+  replicas: ReplicaChild[],
+  timeoutMs: number,
+  exclude: ReplicaChild[] = [],
+): Promise<ReplicaChild> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     const leader = replicas.find((r) => !exclude.includes(r) && r.role === 'leader');

@@ -1,6 +1,12 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { checkHistory, countWindow, type AttemptLogRecord, type History, type RunRecord } from '../../src/drill/checker.js';
+import {
+  checkHistory,
+  countWindow,
+  type AttemptLogRecord,
+  type History,
+  type RunRecord,
+} from '../../src/drill/checker.js';
 
 const T = Date.UTC(2026, 0, 1);
 function clean(): { history: History; expected: Map<string, number[]> } {
@@ -10,13 +16,27 @@ function clean(): { history: History; expected: Map<string, number[]> } {
   for (let s = 0; s < 10; s++) {
     for (const job of ['a', 'b']) {
       const token = BigInt(100 + s);
-      runs.push({ id, job, scheduledAt: T + s * 1000, leaderToken: s < 5 ? 1n : 2n, state: 'completed', completedToken: token, committedAt: T + s * 1000 + 40 });
+      runs.push({
+        id,
+        job,
+        scheduledAt: T + s * 1000,
+        leaderToken: s < 5 ? 1n : 2n,
+        state: 'completed',
+        completedToken: token,
+        committedAt: T + s * 1000 + 40,
+      });
       effects.push({ runId: id, token });
       id++;
     }
   }
   const times = Array.from({ length: 10 }, (_, s) => T + s * 1000);
-  return { history: { runs, effects }, expected: new Map([['a', times], ['b', times]]) };
+  return {
+    history: { runs, effects },
+    expected: new Map([
+      ['a', times],
+      ['b', times],
+    ]),
+  };
 }
 
 describe('exactly-once checker', () => {
@@ -53,7 +73,10 @@ describe('exactly-once checker', () => {
     const report = checkHistory(history, { expected });
     assert.equal(report.ok, false);
     assert.equal(report.early, 1);
-    assert.match(report.violations.find((v) => v.invariant === 'early')!.message, /a@2026-01-01T00:00:03.000Z committed 300000 ms before it was due/);
+    assert.match(
+      report.violations.find((v) => v.invariant === 'early')!.message,
+      /a@2026-01-01T00:00:03.000Z committed 300000 ms before it was due/,
+    );
   });
 
   it('catches a leader token that goes back in commit order (I3)', () => {
@@ -85,7 +108,11 @@ describe('exactly-once checker', () => {
   /** The clean history plus its attempt log: one committed row per run, by the completing attempt. */
   function withLog(): { history: History & { attemptLog: AttemptLogRecord[] }; expected: Map<string, number[]> } {
     const { history, expected } = clean();
-    const attemptLog: AttemptLogRecord[] = history.runs.map((r) => ({ runId: r.id, token: r.completedToken!, outcome: 'committed' }));
+    const attemptLog: AttemptLogRecord[] = history.runs.map((r) => ({
+      runId: r.id,
+      token: r.completedToken!,
+      outcome: 'committed',
+    }));
     return { history: { ...history, attemptLog }, expected };
   }
 
@@ -95,7 +122,14 @@ describe('exactly-once checker', () => {
     history.attemptLog.push({ runId: 3n, token: 500n, outcome: 'skipped' });
     const report = checkHistory(history, { expected, requireCompleted: true });
     assert.equal(report.ok, true, JSON.stringify(report.violations));
-    assert.deepEqual(report.attemptLog, { attempts: 21, committed: 20, refused: 0, skipped: 1, staleSkipped: 0, failed: 0 });
+    assert.deepEqual(report.attemptLog, {
+      attempts: 21,
+      committed: 20,
+      refused: 0,
+      skipped: 1,
+      staleSkipped: 0,
+      failed: 0,
+    });
     assert.equal(report.staleWritesRefused, 0);
     assert.equal(report.staleWritesLanded, 0);
     assert.equal(report.writesCommittedTwice, 0);
@@ -113,7 +147,10 @@ describe('exactly-once checker', () => {
     assert.equal(report.staleWritesLanded, 1);
     assert.equal(report.writesCommittedTwice, 0);
     assert.equal(report.staleEffects, 0, 'the effect table alone does not see it');
-    assert.match(report.violations.find((v) => v.invariant === 'I4')!.message, new RegExp(`run 7: .*token 50, but token ${run7.completedToken} completed the run`));
+    assert.match(
+      report.violations.find((v) => v.invariant === 'I4')!.message,
+      new RegExp(`run 7: .*token 50, but token ${run7.completedToken} completed the run`),
+    );
   });
 
   it('catches a committed log row for a run no attempt completed (I4)', () => {
@@ -132,7 +169,10 @@ describe('exactly-once checker', () => {
     assert.equal(report.ok, false);
     assert.equal(report.writesCommittedTwice, 1);
     assert.equal(report.staleWritesLanded, 0);
-    assert.match(report.violations.find((v) => v.invariant === 'I4')!.message, new RegExp(`run ${run.id}: the attempt log has 2 committed writes`));
+    assert.match(
+      report.violations.find((v) => v.invariant === 'I4')!.message,
+      new RegExp(`run ${run.id}: the attempt log has 2 committed writes`),
+    );
   });
 
   it('counts refused and stale-skipped attempts as stale writes refused, not as violations', () => {
@@ -144,7 +184,14 @@ describe('exactly-once checker', () => {
     history.attemptLog.push({ runId: history.runs[11]!.id, token: 3n, outcome: 'failed' });
     const report = checkHistory(history, { expected, requireCompleted: true });
     assert.equal(report.ok, true, JSON.stringify(report.violations));
-    assert.deepEqual(report.attemptLog, { attempts: 24, committed: 20, refused: 2, skipped: 1, staleSkipped: 1, failed: 1 });
+    assert.deepEqual(report.attemptLog, {
+      attempts: 24,
+      committed: 20,
+      refused: 2,
+      skipped: 1,
+      staleSkipped: 1,
+      failed: 1,
+    });
     assert.equal(report.staleWritesRefused, 3);
     assert.equal(report.violations.length, 0);
   });
@@ -165,7 +212,15 @@ describe('exactly-once checker', () => {
     history.runs[3] = { ...history.runs[3]!, state: 'cancelled' };
     const report = checkHistory(history, { expected });
     assert.equal(report.ok, true, JSON.stringify(report.violations));
-    assert.deepEqual(report.settlement, { completed: 16, superseded: 1, skipped: 1, failed: 1, cancelled: 1, unsettled: 0, unsettledByState: {} });
+    assert.deepEqual(report.settlement, {
+      completed: 16,
+      superseded: 1,
+      skipped: 1,
+      failed: 1,
+      cancelled: 1,
+      unsettled: 0,
+      unsettledByState: {},
+    });
     // A superseded run is done for the completion check too: it completed without its effect, by rule.
     const strict = checkHistory(history, { expected, requireCompleted: true });
     assert.equal(strict.incomplete, 3, 'skipped, failed and cancelled are not completions');
@@ -199,14 +254,29 @@ describe('exactly-once checker', () => {
     const lost = history.runs.find((r) => r.id === 3n)!;
     history.runs = history.runs.map((r) => (r.id === 3n ? { ...r, id: 77n } : r));
     history.effects = history.effects!.map((e) => (e.runId === 3n ? { ...e, runId: 77n } : e));
-    history.attemptLog.push({ runId: 77n, token: lost.completedToken!, outcome: 'committed', job: lost.job, scheduledAt: lost.scheduledAt });
+    history.attemptLog.push({
+      runId: 77n,
+      token: lost.completedToken!,
+      outcome: 'committed',
+      job: lost.job,
+      scheduledAt: lost.scheduledAt,
+    });
     const report = checkHistory(history, { expected });
     assert.equal(report.ok, false);
     assert.equal(report.writesLostByLedger, 1);
     assert.equal(report.writesCommittedTwice, 1);
     assert.equal(report.duplicated, 0, 'the ledger alone does not see it');
-    assert.match(report.violations.find((v) => /forgot/.test(v.message))!.message, /^run 3 \(a@2026-01-01T00:00:01.000Z\).*the ledger forgot it: it has no such run/);
-    assert.ok(report.violations.some((v) => /a@2026-01-01T00:00:01.000Z: the attempt log has committed writes of 2 different runs \(3, 77\)/.test(v.message)));
+    assert.match(
+      report.violations.find((v) => /forgot/.test(v.message))!.message,
+      /^run 3 \(a@2026-01-01T00:00:01.000Z\).*the ledger forgot it: it has no such run/,
+    );
+    assert.ok(
+      report.violations.some((v) =>
+        /a@2026-01-01T00:00:01.000Z: the attempt log has committed writes of 2 different runs \(3, 77\)/.test(
+          v.message,
+        ),
+      ),
+    );
   });
 
   it('counts one stretch of the window: expected, committed, duplicated, missed, superseded and unsettled', () => {
@@ -216,7 +286,23 @@ describe('exactly-once checker', () => {
     const at5 = (job: string) => history.runs.find((r) => r.job === job && r.scheduledAt === T + 5000)!;
     at5('a').state = 'pending';
     at5('b').state = 'superseded';
-    assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), { expected: 4, committed: 4, duplicated: 1, missed: 1, superseded: 0, unsettled: 0, writtenOnce: 3 });
-    assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), { expected: 2, committed: 2, duplicated: 0, missed: 0, superseded: 1, unsettled: 1, writtenOnce: 0 });
+    assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), {
+      expected: 4,
+      committed: 4,
+      duplicated: 1,
+      missed: 1,
+      superseded: 0,
+      unsettled: 0,
+      writtenOnce: 3,
+    });
+    assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), {
+      expected: 2,
+      committed: 2,
+      duplicated: 0,
+      missed: 0,
+      superseded: 1,
+      unsettled: 1,
+      writtenOnce: 0,
+    });
   });
 });

@@ -9,13 +9,20 @@ const after = (expr: string, tz: string, fromIso: string, n: number) =>
   CronSchedule.parse(expr, tz)
     .between(Date.parse(fromIso), Date.parse(fromIso) + 400 * 24 * 3600 * 1000, n)
     .map((t) => iso(t));
-const next = (expr: string, tz: string, fromIso: string) => iso(CronSchedule.parse(expr, tz).nextAfter(Date.parse(fromIso)));
+const next = (expr: string, tz: string, fromIso: string) =>
+  iso(CronSchedule.parse(expr, tz).nextAfter(Date.parse(fromIso)));
 const refusal = (setting: string, pattern: RegExp) => (e: unknown) =>
-  e instanceof InvalidConfigError && e.setting === setting && pattern.test(e.message) && (setting !== 'schedule' || e instanceof InvalidScheduleError);
+  e instanceof InvalidConfigError &&
+  e.setting === setting &&
+  pattern.test(e.message) &&
+  (setting !== 'schedule' || e instanceof InvalidScheduleError);
 
 describe('CronSchedule: expressions', () => {
   it('5-field, 6-field and nickname expressions', () => {
-    assert.deepEqual(after('*/5 * * * *', 'UTC', '2026-01-01T00:00:00Z', 2), ['2026-01-01T00:05:00.000Z', '2026-01-01T00:10:00.000Z']);
+    assert.deepEqual(after('*/5 * * * *', 'UTC', '2026-01-01T00:00:00Z', 2), [
+      '2026-01-01T00:05:00.000Z',
+      '2026-01-01T00:10:00.000Z',
+    ]);
     assert.deepEqual(after('*/20 * * * * *', 'UTC', '2026-01-01T00:00:00Z', 3), [
       '2026-01-01T00:00:20.000Z',
       '2026-01-01T00:00:40.000Z',
@@ -54,13 +61,22 @@ describe('CronSchedule: expressions', () => {
   });
 
   it('refuses a bad expression or an unknown time zone with a message naming the field', () => {
-    assert.throws(() => CronSchedule.parse('61 * * * *'), refusal('schedule', /"61 \* \* \* \*": minute: 61 is out of range 0-59/));
+    assert.throws(
+      () => CronSchedule.parse('61 * * * *'),
+      refusal('schedule', /"61 \* \* \* \*": minute: 61 is out of range 0-59/),
+    );
     assert.throws(() => CronSchedule.parse('hello'), refusal('schedule', /expected 5 or 6 fields but got 1/));
     assert.throws(() => CronSchedule.parse('* * * * * * *'), refusal('schedule', /expected 5 or 6 fields but got 7/));
-    assert.throws(() => CronSchedule.parse('0 0 31 2 *'), refusal('schedule', /no date matches day-of-month "31" in month "2", so it would never fire/));
+    assert.throws(
+      () => CronSchedule.parse('0 0 31 2 *'),
+      refusal('schedule', /no date matches day-of-month "31" in month "2", so it would never fire/),
+    );
     assert.throws(() => CronSchedule.parse('? * * * *'), refusal('schedule', /"\?" is not supported/));
     assert.throws(() => CronSchedule.parse(''), refusal('schedule', /must be a cron expression/));
-    assert.throws(() => CronSchedule.parse('* * * * *', 'Mars/Base'), refusal('timezone', /^timezone: unknown time zone "Mars\/Base"/));
+    assert.throws(
+      () => CronSchedule.parse('* * * * *', 'Mars/Base'),
+      refusal('timezone', /^timezone: unknown time zone "Mars\/Base"/),
+    );
     assert.throws(() => CronSchedule.parse('* * * * *', ''), refusal('timezone', /unknown time zone ""/));
   });
 });
@@ -105,7 +121,10 @@ describe('CronSchedule: spring forward (the skipped hour)', () => {
       '2026-03-29T01:10:00.000Z', // 03:10 CEST
     ]);
     // Every second: the last second before the gap, then the first after it.
-    assert.deepEqual(after('* * * * * *', 'America/New_York', '2026-03-08T06:59:58Z', 2), ['2026-03-08T06:59:59.000Z', '2026-03-08T07:00:00.000Z']);
+    assert.deepEqual(after('* * * * * *', 'America/New_York', '2026-03-08T06:59:58Z', 2), [
+      '2026-03-08T06:59:59.000Z',
+      '2026-03-08T07:00:00.000Z',
+    ]);
   });
 });
 
@@ -151,15 +170,31 @@ describe('CronSchedule: fall back (the repeated hour)', () => {
 describe('CronSchedule: the dialect (issue 12)', () => {
   it('<weekday>L is the last such weekday of the month, not every one', () => {
     // croner 9.1.0 read 5L as 5: every Friday. 2026-01: Fridays 2, 9, 16, 23, 30.
-    assert.deepEqual(after('0 0 * * 5L', 'UTC', '2026-01-01T00:00:00Z', 3), ['2026-01-30T00:00:00.000Z', '2026-02-27T00:00:00.000Z', '2026-03-27T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 * * 5L', 'UTC', '2026-01-01T00:00:00Z', 3), [
+      '2026-01-30T00:00:00.000Z',
+      '2026-02-27T00:00:00.000Z',
+      '2026-03-27T00:00:00.000Z',
+    ]);
     assert.deepEqual(after('0 0 * * FRIL', 'UTC', '2026-01-01T00:00:00Z', 1), ['2026-01-30T00:00:00.000Z']);
     // 1L: the last Monday (2026-01-26), not the 1st and the last day of the month.
-    assert.deepEqual(after('0 0 * * 1L', 'UTC', '2026-01-01T00:00:00Z', 2), ['2026-01-26T00:00:00.000Z', '2026-02-23T00:00:00.000Z']);
-    assert.deepEqual(after('0 0 L * *', 'UTC', '2028-02-01T00:00:00Z', 2), ['2028-02-29T00:00:00.000Z', '2028-03-31T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 * * 1L', 'UTC', '2026-01-01T00:00:00Z', 2), [
+      '2026-01-26T00:00:00.000Z',
+      '2026-02-23T00:00:00.000Z',
+    ]);
+    assert.deepEqual(after('0 0 L * *', 'UTC', '2028-02-01T00:00:00Z', 2), [
+      '2028-02-29T00:00:00.000Z',
+      '2028-03-31T00:00:00.000Z',
+    ]);
     // A range of "last" weekdays is not in the dialect: refused rather than read as 1-5.
-    assert.throws(() => CronSchedule.parse('0 0 * * 1-5L'), refusal('schedule', /day-of-week: "5L" is not a number 0-7.*"L" is supported only/));
+    assert.throws(
+      () => CronSchedule.parse('0 0 * * 1-5L'),
+      refusal('schedule', /day-of-week: "5L" is not a number 0-7.*"L" is supported only/),
+    );
     assert.throws(() => CronSchedule.parse('0 0 * * L'), refusal('schedule', /day-of-week: "L" is not/));
-    assert.throws(() => CronSchedule.parse('0 0 15W * *'), refusal('schedule', /"W" \(nearest weekday\) is not supported/));
+    assert.throws(
+      () => CronSchedule.parse('0 0 15W * *'),
+      refusal('schedule', /"W" \(nearest weekday\) is not supported/),
+    );
   });
 
   it('weekday#n next to a day-of-month list loses no fire', () => {
@@ -167,18 +202,38 @@ describe('CronSchedule: the dialect (issue 12)', () => {
     assert.equal(next('0 0 1,31 * 5#2', 'UTC', '2024-02-27T00:00:00Z'), '2024-03-01T00:00:00.000Z');
     assert.equal(next('0 0 1,31 * 1#1', 'UTC', '2025-02-27T00:00:00Z'), '2025-03-01T00:00:00.000Z');
     assert.equal(next('0 0 1,30 * 5#2', 'UTC', '2025-02-27T00:00:00Z'), '2025-03-01T00:00:00.000Z');
-    assert.deepEqual(after('0 0 * * 5#2', 'UTC', '2024-02-27T00:00:00Z', 2), ['2024-03-08T00:00:00.000Z', '2024-04-12T00:00:00.000Z']);
-    assert.throws(() => CronSchedule.parse('0 0 * * 5#6'), refusal('schedule', /"5#6": the n in "weekday#n" must be 1 to 5/));
+    assert.deepEqual(after('0 0 * * 5#2', 'UTC', '2024-02-27T00:00:00Z', 2), [
+      '2024-03-08T00:00:00.000Z',
+      '2024-04-12T00:00:00.000Z',
+    ]);
+    assert.throws(
+      () => CronSchedule.parse('0 0 * * 5#6'),
+      refusal('schedule', /"5#6": the n in "weekday#n" must be 1 to 5/),
+    );
   });
 
   it('day-of-month and day-of-week: OR when both are restricted, AND when either starts with "*" (Vixie)', () => {
     // */2 starts with "*": Mondays on an odd day of the month (2026-01-05 is a Monday, 01-12 is even).
-    assert.deepEqual(after('0 0 */2 * 1', 'UTC', '2026-01-01T00:00:00Z', 3), ['2026-01-05T00:00:00.000Z', '2026-01-19T00:00:00.000Z', '2026-02-09T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 */2 * 1', 'UTC', '2026-01-01T00:00:00Z', 3), [
+      '2026-01-05T00:00:00.000Z',
+      '2026-01-19T00:00:00.000Z',
+      '2026-02-09T00:00:00.000Z',
+    ]);
     // */3 in day-of-week is Sunday, Wednesday, Saturday: the 1st when it is one of those.
-    assert.deepEqual(after('0 0 1 * */3', 'UTC', '2026-01-01T00:00:00Z', 3), ['2026-02-01T00:00:00.000Z', '2026-03-01T00:00:00.000Z', '2026-04-01T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 1 * */3', 'UTC', '2026-01-01T00:00:00Z', 3), [
+      '2026-02-01T00:00:00.000Z',
+      '2026-03-01T00:00:00.000Z',
+      '2026-04-01T00:00:00.000Z',
+    ]);
     // Both restricted: the 1st or a Monday. 0 0 31 2 1 fires on February's Mondays.
-    assert.deepEqual(after('0 0 1 * 1', 'UTC', '2026-01-27T00:00:00Z', 2), ['2026-02-01T00:00:00.000Z', '2026-02-02T00:00:00.000Z']);
-    assert.deepEqual(after('0 0 31 2 1', 'UTC', '2026-01-01T00:00:00Z', 2), ['2026-02-02T00:00:00.000Z', '2026-02-09T00:00:00.000Z']);
+    assert.deepEqual(after('0 0 1 * 1', 'UTC', '2026-01-27T00:00:00Z', 2), [
+      '2026-02-01T00:00:00.000Z',
+      '2026-02-02T00:00:00.000Z',
+    ]);
+    assert.deepEqual(after('0 0 31 2 1', 'UTC', '2026-01-01T00:00:00Z', 2), [
+      '2026-02-02T00:00:00.000Z',
+      '2026-02-09T00:00:00.000Z',
+    ]);
     // 7 is Sunday too.
     assert.equal(next('0 0 * * 7', 'UTC', '2026-01-01T00:00:00Z'), '2026-01-04T00:00:00.000Z');
   });
@@ -188,13 +243,28 @@ describe('CronSchedule: the dialect (issue 12)', () => {
     assert.equal(next('@annually', 'UTC', '2026-01-01T10:00:00Z'), '2027-01-01T00:00:00.000Z');
     assert.equal(next('@YEARLY', 'UTC', '2026-01-01T10:00:00Z'), '2027-01-01T00:00:00.000Z');
     assert.throws(() => CronSchedule.parse('@reboot'), refusal('schedule', /unknown nickname; use one of @yearly/));
-    assert.throws(() => CronSchedule.parse('/5 * * * *'), refusal('schedule', /minute: "\/5": a step needs "\*" or a range before it/));
+    assert.throws(
+      () => CronSchedule.parse('/5 * * * *'),
+      refusal('schedule', /minute: "\/5": a step needs "\*" or a range before it/),
+    );
     assert.throws(() => CronSchedule.parse('5/15 * * * *'), refusal('schedule', /minute: "5\/15": a step needs/));
-    assert.throws(() => CronSchedule.parse('*/0 * * * *'), refusal('schedule', /minute: step "0" must be a whole number from 1 to 60/));
-    assert.throws(() => CronSchedule.parse('0 0 * * fri-mon'), refusal('schedule', /day-of-week: the range "fri-mon" goes backwards/));
-    assert.throws(() => CronSchedule.parse('0 0 * * monday'), refusal('schedule', /day-of-week: "monday" is not a number 0-7 or a name/));
+    assert.throws(
+      () => CronSchedule.parse('*/0 * * * *'),
+      refusal('schedule', /minute: step "0" must be a whole number from 1 to 60/),
+    );
+    assert.throws(
+      () => CronSchedule.parse('0 0 * * fri-mon'),
+      refusal('schedule', /day-of-week: the range "fri-mon" goes backwards/),
+    );
+    assert.throws(
+      () => CronSchedule.parse('0 0 * * monday'),
+      refusal('schedule', /day-of-week: "monday" is not a number 0-7 or a name/),
+    );
     // */20 is the 1st and 21st; the second Friday is the 8th-14th: never both.
-    assert.throws(() => CronSchedule.parse('0 0 */20 * 5#2'), refusal('schedule', /day-of-month "\*\/20" in month "\*" and day-of-week "5#2", so it would never fire/));
+    assert.throws(
+      () => CronSchedule.parse('0 0 */20 * 5#2'),
+      refusal('schedule', /day-of-month "\*\/20" in month "\*" and day-of-week "5#2", so it would never fire/),
+    );
     assert.equal(next('0 0 */30 2 */7', 'UTC', '2026-01-01T00:00:00Z'), '2026-02-01T00:00:00.000Z'); // 1 Feb 2026 is a Sunday
   });
 });

@@ -24,14 +24,17 @@ describe('defineJob', () => {
     assert.equal(job.jitterMs, 0);
     assert.equal(job.timeoutMs, 0);
     assert.deepEqual(job.backoff, { type: 'exponential', delayMs: 1000 });
-    assert.equal(new Date(job.schedule.nextAfter(Date.parse('2026-01-01T00:30:00Z'))!).toISOString(), '2026-01-01T01:00:00.000Z');
+    assert.equal(
+      new Date(job.schedule.nextAfter(Date.parse('2026-01-01T00:30:00Z'))!).toISOString(),
+      '2026-01-01T01:00:00.000Z',
+    );
     assert.ok(Object.isFrozen(job));
   });
 
   it('names the job and the field in every refusal', () => {
     refuses({ ...base, schedule: '99 * * * *' }, /^job "report": schedule: .*minute/);
     refuses({ ...base, timezone: 'Mars/Base' }, /^job "report": timezone: unknown time zone "Mars\/Base"/);
-    refuses({ ...base, name: "has space" }, /^job "has space": name: may contain only/);
+    refuses({ ...base, name: 'has space' }, /^job "has space": name: may contain only/);
     refuses({ ...base, misfire: 'sometimes' }, /^job "report": misfire:/);
     refuses({ ...base, overlap: 'maybe' }, /^job "report": overlap:/);
     refuses({ ...base, retries: -1 }, /^job "report": retries: must not be negative/);
@@ -44,31 +47,54 @@ describe('defineJob', () => {
     refuses({ ...base, name: 'x'.repeat(129) }, /name: must be at most 128 characters/);
     refuses({ ...base, catchUpWindowMs: 'soon' }, /^job "report": catchUpWindowMs:/);
     refuses({ ...base, backoff: { type: 'linear', delayMs: 5 } }, /^job "report": backoff\.type:/);
-    refuses({ ...base, backoff: { type: 'fixed', delayMs: -5 } }, /^job "report": backoff\.delayMs: must not be negative/);
+    refuses(
+      { ...base, backoff: { type: 'fixed', delayMs: -5 } },
+      /^job "report": backoff\.delayMs: must not be negative/,
+    );
     refuses({ ...base, retries: 101 }, /^job "report": retries: must be at most 100/);
   });
 
   it('keeps valid options, reads the schedule in its zone', () => {
-    const job = defineJob({ ...base, name: 'billing.eu:daily-1', schedule: '30 2 * * *', timezone: 'Europe/Berlin', misfire: 'latest', overlap: 'queue', retries: 3, backoff: { type: 'fixed', delayMs: 250 } });
+    const job = defineJob({
+      ...base,
+      name: 'billing.eu:daily-1',
+      schedule: '30 2 * * *',
+      timezone: 'Europe/Berlin',
+      misfire: 'latest',
+      overlap: 'queue',
+      retries: 3,
+      backoff: { type: 'fixed', delayMs: 250 },
+    });
     assert.equal(job.name, 'billing.eu:daily-1');
     assert.equal(job.misfire, 'latest');
     assert.equal(job.overlap, 'queue');
     assert.equal(job.retries, 3);
     assert.deepEqual(job.backoff, { type: 'fixed', delayMs: 250 });
-    assert.equal(new Date(job.schedule.nextAfter(Date.parse('2026-01-01T00:00:00Z'))!).toISOString(), '2026-01-01T01:30:00.000Z');
+    assert.equal(
+      new Date(job.schedule.nextAfter(Date.parse('2026-01-01T00:00:00Z'))!).toISOString(),
+      '2026-01-01T01:30:00.000Z',
+    );
   });
 
   it('a registry refuses duplicate names and names unknown jobs', () => {
     const registry = new JobRegistry([defineJob(base)]);
     assert.throws(
       () => registry.add(defineJob(base)),
-      (e: Error) => e instanceof InvalidConfigError && e.setting === 'name' && e.message === 'name: job "report" is defined twice',
+      (e: Error) =>
+        e instanceof InvalidConfigError && e.setting === 'name' && e.message === 'name: job "report" is defined twice',
     );
     assert.throws(() => new JobRegistry([defineJob(base), defineJob(base)]), InvalidConfigError);
-    assert.throws(() => registry.require('nope'), (e: Error) => e instanceof UnknownJobError && e instanceof InvalidArgumentError && e.message === 'unknown job "nope"');
+    assert.throws(
+      () => registry.require('nope'),
+      (e: Error) =>
+        e instanceof UnknownJobError && e instanceof InvalidArgumentError && e.message === 'unknown job "nope"',
+    );
     assert.equal(registry.get('nope'), undefined);
     registry.add(defineJob({ ...base, name: 'other' }));
-    assert.deepEqual(registry.list().map((j) => j.name), ['report', 'other']);
+    assert.deepEqual(
+      registry.list().map((j) => j.name),
+      ['report', 'other'],
+    );
     assert.equal(registry.require('report').name, 'report');
     assert.equal(registry.size, 2);
   });

@@ -46,7 +46,8 @@ describe('Elector', () => {
   it('refuses timings where a healthy leader would lapse between renews', () => {
     const backend = new MemoryLeaseBackend();
     assert.throws(
-      () => new Elector(backend, { leaseName: 'x', replicaId: 'a', ttlMs: 1000, renewEveryMs: 950, safetyMarginMs: 100 }),
+      () =>
+        new Elector(backend, { leaseName: 'x', replicaId: 'a', ttlMs: 1000, renewEveryMs: 950, safetyMarginMs: 100 }),
       (err: Error) => err instanceof InvalidConfigError && /renewEveryMs/.test(err.message),
     );
     assert.throws(
@@ -177,7 +178,10 @@ describe('Elector', () => {
     for (const e of [a.elector, b.elector]) e.on('lease:lost', (_l, reason, end) => ends.push([reason, end]));
     a.elector.stepDown('fence refused token 1: token 2 was already accepted');
     await clock.advance(0);
-    assert.deepEqual(ends.shift(), ['fence refused token 1: token 2 was already accepted', { kind: 'fence', detail: 'fence refused token 1: token 2 was already accepted' }]);
+    assert.deepEqual(ends.shift(), [
+      'fence refused token 1: token 2 was already accepted',
+      { kind: 'fence', detail: 'fence refused token 1: token 2 was already accepted' },
+    ]);
     assert.equal(b.elector.role, 'leader', 'a fenced-out leader releases, so the follower leads at once');
     assert.equal(await b.elector.resign(), true);
     await clock.advance(0);

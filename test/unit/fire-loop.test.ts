@@ -44,7 +44,14 @@ function setup(jobs: Partial<JobOptions>[], options: { token?: bigint; start?: n
   const clock = new ManualClock(options.start ?? T0 + 500);
   const ledger = new MemoryLedger();
   const delivery = new RecordingDelivery();
-  const lease: Lease = { name: 'l', holder: 'me', token: options.token ?? 5n, ttlMs: 10_000, safetyMarginMs: 1000, deadline: Infinity };
+  const lease: Lease = {
+    name: 'l',
+    holder: 'me',
+    token: options.token ?? 5n,
+    ttlMs: 10_000,
+    safetyMarginMs: 1000,
+    deadline: Infinity,
+  };
   const stepDowns: string[] = [];
   const logs: LogLine[] = [];
   const registry = new JobRegistry(
@@ -66,7 +73,18 @@ function setup(jobs: Partial<JobOptions>[], options: { token?: bigint; start?: n
   loop.on('fire:missed', (job, times) => missed.push({ job, times }));
   loop.on('fire:skipped', (job, at, reason) => skipped.push({ job, at, reason }));
   const abort = new AbortController();
-  return { clock, ledger, delivery, loop, stepDowns, missed, skipped, logs, abort, lead: () => loop.lead(abort.signal) };
+  return {
+    clock,
+    ledger,
+    delivery,
+    loop,
+    stepDowns,
+    missed,
+    skipped,
+    logs,
+    abort,
+    lead: () => loop.lead(abort.signal),
+  };
 }
 
 describe('FireLoop (driven clock)', () => {
@@ -89,10 +107,21 @@ describe('FireLoop (driven clock)', () => {
 
   it('after an election, misfire "all" catches up every missed time inside the window', async () => {
     const t = setup([{ misfire: 'all', catchUpWindowMs: 5000 }]);
-    t.ledger.runs.push({ id: 999n, job: 'job0', scheduledAt: new Date(T0 - 10_000), trigger: 'schedule', leaderToken: 1n, state: 'completed', enqueued: true });
+    t.ledger.runs.push({
+      id: 999n,
+      job: 'job0',
+      scheduledAt: new Date(T0 - 10_000),
+      trigger: 'schedule',
+      leaderToken: 1n,
+      state: 'completed',
+      enqueued: true,
+    });
     await t.lead();
     const catchup = t.ledger.runs.filter((r) => r.trigger === 'catchup').map((r) => iso(r.scheduledAt.getTime()));
-    assert.deepEqual(catchup, [-4000, -3000, -2000, -1000, 0].map((d) => iso(T0 + d)));
+    assert.deepEqual(
+      catchup,
+      [-4000, -3000, -2000, -1000, 0].map((d) => iso(T0 + d)),
+    );
     assert.equal(t.missed.length, 1);
     assert.equal(t.missed[0]!.times.length, 5, 'the five older than the window are reported missed');
   });
@@ -100,7 +129,15 @@ describe('FireLoop (driven clock)', () => {
   it('misfire "latest" fires once; "skip" fires none; both report the rest as missed', async () => {
     for (const policy of ['latest', 'skip'] as const) {
       const t = setup([{ misfire: policy, misfireGraceMs: 0 }]);
-      t.ledger.runs.push({ id: 999n, job: 'job0', scheduledAt: new Date(T0 - 10_000), trigger: 'schedule', leaderToken: 1n, state: 'completed', enqueued: true });
+      t.ledger.runs.push({
+        id: 999n,
+        job: 'job0',
+        scheduledAt: new Date(T0 - 10_000),
+        trigger: 'schedule',
+        leaderToken: 1n,
+        state: 'completed',
+        enqueued: true,
+      });
       await t.lead();
       const catchup = t.ledger.runs.filter((r) => r.trigger === 'catchup').map((r) => iso(r.scheduledAt.getTime()));
       assert.deepEqual(catchup, policy === 'latest' ? [iso(T0)] : [], policy);
@@ -114,7 +151,10 @@ describe('FireLoop (driven clock)', () => {
     await t.lead();
     await t.clock.advance(3000);
     const runs = t.ledger.of('job0');
-    assert.deepEqual(runs.map((r) => r.state), ['pending', 'skipped', 'skipped']);
+    assert.deepEqual(
+      runs.map((r) => r.state),
+      ['pending', 'skipped', 'skipped'],
+    );
     assert.equal(t.skipped.length, 2);
     assert.match(t.skipped[0]!.reason, /overlap "skip"/);
     t.ledger.finish(runs[0]!.id);
@@ -153,9 +193,16 @@ describe('FireLoop (driven clock)', () => {
     };
     await t.clock.advance(2000);
     const sizes = t.ledger.commitLog.map((c) => c.fires.length);
-    assert.ok(sizes.every((n) => n <= COMMIT_CHUNK), `chunks of at most ${COMMIT_CHUNK}: ${sizes.join(', ')}`);
+    assert.ok(
+      sizes.every((n) => n <= COMMIT_CHUNK),
+      `chunks of at most ${COMMIT_CHUNK}: ${sizes.join(', ')}`,
+    );
     for (let i = 0; i < 600; i++) {
-      assert.deepEqual(t.ledger.of(`job${i}`).map((r) => iso(r.scheduledAt.getTime())), [iso(T0 + 1000), iso(T0 + 2000)], `job${i}`);
+      assert.deepEqual(
+        t.ledger.of(`job${i}`).map((r) => iso(r.scheduledAt.getTime())),
+        [iso(T0 + 1000), iso(T0 + 2000)],
+        `job${i}`,
+      );
     }
     const delivered = t.delivery.enqueued.map((r) => r.runId);
     assert.equal(delivered.length, 1200, 'every run delivered');
@@ -167,11 +214,21 @@ describe('FireLoop (driven clock)', () => {
     await t.lead();
     await t.clock.advance(3000);
     const runs = t.ledger.of('job0');
-    assert.deepEqual(runs.map((r) => r.state), ['pending', 'pending', 'skipped']);
-    assert.deepEqual(t.delivery.enqueued.map((r) => r.runId), [runs[0]!.id], 'the queued run is held back');
+    assert.deepEqual(
+      runs.map((r) => r.state),
+      ['pending', 'pending', 'skipped'],
+    );
+    assert.deepEqual(
+      t.delivery.enqueued.map((r) => r.runId),
+      [runs[0]!.id],
+      'the queued run is held back',
+    );
     t.ledger.finish(runs[0]!.id);
     await t.loop.sweepOutbox();
-    assert.deepEqual(t.delivery.enqueued.map((r) => r.runId), [runs[0]!.id, runs[1]!.id]);
+    assert.deepEqual(
+      t.delivery.enqueued.map((r) => r.runId),
+      [runs[0]!.id, runs[1]!.id],
+    );
   });
 
   it('overlap "replace": the active run is cancelled through delivery, the new one fires', async () => {
@@ -181,9 +238,16 @@ describe('FireLoop (driven clock)', () => {
     await t.lead();
     await t.clock.advance(2000);
     const runs = t.ledger.of('job0');
-    assert.deepEqual(runs.map((r) => r.state), ['cancelled', 'pending']);
+    assert.deepEqual(
+      runs.map((r) => r.state),
+      ['cancelled', 'pending'],
+    );
     assert.deepEqual(t.delivery.cancelled, [runs[0]!.id]);
-    assert.deepEqual(atCancel, [['cancelled', 'pending']], 'workers are told only once the replacing fire is committed');
+    assert.deepEqual(
+      atCancel,
+      [['cancelled', 'pending']],
+      'workers are told only once the replacing fire is committed',
+    );
   });
 
   it('overlap "replace" from a stale leader: the fence refuses the batch, nothing is cancelled, the loop steps down', async () => {
@@ -194,7 +258,11 @@ describe('FireLoop (driven clock)', () => {
     assert.equal(first?.state, 'pending');
     t.ledger.fences.set('scheduler/l', 9n); // a newer leader has committed meanwhile
     await t.clock.advance(1000);
-    assert.deepEqual(t.ledger.of('job0').map((r) => r.state), ['pending'], "the newer leader's run is untouched");
+    assert.deepEqual(
+      t.ledger.of('job0').map((r) => r.state),
+      ['pending'],
+      "the newer leader's run is untouched",
+    );
     assert.deepEqual(t.delivery.cancelled, []);
     assert.equal(t.stepDowns.length, 1);
     assert.match(t.stepDowns[0]!, /fence refused token 5/);
@@ -207,12 +275,21 @@ describe('FireLoop (driven clock)', () => {
     await t.clock.advance(1000);
     t.ledger.failCommits = 1;
     await t.clock.advance(1000);
-    assert.deepEqual(t.ledger.of('job0').map((r) => r.state), ['pending']);
+    assert.deepEqual(
+      t.ledger.of('job0').map((r) => r.state),
+      ['pending'],
+    );
     assert.deepEqual(t.delivery.cancelled, []);
     await t.clock.advance(1000); // the retry commits 2 s and 3 s; the first run is replaced
     const runs = t.ledger.of('job0');
-    assert.deepEqual(runs.map((r) => iso(r.scheduledAt.getTime())), [1000, 2000, 3000].map((d) => iso(T0 + d)));
-    assert.deepEqual(runs.map((r) => r.state), ['cancelled', 'pending', 'pending']);
+    assert.deepEqual(
+      runs.map((r) => iso(r.scheduledAt.getTime())),
+      [1000, 2000, 3000].map((d) => iso(T0 + d)),
+    );
+    assert.deepEqual(
+      runs.map((r) => r.state),
+      ['cancelled', 'pending', 'pending'],
+    );
     assert.deepEqual(t.delivery.cancelled, [runs[0]!.id]);
   });
 
@@ -222,10 +299,16 @@ describe('FireLoop (driven clock)', () => {
     await t.clock.advance(1000); // T0+1s commits
     t.ledger.failCommits = 2; // T0+2s fails, its retry at T0+3s fails too
     await t.clock.advance(2000);
-    assert.deepEqual(t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())), [iso(T0 + 1000)]);
+    assert.deepEqual(
+      t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())),
+      [iso(T0 + 1000)],
+    );
     await t.clock.advance(3000); // the retry at T0+4s commits 2 s, 3 s and 4 s; then 5 s and 6 s on time
     const times = t.ledger.of('job0').map((r) => r.scheduledAt.getTime());
-    assert.deepEqual(times.map(iso), [1, 2, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)));
+    assert.deepEqual(
+      times.map(iso),
+      [1, 2, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)),
+    );
     assert.deepEqual(t.missed, [], 'nothing missed');
     assert.deepEqual(
       t.ledger.commitLog.map((c) => [c.outcome, c.fires.map((f) => (f.scheduledAt.getTime() - T0) / 1000)]),
@@ -254,7 +337,10 @@ describe('FireLoop (driven clock)', () => {
     await t.clock.advance(1000);
     t.ledger.failCommits = 2;
     await t.clock.advance(5000); // fails at 2 s and 3 s; at 4 s, 2 s is past the 1 s grace
-    assert.deepEqual(t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())), [1, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)));
+    assert.deepEqual(
+      t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())),
+      [1, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)),
+    );
     assert.deepEqual(
       t.missed.map((m) => m.times.map((d) => iso(d.getTime()))),
       [[iso(T0 + 2000)]],
@@ -272,7 +358,10 @@ describe('FireLoop (driven clock)', () => {
     t.ledger.failAfterCommits = 1;
     await t.clock.advance(4000);
     const runs = t.ledger.of('job0');
-    assert.deepEqual(runs.map((r) => iso(r.scheduledAt.getTime())), [1, 2, 3, 4, 5].map((s) => iso(T0 + s * 1000)));
+    assert.deepEqual(
+      runs.map((r) => iso(r.scheduledAt.getTime())),
+      [1, 2, 3, 4, 5].map((s) => iso(T0 + s * 1000)),
+    );
     assert.deepEqual(dupes, [1], 'the retried instant was refused by the unique key');
     assert.deepEqual(
       t.delivery.enqueued.map((r) => r.runId).sort((a, b) => Number(a - b)),
@@ -308,7 +397,10 @@ describe('FireLoop (driven clock)', () => {
     t.ledger.paused.add('job0');
     await t.lead();
     await t.clock.advance(2000);
-    assert.deepEqual(t.ledger.of('job0').map((r) => r.state), ['skipped', 'skipped']);
+    assert.deepEqual(
+      t.ledger.of('job0').map((r) => r.state),
+      ['skipped', 'skipped'],
+    );
     assert.equal(t.delivery.enqueued.length, 0);
     const manual = await t.loop.trigger('job0');
     assert.equal(manual.state, 'pending');
@@ -340,7 +432,11 @@ describe('FireLoop (driven clock)', () => {
     assert.equal(new Set(times).size, times.length, 'no scheduled time twice');
     t.clock.jumpWall(10_000);
     await t.clock.advance(1000);
-    const after = t.ledger.of('job0').map((r) => r.scheduledAt.getTime()).sort((a, b) => a - b);
-    for (let i = 1; i < after.length; i++) assert.equal(after[i]! - after[i - 1]!, 1000, `gap before ${iso(after[i]!)}`);
+    const after = t.ledger
+      .of('job0')
+      .map((r) => r.scheduledAt.getTime())
+      .sort((a, b) => a - b);
+    for (let i = 1; i < after.length; i++)
+      assert.equal(after[i]! - after[i - 1]!, 1000, `gap before ${iso(after[i]!)}`);
   });
 });

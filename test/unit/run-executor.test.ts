@@ -5,7 +5,13 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
-import { AbortedError, BackendUnavailableError, InvalidArgumentError, StaleTokenError, SupersededError } from '../../src/errors.js';
+import {
+  AbortedError,
+  BackendUnavailableError,
+  InvalidArgumentError,
+  StaleTokenError,
+  SupersededError,
+} from '../../src/errors.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import type { JobContext } from '../../src/jobs/job-context.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
@@ -79,10 +85,11 @@ function setup(options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger } =
   };
 }
 
-const write = (ctx: JobContext, note: string) => async (tx: { query: (text: string, values: unknown[]) => Promise<unknown> }) => {
-  await tx.query('INSERT INTO contract_effects (run_id, note) VALUES ($1, $2)', [ctx.runId, note]);
-  return note;
-};
+const write =
+  (ctx: JobContext, note: string) => async (tx: { query: (text: string, values: unknown[]) => Promise<unknown> }) => {
+    await tx.query('INSERT INTO contract_effects (run_id, note) VALUES ($1, $2)', [ctx.runId, note]);
+    return note;
+  };
 
 describe('RunExecutor (in-memory ledger)', () => {
   it('a handler that returns completes the run, announced with its token', async () => {
@@ -90,7 +97,12 @@ describe('RunExecutor (in-memory ledger)', () => {
     const runId = await t.fire();
     const result = await t.executor.execute(runId, { finalAttempt: true });
     const run = t.run(runId);
-    assert.deepEqual(result, { status: 'completed', runId: runId.toString(), attempt: 1, token: run.claimToken?.toString() });
+    assert.deepEqual(result, {
+      status: 'completed',
+      runId: runId.toString(),
+      attempt: 1,
+      token: run.claimToken?.toString(),
+    });
     assert.equal(run.state, 'completed');
     assert.equal(run.completedAttempt, 1);
     assert.deepEqual(
@@ -401,7 +413,10 @@ describe('RunExecutor (in-memory ledger)', () => {
     assert.equal(a.state, 'failed');
     assert.ok(a.error?.startsWith('x\\0yyy') && a.error.length <= MAX_ERROR_MESSAGE, `${a.error?.length} characters`);
     const stack = a.attemptRows[0]?.errorStack ?? '';
-    assert.ok(stack.length > 0 && stack.length <= MAX_ERROR_STACK && !stack.includes('\u0000'), `stack of ${stack.length}`);
+    assert.ok(
+      stack.length > 0 && stack.length <= MAX_ERROR_STACK && !stack.includes('\u0000'),
+      `stack of ${stack.length}`,
+    );
     assert.deepEqual([t.run(second).state, t.run(second).error], ['retrying', 'plain \\0 string']);
     assert.deepEqual(
       t.fires.runs.filter((r) => r.state === 'running').map((r) => r.id),

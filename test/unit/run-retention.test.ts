@@ -28,11 +28,22 @@ function fakeLedger(backlog: number, failFirst = false) {
 it('prunes at the start of the tenure in batches until one comes back short, then every interval, and stops with the tenure', async () => {
   const clock = new ManualClock();
   const ledger = fakeLedger(12);
-  const retention = new RunRetention({ ledger, clock, logger: pino({ level: 'silent' }), retentionMs: 86_400_000, intervalMs: 60_000, batchSize: 5 });
+  const retention = new RunRetention({
+    ledger,
+    clock,
+    logger: pino({ level: 'silent' }),
+    retentionMs: 86_400_000,
+    intervalMs: 60_000,
+    batchSize: 5,
+  });
   const tenure = new AbortController();
   const running = retention.run(tenure.signal);
   await clock.advance(0);
-  assert.deepEqual(ledger.calls.map((c) => c.batch), [5, 5, 5], '12 runs: 5 + 5 + 2, then stop');
+  assert.deepEqual(
+    ledger.calls.map((c) => c.batch),
+    [5, 5, 5],
+    '12 runs: 5 + 5 + 2, then stop',
+  );
   assert.ok(ledger.calls.every((c) => c.olderThanMs === 86_400_000));
   ledger.add(3);
   await clock.advance(59_000);
@@ -48,7 +59,14 @@ it('prunes at the start of the tenure in batches until one comes back short, the
 it('a failed round is logged and tried again at the next interval, never thrown', async () => {
   const clock = new ManualClock();
   const ledger = fakeLedger(4, true);
-  const retention = new RunRetention({ ledger, clock, logger: pino({ level: 'silent' }), retentionMs: 1000, intervalMs: 10_000, batchSize: 5 });
+  const retention = new RunRetention({
+    ledger,
+    clock,
+    logger: pino({ level: 'silent' }),
+    retentionMs: 1000,
+    intervalMs: 10_000,
+    batchSize: 5,
+  });
   assert.equal(await retention.pruneOnce(), 0);
   assert.equal(await retention.pruneOnce(), 4);
 });

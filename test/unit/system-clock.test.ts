@@ -12,7 +12,10 @@ it('a timer further away than setTimeout can hold (about 24.8 days) does not fir
   timer.cancel();
   process.off('warning', onWarning);
   assert.equal(fired, false, 'a 40-day timer fired within 50 ms');
-  assert.deepEqual(warnings.filter((w) => w === 'TimeoutOverflowWarning'), []);
+  assert.deepEqual(
+    warnings.filter((w) => w === 'TimeoutOverflowWarning'),
+    [],
+  );
 });
 
 it('short timers and sleeps still fire, and cancel and abort stop them', async () => {

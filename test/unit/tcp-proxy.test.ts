@@ -26,7 +26,9 @@ before(async () => {
 });
 after(() => new Promise<void>((r) => echo.close(() => r())));
 
-async function client(port: number): Promise<{ socket: Socket; received: () => string; waitFor: (text: string, ms: number) => Promise<boolean> }> {
+async function client(
+  port: number,
+): Promise<{ socket: Socket; received: () => string; waitFor: (text: string, ms: number) => Promise<boolean> }> {
   const socket = connect({ host: '127.0.0.1', port });
   await once(socket, 'connect');
   let data = '';

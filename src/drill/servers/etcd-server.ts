@@ -14,7 +14,9 @@ export interface TestEtcd {
  * tests run fast: heartbeat 50 ms, election 500 ms, which also lets etcd grant 1 s leases.
  */
 export async function startEtcdCluster(size = 3): Promise<TestEtcd> {
-  const ports = await Promise.all(Array.from({ length: size }, async () => ({ client: await freePort(), peer: await freePort() })));
+  const ports = await Promise.all(
+    Array.from({ length: size }, async () => ({ client: await freePort(), peer: await freePort() })),
+  );
   const names = ports.map((_, i) => `m${i}`);
   const initialCluster = ports.map((p, i) => `${names[i]}=http://127.0.0.1:${p.peer}`).join(',');
   const token = `cw-${Date.now()}-${Math.random().toString(36).slice(2, 8)}`;
@@ -28,19 +30,32 @@ export async function startEtcdCluster(size = 3): Promise<TestEtcd> {
         label: `etcd-${names[i]}`,
         command: 'etcd',
         args: [
-          '--name', names[i]!,
-          '--data-dir', `${dir}/data`,
-          '--listen-client-urls', clientUrl,
-          '--advertise-client-urls', clientUrl,
-          '--listen-peer-urls', `http://127.0.0.1:${p.peer}`,
-          '--initial-advertise-peer-urls', `http://127.0.0.1:${p.peer}`,
-          '--initial-cluster', initialCluster,
-          '--initial-cluster-state', 'new',
-          '--initial-cluster-token', token,
-          '--heartbeat-interval', '50',
-          '--election-timeout', '500',
-          '--logger', 'zap',
-          '--log-level', 'error',
+          '--name',
+          names[i]!,
+          '--data-dir',
+          `${dir}/data`,
+          '--listen-client-urls',
+          clientUrl,
+          '--advertise-client-urls',
+          clientUrl,
+          '--listen-peer-urls',
+          `http://127.0.0.1:${p.peer}`,
+          '--initial-advertise-peer-urls',
+          `http://127.0.0.1:${p.peer}`,
+          '--initial-cluster',
+          initialCluster,
+          '--initial-cluster-state',
+          'new',
+          '--initial-cluster-token',
+          token,
+          '--heartbeat-interval',
+          '50',
+          '--election-timeout',
+          '500',
+          '--logger',
+          'zap',
+          '--log-level',
+          'error',
         ],
         env: { ETCD_UNSUPPORTED_ARCH: process.arch === 'x64' ? undefined : process.arch },
         ready: () => health(clientUrl),

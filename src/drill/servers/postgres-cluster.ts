@@ -87,7 +87,8 @@ export class PostgresServerProcess extends ServerProcess {
     await super.kill();
     const deadline = performance.now() + 10_000;
     while (processesOf(this.dataDir).length > 0) {
-      if (performance.now() > deadline) throw new DrillError(`processes of ${this.dataDir} still running 10 s after kill -9`);
+      if (performance.now() > deadline)
+        throw new DrillError(`processes of ${this.dataDir} still running 10 s after kill -9`);
       this.signalAll('SIGCONT');
       await sleep(20);
     }
@@ -133,14 +134,22 @@ export async function canQuery(url: string): Promise<void> {
 export function postgresSpec(o: { label: string; dir: string; dataDir: string; port: number }): ServerSpec {
   const user = postgresUser();
   const postgresArgs = [
-    '-D', o.dataDir,
-    '-p', String(o.port),
-    '-k', o.dir,
-    '-c', 'listen_addresses=127.0.0.1',
-    '-c', 'fsync=off', // survives kill -9 of the server (the OS keeps the writes), not a power cut
-    '-c', 'full_page_writes=off',
-    '-c', 'shared_buffers=16MB',
-    '-c', 'max_connections=60',
+    '-D',
+    o.dataDir,
+    '-p',
+    String(o.port),
+    '-k',
+    o.dir,
+    '-c',
+    'listen_addresses=127.0.0.1',
+    '-c',
+    'fsync=off', // survives kill -9 of the server (the OS keeps the writes), not a power cut
+    '-c',
+    'full_page_writes=off',
+    '-c',
+    'shared_buffers=16MB',
+    '-c',
+    'max_connections=60',
   ];
   const ready = () => canQuery(`postgres://postgres@127.0.0.1:${o.port}/postgres`);
   return user
@@ -160,10 +169,14 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
   let server: PostgresServerProcess | undefined;
   try {
     if (user) chownSync(dir, user.uid, user.gid);
-    await run(binary('initdb'), ['-D', dataDir, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--locale=C', '--no-sync'], {
-      ...(user ?? {}),
-      cwd: dir,
-    });
+    await run(
+      binary('initdb'),
+      ['-D', dataDir, '-A', 'trust', '-U', 'postgres', '-E', 'UTF8', '--locale=C', '--no-sync'],
+      {
+        ...(user ?? {}),
+        cwd: dir,
+      },
+    );
     const port = await freePort();
     const base = `postgres://postgres@127.0.0.1:${port}`;
     server = new PostgresServerProcess(postgresSpec({ label: 'postgres', dir, dataDir, port }), dir, dataDir);

@@ -41,7 +41,10 @@ export interface PostgresPair {
 }
 
 async function sql<T extends pg.QueryResultRow>(port: number, text: string): Promise<T[]> {
-  const client = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`, connectionTimeoutMillis: 2000 });
+  const client = new pg.Client({
+    connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`,
+    connectionTimeoutMillis: 2000,
+  });
   client.on('error', () => {}); // the query's rejection is what we report
   await client.connect();
   try {
@@ -60,11 +63,18 @@ async function startStandby(primaryPort: number): Promise<PostgresNode> {
   mkdirSync(dataDir, { mode: 0o700 });
   if (user) chownSync(dataDir, user.uid, user.gid);
   const conninfo = `host=127.0.0.1 port=${primaryPort} user=postgres application_name=${STANDBY_NAME}`;
-  await run(binary('pg_basebackup'), ['-d', conninfo, '-D', dataDir, '-X', 'stream', '-R', '--no-sync', '-c', 'fast'], { ...(user ?? {}), cwd: dir });
+  await run(binary('pg_basebackup'), ['-d', conninfo, '-D', dataDir, '-X', 'stream', '-R', '--no-sync', '-c', 'fast'], {
+    ...(user ?? {}),
+    cwd: dir,
+  });
   // -R wrote standby.signal and a primary_conninfo; this later line names the standby for the primary.
   appendFileSync(join(dataDir, 'postgresql.auto.conf'), `primary_conninfo = '${conninfo}'\n`);
   const port = await freePort();
-  const server = new PostgresServerProcess(postgresSpec({ label: 'postgres-standby', dir, dataDir, port }), dir, dataDir);
+  const server = new PostgresServerProcess(
+    postgresSpec({ label: 'postgres-standby', dir, dataDir, port }),
+    dir,
+    dataDir,
+  );
   await server.start();
   return { port, server, dir };
 }
@@ -73,9 +83,15 @@ async function startStandby(primaryPort: number): Promise<PostgresNode> {
 async function waitForStreaming(primaryPort: number, mode: 'sync' | 'async'): Promise<void> {
   const deadline = Date.now() + 30_000;
   for (;;) {
-    const rows = await sql<{ sync_state: string; state: string }>(primaryPort, `SELECT sync_state, state FROM pg_stat_replication WHERE application_name = '${STANDBY_NAME}'`).catch(() => []);
+    const rows = await sql<{ sync_state: string; state: string }>(
+      primaryPort,
+      `SELECT sync_state, state FROM pg_stat_replication WHERE application_name = '${STANDBY_NAME}'`,
+    ).catch(() => []);
     if (rows.some((r) => r.state === 'streaming' && r.sync_state === mode)) return;
-    if (Date.now() > deadline) throw new DrillError(`the standby of 127.0.0.1:${primaryPort} is not streaming (${mode}) after 30 s: ${JSON.stringify(rows)}`);
+    if (Date.now() > deadline)
+      throw new DrillError(
+        `the standby of 127.0.0.1:${primaryPort} is not streaming (${mode}) after 30 s: ${JSON.stringify(rows)}`,
+      );
     await sleep(100);
   }
 }

@@ -35,7 +35,14 @@ export interface SentinelGroup {
 }
 
 async function command<T>(port: number, ...args: (string | number)[]): Promise<T> {
-  const client = new Redis({ port, host: '127.0.0.1', lazyConnect: true, maxRetriesPerRequest: 0, connectTimeout: 1000, retryStrategy: () => null });
+  const client = new Redis({
+    port,
+    host: '127.0.0.1',
+    lazyConnect: true,
+    maxRetriesPerRequest: 0,
+    connectTimeout: 1000,
+    retryStrategy: () => null,
+  });
   client.on('error', () => {}); // the command's rejection is what we report
   try {
     await client.connect();
@@ -46,9 +53,25 @@ async function command<T>(port: number, ...args: (string | number)[]): Promise<T
 }
 
 function redisNode(dir: string, port: number, label: string, replicaOf?: number): RedisNode {
-  const args = ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no', '--dbfilename', `${label}.rdb`];
+  const args = [
+    '--port',
+    String(port),
+    '--bind',
+    '127.0.0.1',
+    '--dir',
+    dir,
+    '--save',
+    '',
+    '--appendonly',
+    'no',
+    '--dbfilename',
+    `${label}.rdb`,
+  ];
   if (replicaOf) args.push('--replicaof', '127.0.0.1', String(replicaOf));
-  const server = new ServerProcess({ label, command: 'redis-server', args, ready: () => command(port, 'PING').then(() => undefined) }, dir);
+  const server = new ServerProcess(
+    { label, command: 'redis-server', args, ready: () => command(port, 'PING').then(() => undefined) },
+    dir,
+  );
   return { port, label, server };
 }
 
@@ -67,7 +90,15 @@ function sentinelNode(dir: string, port: number, primaryPort: number, i: number)
       '',
     ].join('\n'),
   );
-  return new ServerProcess({ label: `sentinel-${i}`, command: 'redis-sentinel', args: [conf], ready: () => command(port, 'PING').then(() => undefined) }, dir);
+  return new ServerProcess(
+    {
+      label: `sentinel-${i}`,
+      command: 'redis-sentinel',
+      args: [conf],
+      ready: () => command(port, 'PING').then(() => undefined),
+    },
+    dir,
+  );
 }
 
 async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
@@ -95,7 +126,8 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
     removeDir(dir);
     throw err;
   }
-  const masterPort = async (sentinelPort: number) => Number((await command<string[] | null>(sentinelPort, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER))?.[1]);
+  const masterPort = async (sentinelPort: number) =>
+    Number((await command<string[] | null>(sentinelPort, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER))?.[1]);
   return {
     url: `redis-sentinel://${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${SENTINEL_MASTER}`,
     get primary() {
@@ -112,7 +144,9 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
       const struck = Date.now();
       await primary.server.kill();
       const promoted = replica;
-      await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () => (await Promise.all(sentinelPorts.map(masterPort))).every((p) => p === promoted.port));
+      await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () =>
+        (await Promise.all(sentinelPorts.map(masterPort))).every((p) => p === promoted.port),
+      );
       const promotedAfter = Date.now() - struck;
       // The old primary comes back empty, as a replica of the new one.
       const old = redisNode(dir, primary.port, primary.label, promoted.port);
@@ -136,7 +170,11 @@ async function waitForGroup(sentinelPorts: number[], replicaPort: number): Promi
       const replicas = await command<string[][]>(port, 'SENTINEL', 'REPLICAS', SENTINEL_MASTER);
       const known = replicas.some((r) => {
         const f = fields(r);
-        return f.port === String(replicaPort) && !/s_down|o_down|disconnected/.test(f.flags ?? '') && f['master-link-status'] === 'ok';
+        return (
+          f.port === String(replicaPort) &&
+          !/s_down|o_down|disconnected/.test(f.flags ?? '') &&
+          f['master-link-status'] === 'ok'
+        );
       });
       const others = await command<unknown[]>(port, 'SENTINEL', 'SENTINELS', SENTINEL_MASTER);
       if (!known || others.length < sentinelPorts.length - 1) return false;

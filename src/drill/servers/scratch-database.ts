@@ -21,14 +21,21 @@ export interface ScratchDatabase {
 }
 
 /** `serverUrl` names any database on the server; the scratch one is created beside it. */
-export async function createScratchDatabase(serverUrl: string, options: { prefix?: string; migrate?: boolean; schema?: string } = {}): Promise<ScratchDatabase> {
+export async function createScratchDatabase(
+  serverUrl: string,
+  options: { prefix?: string; migrate?: boolean; schema?: string } = {},
+): Promise<ScratchDatabase> {
   const schema = validateSchemaName(options.schema ?? DEFAULT_SCHEMA);
   const name = `${options.prefix ?? 'cw_scratch'}_${randomUUID().replace(/-/g, '').slice(0, 16)}`;
   await withClient(serverUrl, (c) => c.query(`CREATE DATABASE ${name}`));
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
   if (options.migrate !== false) await migrateDatabase(url.toString(), { schema });
-  const pool = new pg.Pool({ connectionString: url.toString(), max: 10, options: `-c search_path="$user",public,${quoteIdent(schema)}` });
+  const pool = new pg.Pool({
+    connectionString: url.toString(),
+    max: 10,
+    options: `-c search_path="$user",public,${quoteIdent(schema)}`,
+  });
   // pool.end() resolves before its connections have finished closing; one still closing when
   // the database is dropped reports "terminating connection", which is expected then.
   let dropping = false;
@@ -52,7 +59,9 @@ export async function createScratchDatabase(serverUrl: string, options: { prefix
 export async function dropDatabase(serverUrl: string, name: string): Promise<void> {
   await withClient(serverUrl, async (c) => {
     for (let i = 0; i < 50; i++) {
-      const r = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [name]);
+      const r = await c.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = $1', [
+        name,
+      ]);
       if (r.rows[0]?.n === 0) break;
       await new Promise((resolve) => setTimeout(resolve, 100));
     }

@@ -62,7 +62,10 @@ export class ServerProcess {
     const timeoutMs = this.spec.readyTimeoutMs ?? 20_000;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new ServerNotReadyError(this.spec.label, `no answer after ${timeoutMs} ms:\n${this.logTail()}`)), timeoutMs);
+      timer = setTimeout(
+        () => reject(new ServerNotReadyError(this.spec.label, `no answer after ${timeoutMs} ms:\n${this.logTail()}`)),
+        timeoutMs,
+      );
     });
     try {
       await Promise.race([this.pollReady(), died, spawnError, timeout]);
