@@ -9,7 +9,11 @@ export const heartbeat = defineJob({
   schedule: '* * * * * *',
   handler: async (ctx) => {
     await ctx.transaction(async (tx) => {
-      await tx.query('INSERT INTO demo_effects (job, scheduled_at, token) VALUES ($1, $2, $3)', [ctx.jobName, ctx.scheduledAt, ctx.fencingToken.toString()]);
+      await tx.query('INSERT INTO demo_effects (job, scheduled_at, token) VALUES ($1, $2, $3)', [
+        ctx.jobName,
+        ctx.scheduledAt,
+        ctx.fencingToken.toString(),
+      ]);
     });
   },
 });
@@ -21,7 +25,11 @@ export const everyFiveSeconds = defineJob({
   overlap: 'skip',
   handler: async (ctx) => {
     await ctx.transaction(async (tx) => {
-      await tx.query('INSERT INTO demo_effects (job, scheduled_at, token) VALUES ($1, $2, $3)', [ctx.jobName, ctx.scheduledAt, ctx.fencingToken.toString()]);
+      await tx.query('INSERT INTO demo_effects (job, scheduled_at, token) VALUES ($1, $2, $3)', [
+        ctx.jobName,
+        ctx.scheduledAt,
+        ctx.fencingToken.toString(),
+      ]);
     });
     ctx.logger.info({ at: ctx.scheduledAt.toISOString() }, 'report written');
   },
