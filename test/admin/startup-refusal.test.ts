@@ -11,6 +11,7 @@ import { createServer, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { tablesIn } from '../../src/db/tables.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './support.js';
 
@@ -101,6 +102,8 @@ const startEnv = (env: Record<string, string> = {}) => ({
   CRONWARDEN_DATABASE_URL: db.url,
   CRONWARDEN_REDIS_URL: SHARED_REDIS_URL,
   CRONWARDEN_CONNECT_TIMEOUT_MS: '1000',
+  // The test database's ledger is in its default schema, whatever namespace a case picks.
+  CRONWARDEN_SCHEMA: db.schema,
   ...env,
 });
 
@@ -114,7 +117,7 @@ describe('start refuses an unmigrated ledger, naming cronwarden migrate', () => 
         assertRefused(
           r,
           2,
-          `the ledger is not migrated (no cronwarden tables in ${where}): run \`cronwarden migrate\``,
+          `the ledger is not migrated (no cronwarden tables in schema "${db.schema}" of ${where}): run \`cronwarden migrate\``,
         );
       }
     } finally {
@@ -125,11 +128,9 @@ describe('start refuses an unmigrated ledger, naming cronwarden migrate', () => 
   it('migrations of this version missing: exit 2 with how many', async () => {
     const old = await createTestDatabase();
     try {
-      const total = (await old.pool.query('SELECT count(*)::int AS n FROM drizzle.__drizzle_migrations')).rows[0]
-        .n as number;
-      await old.pool.query(
-        'DELETE FROM drizzle.__drizzle_migrations WHERE created_at = (SELECT max(created_at) FROM drizzle.__drizzle_migrations)',
-      );
+      const journal = tablesIn(old.schema).journal;
+      const total = (await old.pool.query(`SELECT count(*)::int AS n FROM ${journal}`)).rows[0].n as number;
+      await old.pool.query(`DELETE FROM ${journal} WHERE created_at = (SELECT max(created_at) FROM ${journal})`);
       const r = await cli(['start'], startEnv({ CRONWARDEN_DATABASE_URL: old.url }));
       assertRefused(
         r,
