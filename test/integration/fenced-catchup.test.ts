@@ -40,6 +40,7 @@ it(
           jobs: JOBS,
           ttlMs: TTL_MS,
           fence: true,
+          schema: db.schema,
         }),
     );
     try {
