@@ -1,17 +1,13 @@
 import type pg from 'pg';
 import { ACTIVE_SQL, activeRunStates, type ActiveRunState } from './run-states.js';
 import type { Tables } from '../db/tables.js';
+import type { MemberRecord } from './members.js';
 
 /** Read-only ledger queries behind the admin API and the metrics. */
 type Db = Pick<pg.Pool, 'query'>;
 
-export interface MemberRow {
-  replicaId: string;
-  host: string;
-  pid: number;
-  version: string;
-  role: string;
-  adminUrl: string | null;
+/** A member's row as its heartbeat wrote it, with when it was seen. */
+export interface MemberRow extends Omit<MemberRecord, 'jobs'> {
   /** The jobs it defines (null: a replica too old to say). */
   jobs: string[] | null;
   startedAt: string;
