@@ -69,7 +69,14 @@ export class Ledger {
       }
       throw err;
     }
-    const bound = res.rows[0]?.namespace;
+    // Replicas starting together race for the claim: the loser's UPDATE waits for the winner and
+    // then matches nothing, while its SELECT still sees the statement's snapshot from before the
+    // winner committed. A second statement takes a new snapshot and reads what the winner wrote.
+    const bound =
+      res.rows[0]?.namespace ??
+      (await this.pool.query<{ namespace: string | null }>(`SELECT namespace FROM ${this.tables.ledger} LIMIT 1`))
+        .rows[0]?.namespace ??
+      undefined;
     if (bound === undefined) throw new NotMigratedError(`${this.schema}.cw_ledger has no row`);
     if (bound !== namespace) throw new NamespaceMismatchError(this.schema, bound, namespace);
   }
