@@ -23,7 +23,7 @@ it('eight replicas binding the namespace at once all succeed; another namespace 
     await db.pool.query(`UPDATE ${ledgers[0]!.tables.ledger} SET namespace = NULL`);
     const results = await Promise.allSettled(ledgers.map((l) => l.bindNamespace('together')));
     assert.deepEqual(
-      results.filter((r) => r.status === 'rejected').map((r) => String((r as PromiseRejectedResult).reason)),
+      results.filter((r) => r.status === 'rejected').map((r) => String(r.reason)),
       [],
       `round ${round}`,
     );
