@@ -224,3 +224,17 @@ export class AccessDeniedError extends CronwardenError {
     super(`${service} refused access: ${reason}`, options);
   }
 }
+
+/** A runtime schedule that does not exist (or was deleted). */
+export class ScheduleNotFoundError extends InvalidArgumentError {
+  constructor(readonly scheduleId: string) {
+    super(`no runtime schedule "${scheduleId}"`);
+  }
+}
+
+/** A runtime schedule created under an id that is already in use. */
+export class ScheduleExistsError extends InvalidArgumentError {
+  constructor(readonly scheduleId: string) {
+    super(`runtime schedule "${scheduleId}" already exists; update it instead`);
+  }
+}

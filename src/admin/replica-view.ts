@@ -8,6 +8,8 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
+import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
+import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
 import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
 import type { FireLoopEvents } from '../scheduler/fire-loop.js';
@@ -45,4 +47,19 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
   setPaused(job: string, paused: boolean): Promise<void>;
   /** Give up leadership; false when not leading. */
   resign(): Promise<boolean>;
+  /** Runtime schedules, one-off runs and backfill; absent on a view without them. */
+  readonly runtime?: RuntimeAdmin;
+}
+
+/** The admin API's mutations of runtime schedules, one-off runs and backfills. */
+export interface RuntimeAdmin {
+  create(id: string, input: unknown, actor: string): Promise<StoredSchedule>;
+  /** A partial input laid over the current version. */
+  update(id: string, input: unknown, actor: string): Promise<StoredSchedule>;
+  setPaused(id: string, paused: boolean, actor: string): Promise<StoredSchedule>;
+  delete(id: string, actor: string): Promise<StoredSchedule>;
+  /** Leader only (NotLeaderError otherwise). */
+  once(job: string, o: { at: Date; key: string; payload: unknown }): Promise<OnceRun>;
+  /** Leader only (NotLeaderError otherwise). */
+  backfill(r: BackfillRequest): Promise<BackfillStep>;
 }

@@ -26,6 +26,8 @@ import {
   type HostPolicy,
 } from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
+import { HttpError, parse } from './http-error.js';
+import { runtimeRoutes } from './runtime-routes.js';
 import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
 
 export interface AdminServerOptions {
@@ -84,24 +86,6 @@ const limitQuery = z.object({
     .max(500, 'must be at most 500')
     .default(20),
 });
-
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly extra: Record<string, unknown> = {},
-  ) {
-    super(message);
-  }
-}
-
-function parse<T>(schema: z.ZodType<T>, value: unknown): T {
-  const r = schema.safeParse(value ?? {});
-  if (r.success) return r.data;
-  const issue = r.error.issues[0]!;
-  throw new HttpError(400, 'bad_request', `${issue.path.join('.') || 'value'}: ${issue.message}`);
-}
 
 const pageCandidates = [
   new URL('./status.html', import.meta.url),
@@ -316,6 +300,14 @@ export class AdminServer {
     this.readRoutes();
     this.jobRoutes();
     this.leaderRoutes();
+    runtimeRoutes({
+      app: this.app,
+      replica: this.o.replica,
+      reads: this.reads,
+      requireToken: this.requireToken,
+      notLeader: () => this.notLeader(),
+      capped: (h) => this.capped(h),
+    });
   }
 
   /** The status page and the probes: /healthz reads no database, /readyz shares one check. */

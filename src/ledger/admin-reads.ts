@@ -133,9 +133,11 @@ export async function listRuns(db: Db, t: Tables, f: RunFilter) {
     finished_at: Date | null;
     error: string | null;
     created_at: Date;
+    schedule_version: number | null;
+    once_key: string | null;
   }>(
     `SELECT id::text, job, scheduled_at, trigger, leader_token::text, leader_id, state, enqueued_at, attempts, completed_attempt,
-            skipped_attempts, started_at, finished_at, error, created_at
+            skipped_attempts, started_at, finished_at, error, created_at, schedule_version, once_key
      FROM ${t.runs} r
      WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2) AND ($3::bigint IS NULL OR id < $3)
      ORDER BY r.id DESC LIMIT $4`, // r.id: the bigint, not the output column id (text, which sorts 9 > 43)
@@ -170,6 +172,10 @@ export async function listRuns(db: Db, t: Tables, f: RunFilter) {
     finishedAt: iso(r.finished_at),
     error: r.error,
     createdAt: r.created_at.toISOString(),
+    /** The runtime schedule version that fired it (null: a job from code). */
+    scheduleVersion: r.schedule_version,
+    /** A one-off run's key. */
+    onceKey: r.once_key,
     attemptCount: r.attempts,
     completedAttempt: r.completed_attempt,
     skippedAttempts: r.skipped_attempts,

@@ -10,9 +10,10 @@ import { advanceFence, fenceToken } from './fences.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
 import { storedError } from './stored-text.js';
 import { withTransaction, type Queryable } from './transaction.js';
+import { acceptScheduleFires } from './schedule-ledger.js';
 import type { Tables } from '../db/tables.js';
 
-export type FireTrigger = 'schedule' | 'catchup' | 'manual';
+export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'backfill' | 'once';
 
 export interface FireRequest {
   job: string;
@@ -28,6 +29,13 @@ export interface FireRequest {
    */
   replace?: boolean;
   error?: string;
+  /**
+   * A runtime schedule's fire: the schedule and the version the leader planned it with. The commit
+   * keeps it only if that version is the one in effect at the instant (schedule-ledger.ts).
+   */
+  schedule?: { id: string; version: number };
+  /** What the handler sees as ctx.payload. */
+  payload?: unknown;
 }
 
 export interface CommittedFire {
@@ -45,6 +53,8 @@ export interface FireBatchResult {
   duplicates: number;
   /** Runs cancelled in this commit for overlap 'replace'; tell their workers only after COMMIT. */
   cancelled: bigint[];
+  /** Runtime schedule fires refused because their version is no longer in effect at their instant. */
+  outdated?: number;
 }
 
 /** A run the leader handed to the queue, as the re-delivery sweep sees it. */
@@ -93,11 +103,12 @@ export class FireLedger {
    * `stillLeading` is checked after the writes and just before COMMIT: past the local deadline
    * we roll back instead of committing (and nothing is cancelled).
    */
-  async commitFires(fires: FireRequest[], leader: LeaderStamp): Promise<FireBatchResult> {
+  async commitFires(requested: FireRequest[], leader: LeaderStamp): Promise<FireBatchResult> {
     const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
-    if (fires.length === 0) return nothing;
+    if (requested.length === 0) return nothing;
     return withTransaction(this.pool, async (client, rollback) => {
       await advanceFence(client, this.t, leader.fenceResource, leader.token);
+      const fires = await this.currentScheduleVersions(client, requested);
       const rows = await insertRuns(client, this.t, fires, leader);
       const cancelled = await this.cancelReplaced(client, fires, rows);
       await advanceJobState(client, this.t, fires);
@@ -110,8 +121,22 @@ export class FireLedger {
         committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
         duplicates: fires.length - rows.length,
         cancelled,
+        outdated: requested.length - fires.length,
       };
     });
+  }
+
+  /** The requests, less runtime schedule fires whose version is no longer in effect at their instant. */
+  private async currentScheduleVersions(client: pg.PoolClient, fires: FireRequest[]): Promise<FireRequest[]> {
+    const runtime = fires.filter((f) => f.schedule);
+    if (runtime.length === 0) return fires;
+    const accepted = await acceptScheduleFires(
+      client,
+      this.t,
+      runtime.map((f) => ({ scheduleId: f.schedule!.id, version: f.schedule!.version, scheduledAt: f.scheduledAt })),
+    );
+    const refused = new Set(runtime.filter((_, i) => !accepted.has(i)));
+    return refused.size === 0 ? fires : fires.filter((f) => !refused.has(f));
   }
 
   /**
@@ -153,7 +178,7 @@ export class FireLedger {
   async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
     const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger }>(
       `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM ${this.t.runs} r
-       WHERE r.enqueued_at IS NULL AND r.state = 'pending'
+       WHERE r.enqueued_at IS NULL AND r.state = 'pending' AND (r.trigger <> 'once' OR r.scheduled_at <= now())
          AND NOT (r.job = ANY($2::text[]) AND EXISTS (
            SELECT 1 FROM ${this.t.runs} a WHERE a.job = r.job AND a.id <> r.id AND a.enqueued_at IS NOT NULL
              AND a.state IN ${ACTIVE_SQL}))
@@ -170,7 +195,7 @@ export class FireLedger {
     }));
   }
 
-  /** Latest scheduled (not manual) fire per job, for reconciliation after an election. */
+  /** Latest scheduled (not manual, not one-off) fire per job, for reconciliation after an election. */
   async lastFired(): Promise<Map<string, Date>> {
     const res = await this.pool.query<{ job: string; last_scheduled_at: Date }>(
       `SELECT job, last_scheduled_at FROM ${this.t.jobState} WHERE last_scheduled_at IS NOT NULL`,
@@ -286,7 +311,7 @@ export class FireLedger {
   ): Promise<{ runId: bigint; job: string }[]> {
     const res = await this.pool.query<{ id: string; job: string }>(
       `UPDATE ${this.t.runs} SET state = 'cancelled', finished_at = now(), error = $2
-       WHERE state IN ${ACTIVE_SQL} AND job <> ALL($1::text[]) AND job NOT LIKE 'node-cron:%'
+       WHERE state IN ${ACTIVE_SQL} AND split_part(job, '/', 1) <> ALL($1::text[]) AND job NOT LIKE 'node-cron:%'
          AND created_at < now() - $3::bigint * interval '1 millisecond'
        RETURNING id, job`,
       [[...defined], reason, Math.floor(graceMs)],
@@ -301,7 +326,7 @@ export class FireLedger {
   async forgetUndefinedJobs(defined: readonly string[]): Promise<string[]> {
     const res = await this.pool.query<{ job: string }>(
       `DELETE FROM ${this.t.jobState} s
-       WHERE s.job <> ALL($1::text[]) AND s.job NOT LIKE 'node-cron:%'
+       WHERE split_part(s.job, '/', 1) <> ALL($1::text[]) AND s.job NOT LIKE 'node-cron:%'
          AND NOT EXISTS (SELECT 1 FROM ${this.t.runs} r WHERE r.job = s.job AND r.state IN ${ACTIVE_SQL})
        RETURNING s.job`,
       [[...defined]],
@@ -352,13 +377,15 @@ async function insertRuns(
     trigger: FireTrigger;
     state: 'pending' | 'skipped';
   }>(
-    `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
+    `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
+       schedule_version, payload)
      SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
             CASE WHEN f.state = 'skipped' THEN now() END,
             CASE WHEN f.state = 'skipped' THEN now() END,
-            f.error
-     FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz, trigger text, state text, error text)
-     ON CONFLICT (job, scheduled_at) WHERE trigger <> 'manual' DO NOTHING
+            f.error, f.schedule_version, f.payload
+     FROM jsonb_to_recordset($1::jsonb)
+       AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)
+     ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
      RETURNING id, job, scheduled_at, trigger, state`,
     [
       JSON.stringify(
@@ -368,6 +395,8 @@ async function insertRuns(
           trigger: f.trigger,
           state: f.state ?? 'pending',
           error: f.error ?? null,
+          schedule_version: f.schedule?.version ?? null,
+          payload: f.payload ?? null,
         })),
       ),
       leader.token.toString(),

@@ -17,6 +17,10 @@ export interface Claim {
   scheduledAt: Date;
   attempt: number;
   token: bigint;
+  /** The run's payload (runtime schedule, one-off); undefined when it has none. */
+  payload?: unknown;
+  /** A one-off run's caller-supplied key. */
+  onceKey?: string;
 }
 
 export type ClaimResult = { status: 'claimed'; claim: Claim } | { status: 'finished'; state: string };
@@ -38,11 +42,18 @@ export class RunLedger {
    */
   claim(runId: bigint, worker: string): Promise<ClaimResult> {
     return withTransaction(this.pool, async (client) => {
-      const res = await client.query<{ job: string; scheduled_at: Date; attempts: number; claim_token: string }>(
+      const res = await client.query<{
+        job: string;
+        scheduled_at: Date;
+        attempts: number;
+        claim_token: string;
+        payload: unknown;
+        once_key: string | null;
+      }>(
         `UPDATE ${this.t.runs} SET claim_token = nextval(${this.t.executionTokenSeq}), attempts = attempts + 1,
            state = 'running', started_at = COALESCE(started_at, now())
          WHERE id = $1 AND state IN ${ACTIVE_SQL}
-         RETURNING job, scheduled_at, attempts, claim_token`,
+         RETURNING job, scheduled_at, attempts, claim_token, payload, once_key`,
         [runId.toString()],
       );
       const row = res.rows[0];
@@ -59,6 +70,8 @@ export class RunLedger {
           scheduledAt: row.scheduled_at,
           attempt: row.attempts,
           token: BigInt(row.claim_token),
+          ...(row.payload === null ? {} : { payload: row.payload }),
+          ...(row.once_key === null ? {} : { onceKey: row.once_key }),
         },
       };
     });

@@ -23,6 +23,10 @@ import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { RemovedJobs } from '../scheduler/removed-jobs.js';
+import { RuntimeSchedules, withRuntimeSchedules } from '../scheduler/runtime-schedules.js';
+import { ScheduleSync } from '../scheduler/schedule-sync.js';
+import { Backfiller } from '../scheduler/backfill.js';
+import { RuntimeOps } from './runtime-ops.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { forwardEvents } from './forward-events.js';
@@ -58,6 +62,12 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly ledger: Ledger;
   readonly elector: Elector;
   readonly fireLoop: FireLoop;
+  /** The jobs the leader fires: from code, and the runtime schedules (loaded while leading). */
+  readonly schedules: RuntimeSchedules;
+  /** Runtime schedules, one-off runs and backfills for the admin API. */
+  readonly runtime: RuntimeOps;
+  /** The current tenure's schedule listener, while leading. */
+  scheduleSync: ScheduleSync | undefined;
   readonly logger: Logger;
   readonly startedAt: number;
   private readonly pool: pg.Pool;
@@ -146,15 +156,30 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       },
       clock,
     );
+    this.schedules = new RuntimeSchedules({
+      code: this.registry,
+      ledger: this.ledger.schedules,
+      clock,
+      logger: this.logger,
+    });
+    const fireLedger = withRuntimeSchedules(this.ledger.fires, this.schedules);
     this.fireLoop = new FireLoop({
-      registry: this.registry,
-      ledger: this.ledger.fires,
+      registry: this.schedules,
+      ledger: fireLedger,
       delivery: this.delivery,
       leadership: this.elector,
       clock,
       logger: this.logger,
       replicaId: this.replicaId,
       fenceResource,
+    });
+    const stamp = { leadership: this.elector, clock, logger: this.logger, replicaId: this.replicaId, fenceResource };
+    this.runtime = new RuntimeOps({
+      ...stamp,
+      registry: this.registry,
+      ledger: this.ledger,
+      delivery: this.delivery,
+      backfiller: new Backfiller({ ...stamp, registry: this.schedules, ledger: fireLedger, delivery: this.delivery }),
     });
     this.executor = new RunExecutor({
       ledger: this.ledger.runs,
@@ -315,6 +340,18 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     void this.retention?.run(signal);
     void this.sweeper.run(signal);
     void this.removedJobs.run(signal);
+    // Runtime schedules are loaded (and listened to) before the tenure's catch-up plans them.
+    this.scheduleSync = new ScheduleSync({
+      pool: this.pool,
+      channel: this.ledger.tables.scheduleChannel,
+      schedules: this.schedules,
+      fireLoop: this.fireLoop,
+      clock: this.clock,
+      logger: this.logger,
+    });
+    const loaded = await this.scheduleSync.start(signal);
+    if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
+    if (signal.aborted) return;
     await this.fireLoop.lead(signal);
   }
 

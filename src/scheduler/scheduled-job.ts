@@ -7,9 +7,15 @@ import type { CronSchedule } from './cron-schedule.js';
 export type MisfirePolicy = 'all' | 'latest' | 'skip';
 export type OverlapPolicy = 'allow' | 'skip' | 'queue' | 'replace';
 
+/**
+ * What the fire loop asks of a schedule. A job from code has a CronSchedule; a runtime schedule
+ * has one made of its versions (runtime-schedules.ts), each in effect for its own span of time.
+ */
+export type FireSchedule = Pick<CronSchedule, 'expression' | 'timezone' | 'nextAfter' | 'between'>;
+
 export interface ScheduledJob {
   readonly name: string;
-  readonly schedule: CronSchedule;
+  readonly schedule: FireSchedule;
   readonly misfire: MisfirePolicy;
   readonly overlap: OverlapPolicy;
   /** How far back 'all' / 'latest' may reach after an election. */
