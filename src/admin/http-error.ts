@@ -18,4 +18,3 @@ export function parse<T>(schema: z.ZodType<T>, value: unknown): T {
   const issue = r.error.issues[0]!;
   throw new HttpError(400, 'bad_request', `${issue.path.join('.') || 'value'}: ${issue.message}`);
 }
-

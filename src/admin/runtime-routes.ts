@@ -5,12 +5,7 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { z } from 'zod';
-import {
-  InvalidArgumentError,
-  NotLeaderError,
-  ScheduleExistsError,
-  ScheduleNotFoundError,
-} from '../errors.js';
+import { InvalidArgumentError, NotLeaderError, ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
 import { scheduleId } from '../jobs/schedule-input.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { StoredSchedule } from '../ledger/schedule-ledger.js';
@@ -91,7 +86,7 @@ function scheduleChanges(c: RuntimeRoutesContext): void {
   app.post('/api/schedules', auth, async (req, reply) => {
     const body = (req.body ?? {}) as Record<string, unknown>;
     const { id, ...input } = body;
-    const s = await refuse(() => ops(c).create(String(id ?? ''), input, ACTOR));
+    const s = await refuse(() => ops(c).create(typeof id === 'string' ? id : '', input, ACTOR));
     return reply.code(201).send({ schedule: view(s, now()) });
   });
   app.patch('/api/schedules/:id', auth, async (req) => {

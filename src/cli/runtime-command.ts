@@ -107,11 +107,12 @@ function registerSchedule(program: Command): void {
       if (o.json) process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
       else for (const s of body.schedules) process.stdout.write(`${line(s)}\n`);
     });
-  adminOptions(schedule.command('show').argument('<id>', 'schedule id').description('a schedule and its versions'))
-    .action(async (id: string, o: AdminOpts) => {
-      const body = await clientFrom(o).get<unknown>(`/api/schedules/${encodeURIComponent(id)}`);
-      process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
-    });
+  adminOptions(
+    schedule.command('show').argument('<id>', 'schedule id').description('a schedule and its versions'),
+  ).action(async (id: string, o: AdminOpts) => {
+    const body = await clientFrom(o).get<unknown>(`/api/schedules/${encodeURIComponent(id)}`);
+    process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
+  });
 }
 
 /** `cronwarden once JOB --key K [--at T] [--payload JSON]`. */

@@ -35,17 +35,10 @@ const inputSchema = z.strictObject({
 export type ScheduleInput = z.input<typeof inputSchema>;
 
 /** A full input (create), or a partial one laid over `base` (update). Throws InvalidConfigError. */
-export function validateSchedule(
-  id: string,
-  input: unknown,
-  registry: JobRegistry,
-  base?: ScheduleSpec,
-): ScheduleSpec {
+export function validateSchedule(id: string, input: unknown, registry: JobRegistry, base?: ScheduleSpec): ScheduleSpec {
   const idOk = scheduleId.safeParse(id);
   if (!idOk.success) throw new InvalidConfigError('schedule id', idOk.error.issues[0]!.message);
-  const merged = base
-    ? { ...fromSpec(base), ...(typeof input === 'object' && input !== null ? input : {}) }
-    : input;
+  const merged = base ? { ...fromSpec(base), ...(typeof input === 'object' && input !== null ? input : {}) } : input;
   const parsed = inputSchema.safeParse(merged);
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!;

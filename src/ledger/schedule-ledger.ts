@@ -158,9 +158,11 @@ export class ScheduleLedger {
     const before = current.version === 0 || current.deleted_at !== null ? null : specOf(current);
     const s = after ?? specOf(current);
     const res = await client.query<ScheduleRow>(
+      // Whole milliseconds (the scheduler's unit), rounded up: still after the lock was taken.
       `UPDATE ${this.t.schedules} SET handler = $2, cron = $3, timezone = $4, misfire = $5, overlap = $6,
          catch_up_window_ms = $7, misfire_grace_ms = $8, payload = $9::jsonb, paused = $10, version = version + 1,
-         updated_at = clock_timestamp(), deleted_at = CASE WHEN $11 THEN clock_timestamp() END
+         updated_at = c.at, deleted_at = CASE WHEN $11 THEN c.at END
+       FROM (SELECT date_trunc('milliseconds', clock_timestamp()) + interval '1 millisecond' AS at) c
        WHERE id = $1 RETURNING ${COLUMNS}`,
       [
         current.id,
@@ -269,13 +271,20 @@ export class ScheduleLedger {
         await rollback();
         return undefined;
       }
-      if (row) return { runId: BigInt(row.id), job: o.job, scheduledAt: row.scheduled_at, state: row.state, created: true };
+      if (row)
+        return { runId: BigInt(row.id), job: o.job, scheduledAt: row.scheduled_at, state: row.state, created: true };
       const found = await client.query<{ id: string; scheduled_at: Date; state: string }>(
         `SELECT id, scheduled_at, state FROM ${this.t.runs} WHERE job = $1 AND once_key = $2`,
         [o.job, o.key],
       );
       const first = found.rows[0]!;
-      return { runId: BigInt(first.id), job: o.job, scheduledAt: first.scheduled_at, state: first.state, created: false };
+      return {
+        runId: BigInt(first.id),
+        job: o.job,
+        scheduledAt: first.scheduled_at,
+        state: first.state,
+        created: false,
+      };
     });
   }
 }

@@ -52,7 +52,10 @@ export class RuntimeOps implements RuntimeAdmin {
 
   async setPaused(id: string, paused: boolean, actor: string): Promise<StoredSchedule> {
     const s = await this.o.ledger.schedules.change(id, paused ? 'pause' : 'resume', (c) => ({ ...c, paused }), actor);
-    this.o.logger.info({ schedule: id, version: s.version, actor }, `runtime schedule ${paused ? 'paused' : 'resumed'}`);
+    this.o.logger.info(
+      { schedule: id, version: s.version, actor },
+      `runtime schedule ${paused ? 'paused' : 'resumed'}`,
+    );
     return s;
   }
 

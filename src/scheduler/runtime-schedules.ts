@@ -263,7 +263,8 @@ export class RuntimeSchedules implements ScheduledJobs {
       }
       out.push({ ...f, schedule: { id: job.id, version: seg.version }, payload: seg.spec?.payload ?? null });
     }
-    if (dropped > 0) this.o.logger.info({ dropped }, 'dropped fires planned with a schedule version no longer in effect');
+    if (dropped > 0)
+      this.o.logger.info({ dropped }, 'dropped fires planned with a schedule version no longer in effect');
     return out;
   }
 }

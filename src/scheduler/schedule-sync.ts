@@ -88,10 +88,11 @@ export class ScheduleSync {
     this.stopped = true;
     const c = this.client;
     this.client = undefined;
-    if (c) void c.query('UNLISTEN *').then(
-      () => c.release(),
-      (err: Error) => c.release(err),
-    );
+    if (c)
+      void c.query('UNLISTEN *').then(
+        () => c.release(),
+        (err: Error) => c.release(err),
+      );
   }
 
   private queueFlush(): void {
