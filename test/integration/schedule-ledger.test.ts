@@ -143,7 +143,7 @@ describe('runtime schedules in the ledger (real PostgreSQL)', () => {
     );
     assert.equal(fired.committed.length, 1);
     await assert.rejects(ledger.schedules.commitOnce({ ...once, key: 'k3' }, leader(6n)), StaleTokenError);
-    const claim = await ledger.runs.claim(a!.runId, 'w1');
+    const claim = await ledger.runs.claim(a.runId, 'w1');
     assert.equal(claim.status, 'claimed');
     assert.deepEqual(claim.status === 'claimed' && [claim.claim.payload, claim.claim.onceKey], [{ n: 1 }, 'k1']);
   });
