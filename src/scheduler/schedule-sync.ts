@@ -53,8 +53,13 @@ export class ScheduleSync {
     const client = await this.o.pool.connect();
     client.on('notification', (msg) => {
       if (msg.channel !== this.o.channel || !msg.payload) return;
-      this.pending.add(msg.payload.split(' ')[0]!);
-      this.queueFlush();
+      const id = msg.payload.split(' ')[0]!;
+      // "*": many changed at once (an import): compare versions rather than reload one by one.
+      if (id === '*') this.enqueue(() => this.o.schedules.reconcile());
+      else {
+        this.pending.add(id);
+        this.queueFlush();
+      }
     });
     client.on('error', (err) => {
       this.o.logger.warn({ err }, 'schedule LISTEN connection lost; listening again');
