@@ -121,7 +121,7 @@ export class FireLedger {
         committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
         duplicates: fires.length - rows.length,
         cancelled,
-        outdated: requested.length - fires.length,
+        ...(requested.length > fires.length ? { outdated: requested.length - fires.length } : {}),
       };
     });
   }
