@@ -146,5 +146,15 @@ describe('runtime schedules in the ledger (real PostgreSQL)', () => {
     const claim = await ledger.runs.claim(a.runId, 'w1');
     assert.equal(claim.status, 'claimed');
     assert.deepEqual(claim.status === 'claimed' && [claim.claim.payload, claim.claim.onceKey], [{ n: 1 }, 'k1']);
+    // A runtime schedule's runs belong to its handler: while "report" is defined, they are not
+    // settled as runs of a removed job; once it is not, they are, like the handler's own.
+    await ledger.fires.commitFires([{ job: 'report/x', scheduledAt: once.at, trigger: 'schedule' }], leader(7n));
+    await new Promise((r) => setTimeout(r, 5));
+    assert.deepEqual(await ledger.fires.cancelRunsOfUndefinedJobs(['report'], 'job removed', 0), []);
+    const gone = await ledger.fires.cancelRunsOfUndefinedJobs(['other'], 'job removed', 0);
+    assert.ok(
+      gone.some((r) => r.job === 'report/x'),
+      JSON.stringify(gone),
+    );
   });
 });
