@@ -154,7 +154,7 @@ describe('runtime schedules in the ledger (real PostgreSQL)', () => {
     const gone = await ledger.fires.cancelRunsOfUndefinedJobs(['other'], 'job removed', 0);
     assert.ok(
       gone.some((r) => r.job === 'report/x'),
-      JSON.stringify(gone),
+      JSON.stringify(gone.map((r) => r.job)),
     );
   });
 });
