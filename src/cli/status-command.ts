@@ -60,10 +60,8 @@ export function registerStatus(program: Command): void {
           .catch(() => ({ schedules: [] })),
       ]);
       if (opts.json) {
-        const { members: m, agreement } = members;
-        process.stdout.write(
-          `${JSON.stringify({ lease, members: m, agreement, jobs: jobs.jobs, schedules: schedules.schedules }, null, 2)}\n`,
-        );
+        const all = { lease, ...members, jobs: jobs.jobs, schedules: schedules.schedules };
+        process.stdout.write(`${JSON.stringify(all, null, 2)}\n`);
         return;
       }
       const out: string[] = [];
@@ -88,24 +86,29 @@ export function registerStatus(program: Command): void {
         ),
       );
       out.push(...disagreement(members.agreement));
-      out.push('', 'JOBS');
-      out.push(
-        ...table(
-          ['JOB', 'SCHEDULE', 'TZ', 'NEXT FIRE', 'LAST RUN', 'OUTCOME', 'PAUSED'],
-          jobs.jobs.map((j) => [
-            j.name,
-            j.schedule,
-            j.timezone,
-            j.nextFireAt ?? '-',
-            j.lastRun?.scheduledAt ?? '-',
-            j.lastRun ? `${j.lastRun.state} (${j.lastRun.trigger})` : '-',
-            j.paused ? 'yes' : 'no',
-          ]),
-        ),
-      );
+      out.push(...jobLines(jobs.jobs));
       out.push(...scheduleLines(schedules.schedules));
       process.stdout.write(`${out.join('\n')}\n`);
     });
+}
+
+function jobLines(jobs: Job[]): string[] {
+  return [
+    '',
+    'JOBS',
+    ...table(
+      ['JOB', 'SCHEDULE', 'TZ', 'NEXT FIRE', 'LAST RUN', 'OUTCOME', 'PAUSED'],
+      jobs.map((j) => [
+        j.name,
+        j.schedule,
+        j.timezone,
+        j.nextFireAt ?? '-',
+        j.lastRun?.scheduledAt ?? '-',
+        j.lastRun ? `${j.lastRun.state} (${j.lastRun.trigger})` : '-',
+        j.paused ? 'yes' : 'no',
+      ]),
+    ),
+  ];
 }
 
 const SCHEDULES_SHOWN = 50;

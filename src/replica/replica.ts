@@ -17,7 +17,8 @@ import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import { RunExecutor } from '../jobs/run-executor.js';
 import type { Lease } from '../locks/lease.js';
 import { Elector, type ElectorRole } from '../scheduler/elector.js';
-import { FireLoop } from '../scheduler/fire-loop.js';
+import { FireLoop, type FireLoopLedger } from '../scheduler/fire-loop.js';
+import type { FireLedger } from '../ledger/fire-ledger.js';
 import { Ledger } from '../ledger/ledger.js';
 import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
@@ -173,14 +174,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       fenceResource,
     });
-    const stamp = { leadership: this.elector, clock, logger: this.logger, replicaId: this.replicaId, fenceResource };
-    this.runtime = new RuntimeOps({
-      ...stamp,
-      registry: this.registry,
-      ledger: this.ledger,
-      delivery: this.delivery,
-      backfiller: new Backfiller({ ...stamp, registry: this.schedules, ledger: fireLedger, delivery: this.delivery }),
-    });
+    this.runtime = this.runtimeOps(fireLedger, fenceResource);
     this.executor = new RunExecutor({
       ledger: this.ledger.runs,
       registry: this.registry,
@@ -188,6 +182,25 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       logger: this.logger,
     });
     forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
+  }
+
+  /** Runtime schedules' changes, one-off runs and backfills, as the admin API drives them. */
+  private runtimeOps(fireLedger: FireLoopLedger & Pick<FireLedger, 'markEnqueued'>, fenceResource: string): RuntimeOps {
+    const stamp = { leadership: this.elector, clock: this.clock, logger: this.logger, replicaId: this.replicaId };
+    return new RuntimeOps({
+      ...stamp,
+      fenceResource,
+      registry: this.registry,
+      ledger: this.ledger,
+      delivery: this.delivery,
+      backfiller: new Backfiller({
+        ...stamp,
+        fenceResource,
+        registry: this.schedules,
+        ledger: fireLedger,
+        delivery: this.delivery,
+      }),
+    });
   }
 
   /** The scheduler's default clock: the ledger's time, with a warning when this host's differs much. */
