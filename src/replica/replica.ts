@@ -193,6 +193,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       registry: this.registry,
       ledger: this.ledger,
       delivery: this.delivery,
+      schedules: this.schedules,
       backfiller: new Backfiller({
         ...stamp,
         fenceResource,

@@ -8,6 +8,7 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
 import type { Backfiller, BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
 import type { Leadership } from '../scheduler/fire-loop.js';
+import { RUNTIME_SEPARATOR, type RuntimeSchedules } from '../scheduler/runtime-schedules.js';
 import type { RunDelivery } from '../scheduler/run-delivery.js';
 
 export interface RuntimeOpsOptions {
@@ -16,6 +17,8 @@ export interface RuntimeOpsOptions {
   delivery: Pick<RunDelivery, 'enqueue'>;
   leadership: Leadership;
   backfiller: Backfiller;
+  /** The leader's runtime schedules (a backfill may come before the change's notification). */
+  schedules: Pick<RuntimeSchedules, 'get' | 'refresh'>;
   clock: Clock;
   logger: Logger;
   replicaId: string;
@@ -91,7 +94,10 @@ export class RuntimeOps implements RuntimeAdmin {
     return run;
   }
 
-  backfill(r: BackfillRequest): Promise<BackfillStep> {
+  async backfill(r: BackfillRequest): Promise<BackfillStep> {
+    // A schedule created a moment ago may not have reached the leader yet: read it now.
+    const sep = r.job.indexOf(RUNTIME_SEPARATOR);
+    if (sep > 0 && !this.o.schedules.get(r.job)) await this.o.schedules.refresh([r.job.slice(sep + 1)]);
     return this.o.backfiller.step(r);
   }
 }
