@@ -387,11 +387,7 @@ function slotKey(f: { job: string; scheduledAt: Date }): string {
   return `${f.job}@${f.scheduledAt.getTime()}`;
 }
 
-function batchResult(
-  fires: FireRequest[],
-  rows: Omit<CommittedFire, 'hold'>[],
-  cancelled: bigint[],
-): FireBatchResult {
+function batchResult(fires: FireRequest[], rows: Omit<CommittedFire, 'hold'>[], cancelled: bigint[]): FireBatchResult {
   const held = new Set(fires.filter((f) => f.hold).map(slotKey));
   return {
     committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),

@@ -90,7 +90,10 @@ describe('StandIn (driven clock)', () => {
     ]);
     // The slot at 7 s is due at 7.1 s + grace: not yet.
     const standIns = t.ledger.runs.filter((r) => r.trigger === 'standin');
-    assert.ok(standIns.every((r) => r.leaderToken === 7n), 'stand-in fires carry the fence token');
+    assert.ok(
+      standIns.every((r) => r.leaderToken === 7n),
+      'stand-in fires carry the fence token',
+    );
     assert.deepEqual(
       t.delivered.filter((d) => standIns.some((r) => r.id === d.runId)).length,
       standIns.length,
@@ -135,11 +138,14 @@ describe('StandIn (driven clock)', () => {
       ['pending', 'skipped'],
       'overlap skip: the first run is still active, so the second slot is skipped, as the leader would',
     );
-    assert.ok(t.ledger.of('job1').every((r) => r.state === 'skipped'), 'paused: recorded skipped');
+    assert.ok(
+      t.ledger.of('job1').every((r) => r.state === 'skipped'),
+      'paused: recorded skipped',
+    );
     assert.equal(t.ledger.of('job2').length, 0, "'replace' needs the leader's fence");
   });
 
-  it('never fires a slot older than the job\'s misfire grace: that is the next leader\'s catch-up', async () => {
+  it("never fires a slot older than the job's misfire grace: that is the next leader's catch-up", async () => {
     const t = setup([{ misfireGraceMs: 200 }], { graceMs: 500 });
     t.standIn.start();
     await t.clock.advance(5_000);
