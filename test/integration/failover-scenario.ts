@@ -58,7 +58,7 @@ export async function runFailoverScenario(
       }),
   );
   try {
-    const first = await waitForLeader(replicas, 20_000);
+    const first = await waitForLeader(replicas, 60_000); // three processes loading under a busy host
     await sleep(phaseMs);
     const t0 = await scalar<Date>(db.pool, 'SELECT min(scheduled_at) FROM cw_runs');
     assert.ok(t0, 'no fire committed in the first phase');
