@@ -54,6 +54,7 @@ async function startReplica(flags: SettingFlags): Promise<void> {
     election: { ttlMs: config.ttlMs },
     worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
     shutdownGraceMs: config.shutdownGraceMs,
+    standInGraceMs: config.standInGraceMs,
     retentionMs: config.retentionDays * 24 * 3600 * 1000,
     admin: config.admin.enabled
       ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url }

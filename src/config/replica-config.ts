@@ -37,6 +37,8 @@ export interface ReplicaConfig {
   /** BullMQ lock on a running run: how soon a dead or frozen worker's run is re-delivered. */
   workerLockMs: number;
   shutdownGraceMs: number;
+  /** A follower commits a slot the leader left uncommitted this long past due; 0: never. */
+  standInGraceMs: number;
   /** Finished runs older than this many days are deleted by the leader; 0 keeps everything. */
   retentionDays: number;
   /** Start-up checks give up on a server after this. */
@@ -117,6 +119,7 @@ const replicaKeys = [
   'concurrency',
   'workerLockMs',
   'shutdownGraceMs',
+  'standInGraceMs',
   'retentionDays',
   'connectTimeoutMs',
   'logLevel',
@@ -141,6 +144,7 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     concurrency: c.concurrency,
     workerLockMs: c.workerLockMs,
     shutdownGraceMs: c.shutdownGraceMs,
+    standInGraceMs: c.standInGraceMs,
     retentionDays: c.retentionDays,
     connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,

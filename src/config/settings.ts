@@ -181,6 +181,16 @@ export const settings = {
     default: 10_000,
     description: 'how long running handlers may finish on SIGTERM',
   },
+  standInGraceMs: {
+    schema: int(0, 60_000),
+    arg: 'ms',
+    default: 500,
+    description:
+      'a follower commits a slot the leader has not committed this long after it is due (a crashed leader costs this, not a TTL); `0` = off',
+    details:
+      'Under the same unique (job, scheduled_at) key as the leader, so a slot is still committed once; ' +
+      'a healthy cluster commits none this way (runs with trigger `standin`)',
+  },
   retentionDays: {
     schema: int(0, 3650),
     arg: 'days',

@@ -12,7 +12,12 @@ import { storedError } from './stored-text.js';
 import { withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
 
-export type FireTrigger = 'schedule' | 'catchup' | 'manual';
+/**
+ * Why a run was committed: on schedule, caught up after an election, triggered by hand, or by a
+ * follower standing in for a silent leader (stand-in.ts): a scheduled slot all the same, inside
+ * the unique (job, scheduled_at) key like 'schedule' and 'catchup'.
+ */
+export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'standin';
 
 export interface FireRequest {
   job: string;
@@ -55,6 +60,19 @@ export interface HandedOverRun {
   state: string;
   /** Execution token of the newest claim; null if no worker ever claimed it. */
   claimToken: bigint | null;
+}
+
+/** Who commits a batch of fires: the token and replica recorded on each run. */
+interface CommitStamp {
+  token: bigint;
+  replicaId: string;
+}
+
+/** A follower standing in for a silent leader: no lease of its own, so no token to fence with. */
+export interface StandInStamp {
+  /** The scheduler's fence, whose current token the stand-in's fires carry. */
+  fenceResource: string;
+  replicaId: string;
 }
 
 /** Who commits a batch of fires, and the check made just before COMMIT. */
@@ -105,13 +123,44 @@ export class FireLedger {
         await rollback();
         return nothing;
       }
-      const held = new Set(fires.filter((f) => f.hold).map(slotKey));
-      return {
-        committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
-        duplicates: fires.length - rows.length,
-        cancelled,
-      };
+      return batchResult(fires, rows, cancelled);
     });
+  }
+
+  /**
+   * A follower's commit of overdue slots the leader did not commit (stand-in.ts). No lease, so no
+   * fence to advance: the fires carry the scheduler fence's current token, read under a share lock
+   * on the fence row, so a leader's fenced commit and this one are serialised and the tokens on
+   * committed runs never decrease in commit order (I3). The unique (job, scheduled_at) key keeps
+   * each slot once however many followers and leaders race for it (I1). Before any leader has ever
+   * raised the fence there is no one to stand in for: nothing is committed. Overlap 'replace' fires
+   * are never accepted here: cancelling other runs needs the leader's fence.
+   */
+  async commitStandInFires(fires: FireRequest[], standIn: StandInStamp): Promise<FireBatchResult> {
+    const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
+    const accepted = fires.filter((f) => !f.replace);
+    if (accepted.length === 0) return nothing;
+    return withTransaction(this.pool, async (client) => {
+      const fence = await client.query<{ token: string }>(
+        `SELECT token FROM ${this.t.fences} WHERE resource = $1 FOR SHARE`,
+        [standIn.fenceResource],
+      );
+      const token = fence.rows[0]?.token;
+      if (token === undefined) return nothing;
+      const rows = await insertRuns(client, this.t, accepted, { token: BigInt(token), replicaId: standIn.replicaId });
+      await advanceJobState(client, this.t, accepted);
+      return batchResult(accepted, rows, []);
+    });
+  }
+
+  /** The newest scheduled (not manual) fire of each of `jobs`: one indexed read of cw_job_state. */
+  async lastFiredOf(jobs: readonly string[]): Promise<Map<string, Date>> {
+    if (jobs.length === 0) return new Map();
+    const res = await this.pool.query<{ job: string; last_scheduled_at: Date }>(
+      `SELECT job, last_scheduled_at FROM ${this.t.jobState} WHERE job = ANY($1::text[]) AND last_scheduled_at IS NOT NULL`,
+      [[...jobs]],
+    );
+    return new Map(res.rows.map((r) => [r.job, r.last_scheduled_at]));
   }
 
   /**
@@ -338,12 +387,21 @@ function slotKey(f: { job: string; scheduledAt: Date }): string {
   return `${f.job}@${f.scheduledAt.getTime()}`;
 }
 
+function batchResult(fires: FireRequest[], rows: Omit<CommittedFire, 'hold'>[], cancelled: bigint[]): FireBatchResult {
+  const held = new Set(fires.filter((f) => f.hold).map(slotKey));
+  return {
+    committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
+    duplicates: fires.length - rows.length,
+    cancelled,
+  };
+}
+
 /** Insert the fires under the unique (job, scheduled_at) key; returns the ones inserted. */
 async function insertRuns(
   client: pg.PoolClient,
   t: Tables,
   fires: FireRequest[],
-  leader: LeaderStamp,
+  leader: CommitStamp,
 ): Promise<Omit<CommittedFire, 'hold'>[]> {
   const res = await client.query<{
     id: string;

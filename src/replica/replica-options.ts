@@ -52,6 +52,12 @@ export interface ReplicaOptions {
    */
   shutdownGraceMs?: number;
   /**
+   * A follower commits a slot the leader has not committed this long after it was due (a crashed
+   * leader then costs this, not a lease TTL), under the same unique key, so a slot stays once
+   * (src/scheduler/stand-in.ts). Default 500 ms; 0 turns stand-ins off.
+   */
+  standInGraceMs?: number;
+  /**
    * The leader deletes finished runs (and their attempts) older than this. Default 14 days; 0
    * keeps everything.
    */

@@ -23,6 +23,7 @@ import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { RemovedJobs } from '../scheduler/removed-jobs.js';
+import { DEFAULT_STAND_IN_GRACE_MS, StandIn } from '../scheduler/stand-in.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { forwardEvents } from './forward-events.js';
@@ -79,6 +80,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private readonly retention: RunRetention | undefined;
   private readonly sweeper: DeliverySweeper;
   private readonly removedJobs: RemovedJobs;
+  private readonly standIn: StandIn;
   private stopped = false;
   /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
   private readonly warn: ReturnType<typeof limitedWarn>;
@@ -155,6 +157,19 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       logger: this.logger,
       replicaId: this.replicaId,
       fenceResource,
+    });
+    this.standIn = new StandIn({
+      registry: this.registry,
+      ledger: this.ledger.fires,
+      delivery: this.delivery,
+      policies: this.fireLoop,
+      isLeading: () => this.elector.role === 'leader',
+      clock,
+      logger: this.logger,
+      replicaId: this.replicaId,
+      fenceResource,
+      graceMs: o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
+      onCommitted: (fire, latenessMs) => this.emit('fire:committed', fire, latenessMs, fire.trigger),
     });
     this.executor = new RunExecutor({
       ledger: this.ledger.runs,
@@ -239,6 +254,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       await this.worker.start();
     }
     this.elector.start();
+    this.standIn.start();
     await this.startAdmin();
     this.logger.info(
       { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
@@ -289,6 +305,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // The hand-over first: stop firing and release the lease, so a follower leads at once. Only
     // then the admin HTTP (whose close waits for in-flight requests) and the member row.
     this.fireLoop.stop();
+    this.standIn.stop();
     await this.elector.stop();
     await this.heartbeat?.stop();
     await this.admin?.close();

@@ -360,9 +360,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
    * Shape the requests by the pause and overlap policies. Skipped fires are recorded in the ledger
    * (state 'skipped'); they are logged and emitted once committed, with the reason kept here.
    * Overlap 'replace' only marks the request: the ledger cancels the running runs inside the
-   * commit, after the fence accepted our token.
+   * commit, after the fence accepted our token. Public for the stand-in (stand-in.ts), which must
+   * apply the same rules to the slots it commits for a silent leader.
    */
-  private async applyPolicies(
+  async applyPolicies(
     requests: FireRequest[],
   ): Promise<{ fires: FireRequest[]; skips: Map<string, { reason: string; level: 'info' | 'warn' }> }> {
     const paused = await this.o.ledger.pausedJobs();

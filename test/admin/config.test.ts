@@ -123,6 +123,7 @@ const samples: Record<Exclude<SettingKey, 'config'>, [text: string, parsed: unkn
   concurrency: ['3', 3],
   workerLockMs: ['2000', 2000],
   shutdownGraceMs: ['0', 0],
+  standInGraceMs: ['250', 250],
   retentionDays: ['30', 30],
   connectTimeoutMs: ['1500', 1500],
   logLevel: ['debug', 'debug'],

@@ -124,6 +124,22 @@ export class MemoryLedger implements FireLoopLedger {
     return { committed, duplicates: fires.length - committed.length, cancelled };
   }
 
+  /** As the SQL: the fence's current token, nothing before any leader raised it, no 'replace'. */
+  async commitStandInFires(
+    fires: FireRequest[],
+    standIn: { fenceResource: string; replicaId: string },
+  ): Promise<FireBatchResult> {
+    const token = this.fences.get(standIn.fenceResource);
+    const accepted = fires.filter((f) => !f.replace);
+    if (token === undefined || accepted.length === 0) return { committed: [], duplicates: 0, cancelled: [] };
+    return this.commitFires(accepted, { ...standIn, token, stillLeading: () => true });
+  }
+
+  async lastFiredOf(jobs: readonly string[]): Promise<Map<string, Date>> {
+    const all = await this.lastFired();
+    return new Map([...all].filter(([job]) => jobs.includes(job)));
+  }
+
   async markEnqueued(runIds: bigint[]): Promise<void> {
     for (const r of this.runs) if (runIds.includes(r.id)) r.enqueued = true;
   }
