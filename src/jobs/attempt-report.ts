@@ -73,7 +73,6 @@ export class AttemptReport {
         outcome,
         durationMs: Math.round(this.clock.monotonic() - this.startedAt),
         token: this.claim.token.toString(),
-        worker: this.replicaId,
         ...(err instanceof Error ? { error: err.message } : {}),
       },
       'run attempt finished',

@@ -279,7 +279,7 @@ export async function attemptsFinishedSince(
 }
 
 /** How far back (newest runs of a job) the metrics look for its last success and its failure streak. */
-export const JOB_HEALTH_WINDOW = 1000;
+export const JOB_HEALTH_WINDOW = 100;
 
 export interface JobHealth {
   /** The scheduled instant of the job's newest committed fire (scheduled or catch-up). */
