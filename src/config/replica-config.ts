@@ -6,6 +6,7 @@ import {
   envName,
   ETCD_SCHEMES,
   isUrl,
+  type LogFormat,
   POSTGRES_SCHEMES,
   REDIS_SCHEMES,
   settingName,
@@ -44,6 +45,7 @@ export interface ReplicaConfig {
   /** Start-up checks give up on a server after this. */
   connectTimeoutMs: number;
   logLevel: string;
+  logFormat: LogFormat;
   admin: AdminConfig;
 }
 
@@ -123,6 +125,7 @@ const replicaKeys = [
   'retentionDays',
   'connectTimeoutMs',
   'logLevel',
+  'logFormat',
   'adminHost',
   'adminPort',
   'adminUrl',
@@ -148,6 +151,7 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     retentionDays: c.retentionDays,
     connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,
+    logFormat: c.logFormat,
     admin: { host: c.adminHost, port: c.adminPort, token: c.adminToken, url: c.adminUrl, enabled: c.adminEnabled },
   };
 }

@@ -84,6 +84,8 @@ const oneOf = <const T extends readonly [string, ...string[]]>(values: T) =>
 
 export const backendKindValues = ['etcd', 'redis', 'postgres', 'memory'] as const;
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export const logFormats = ['json', 'pretty'] as const;
+export type LogFormat = (typeof logFormats)[number];
 
 /** What the admin HTTP compares tokens against (see admin/auth.ts): a header value, trimmed. */
 const TOKEN_MIN = 16;
@@ -212,6 +214,13 @@ export const settings = {
     arg: 'level',
     default: 'info',
     description: 'pino JSON, with replica id, token and run id',
+  },
+  logFormat: {
+    schema: oneOf(logFormats),
+    arg: 'format',
+    default: 'json',
+    description: 'json: one JSON object a line, for log shippers; pretty: coloured lines for a terminal',
+    details: 'pretty needs the optional pino-pretty package (`npm i -D pino-pretty`); meant for development',
   },
   adminHost: {
     schema: text().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0'),

@@ -9,6 +9,8 @@ export interface RunJobData {
   runId: string;
   job: string;
   scheduledAt: string;
+  /** The committing fire's trace context, so the attempt's span continues its trace. */
+  traceparent?: string;
 }
 
 /** Hands committed runs to BullMQ. Retries and backoff come from the job definition. */
@@ -38,7 +40,12 @@ export class BullmqDelivery implements RunDelivery {
         const job = this.o.registry.get(run.job);
         return {
           name: run.job,
-          data: { runId: run.runId.toString(), job: run.job, scheduledAt: run.scheduledAt.toISOString() },
+          data: {
+            runId: run.runId.toString(),
+            job: run.job,
+            scheduledAt: run.scheduledAt.toISOString(),
+            ...(run.traceparent ? { traceparent: run.traceparent } : {}),
+          },
           opts: {
             jobId: bullmqJobId(ledgerId, run.runId),
             attempts: (job?.retries ?? 0) + 1,

@@ -277,3 +277,49 @@ export async function attemptsFinishedSince(
     finishedAt: r.finished_at,
   }));
 }
+
+/** How far back (newest runs of a job) the metrics look for its last success and its failure streak. */
+export const JOB_HEALTH_WINDOW = 100;
+
+export interface JobHealth {
+  /** The scheduled instant of the job's newest committed fire (scheduled or catch-up). */
+  lastFire: Date | null;
+  /** When the newest completed run among the job's last JOB_HEALTH_WINDOW runs finished. */
+  lastSuccess: Date | null;
+  /** Failed runs newer than that completed one (all of the window's failures if none completed). */
+  consecutiveFailures: number;
+}
+
+/**
+ * What the alerting metrics need of each job, in one query: the last fire from cw_job_state (its
+ * primary key), the last success and failure streak from the job's newest runs by the unique
+ * (job, scheduled_at) index, at most JOB_HEALTH_WINDOW rows a job, so a scrape stays cheap however
+ * long the ledger. Manual triggers are outside that index and so outside these figures.
+ */
+export async function jobHealth(db: Db, t: Tables, jobs: string[]): Promise<Map<string, JobHealth>> {
+  const res = await db.query<{
+    job: string;
+    last_fire: Date | null;
+    last_success: Date | null;
+    failures: number;
+  }>(
+    `SELECT j.job, s.last_scheduled_at AS last_fire, h.last_success, coalesce(h.failures, 0)::int AS failures
+     FROM unnest($1::text[]) AS j(job)
+     LEFT JOIN ${t.jobState} s ON s.job = j.job
+     LEFT JOIN LATERAL (
+       SELECT max(finished_at) FILTER (WHERE state = 'completed') AS last_success,
+              count(*) FILTER (WHERE state = 'failed' AND NOT succeeded_since) AS failures
+       FROM (SELECT state, finished_at,
+                    bool_or(state = 'completed') OVER (ORDER BY scheduled_at DESC ROWS UNBOUNDED PRECEDING) AS succeeded_since
+             FROM ${t.runs} r WHERE r.job = j.job AND r.trigger <> 'manual'
+             ORDER BY scheduled_at DESC LIMIT $2) recent
+     ) h ON true`,
+    [jobs, JOB_HEALTH_WINDOW],
+  );
+  return new Map(
+    res.rows.map((r) => [
+      r.job,
+      { lastFire: r.last_fire, lastSuccess: r.last_success, consecutiveFailures: r.failures },
+    ]),
+  );
+}

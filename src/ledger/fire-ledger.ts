@@ -42,6 +42,8 @@ export interface CommittedFire {
   trigger: FireTrigger;
   state: 'pending' | 'skipped';
   hold: boolean;
+  /** The fire's trace context (W3C traceparent), set by the scheduler when a tracer records it. */
+  traceparent?: string;
 }
 
 export interface FireBatchResult {

@@ -8,6 +8,7 @@ import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigg
 import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
 import { planCatchUp, type CatchUpPlan } from './misfire.js';
+import { tracedFireCommit } from './fire-tracing.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
@@ -286,12 +287,16 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       for (let i = 0; i < shaped.length; i += COMMIT_CHUNK) {
         let result: FireBatchResult;
         try {
-          result = await this.o.ledger.commitFires(shaped.slice(i, i + COMMIT_CHUNK), {
-            fenceResource: this.o.fenceResource,
-            token: lease.token,
-            replicaId: this.o.replicaId,
-            stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
-          });
+          const chunk = shaped.slice(i, i + COMMIT_CHUNK);
+          const leader = { token: lease.token, replicaId: this.o.replicaId, fires: chunk.length };
+          result = await tracedFireCommit(leader, () =>
+            this.o.ledger.commitFires(chunk, {
+              fenceResource: this.o.fenceResource,
+              token: lease.token,
+              replicaId: this.o.replicaId,
+              stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
+            }),
+          );
         } catch (err) {
           if (!(err instanceof StaleTokenError)) throw err;
           this.o.logger.error({ token: lease.token, highest: err.highest }, 'fence refused our fires: stepping down');

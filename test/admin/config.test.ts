@@ -127,6 +127,7 @@ const samples: Record<Exclude<SettingKey, 'config'>, [text: string, parsed: unkn
   retentionDays: ['30', 30],
   connectTimeoutMs: ['1500', 1500],
   logLevel: ['debug', 'debug'],
+  logFormat: ['pretty', 'pretty'],
   adminHost: ['0.0.0.0', '0.0.0.0'],
   adminPort: ['9000', 9000],
   adminUrl: ['http://host-a:9000', 'http://host-a:9000'],

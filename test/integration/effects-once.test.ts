@@ -13,6 +13,7 @@ import { listRuns } from '../../src/ledger/admin-reads.js';
 import { tablesIn } from '../../src/db/tables.js';
 import { ReplicaMetrics } from '../../src/admin/metrics.js';
 import type { ReplicaEvents } from '../../src/admin/replica-view.js';
+import { systemClock } from '../../src/clock.js';
 import { EventedChild } from '../support/evented-child.js';
 import { effectDelivery, effectsSuite } from '../support/effect-runs.js';
 import type { EffectMode } from '../fixtures/effect-job.js';
@@ -95,6 +96,10 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       role: 'follower' as const,
       hostOffsetMs: () => undefined,
       logger: pino({ level: 'silent' }),
+      ttlMs: 10_000,
+      clock: systemClock,
+      jobs: () => [],
+      job: () => undefined,
     });
     const text = await new ReplicaMetrics(stub, env.db.pool, tablesIn(env.db.schema)).exposition();
     const byOutcome = new Map<string, number>();
