@@ -23,13 +23,14 @@
  * ([kill − 1 s, kill + `--near-kill` s)).
  *
  * `npm run bench -- kill-leader [--duration 60] [--kill-every 20] [--backend postgres|redis|etcd]
- *   [--systems bullmq,bullmq-work,cronwarden] [--work-ms 1000] [--worker-lock-ms 5000]
+ *   [--systems bullmq,cronwarden | all] [--work-ms 1000] [--worker-lock-ms 5000]
  *   [--lease-ttl-ms N] [--near-kill 10] [--json]`
- * The "-work" systems let handlers work `--work-ms` after their effect, which is when a kill
+ * Systems: bullmq, bullmq-work, cronwarden, cronwarden-work. The "-work" systems let handlers work `--work-ms` after their effect, which is when a kill
  * catches runs that have written their effect but not finished.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -90,7 +91,7 @@ function parseOptions(argv: string[]): Options {
       duration: { type: 'string', default: '60' },
       'kill-every': { type: 'string', default: '20' },
       backend: { type: 'string', default: 'postgres' },
-      systems: { type: 'string', default: 'bullmq,bullmq-work,cronwarden' },
+      systems: { type: 'string', default: 'bullmq,cronwarden' },
       'work-ms': { type: 'string', default: '1000' },
       'worker-lock-ms': { type: 'string', default: '5000' },
       'lease-ttl-ms': { type: 'string' },
@@ -331,6 +332,10 @@ interface Figures {
   missed: number;
   lateness: { p50: number; p99: number; max: number; n: number };
   nearKills: { p50: number; p99: number; max: number; n: number };
+  /** Kill instants, seconds after the window's start. */
+  killsAtS: number[];
+  /** Per second of the window: slots with an effect, and their worst first-effect lateness (ms). */
+  timeline: { s: number; slots: number; maxLateMs: number }[];
 }
 
 /** Per expected (job, slot) of the window: effect rows and first-effect lateness, from the table alone. */
@@ -348,7 +353,10 @@ async function check(db: TestDatabase, from: number, to: number, kills: number[]
   let missed = 0;
   const lateness: number[] = [];
   const nearKills: number[] = [];
+  const timeline: Figures['timeline'] = [];
   for (let at = from; at <= to; at += 1000) {
+    const second = { s: (at - from) / 1000, slots: 0, maxLateMs: 0 };
+    timeline.push(second);
     for (const job of jobNames) {
       slots++;
       const r = seen.get(`${job}@${at}`);
@@ -360,10 +368,21 @@ async function check(db: TestDatabase, from: number, to: number, kills: number[]
       if (r.n > 1) doubled++;
       const late = Number(r.first) - at;
       lateness.push(late);
+      second.slots++;
+      second.maxLateMs = Math.max(second.maxLateMs, late);
       if (kills.some((k) => at >= k - 1000 && at < k + o.nearKillMs)) nearKills.push(late);
     }
   }
-  return { slots, effects, doubled, missed, lateness: summarize(lateness), nearKills: summarize(nearKills) };
+  return {
+    slots,
+    effects,
+    doubled,
+    missed,
+    lateness: summarize(lateness),
+    nearKills: summarize(nearKills),
+    killsAtS: kills.map((k) => (k - from) / 1000),
+    timeline,
+  };
 }
 
 /** Slots of the window that have no effect yet (the checker's query, cheaper). */
@@ -412,7 +431,9 @@ async function measure(contender: Contender, o: Options): Promise<Figures> {
 
 export async function benchKillLeader(argv: string[] = []): Promise<Record<string, unknown>> {
   const o = parseOptions(argv);
-  const log = (s: string) => process.stderr.write(`kill-leader: ${s}\n`);
+  const started = Date.now();
+  const log = (s: string) => process.stderr.write(`kill-leader [${fmt((Date.now() - started) / 1000, 0)} s]: ${s}\n`);
+  const loadBefore = loadavg()[0]!;
   const wantsCronwarden = o.systems.some((s) => s.startsWith('cronwarden'));
   let packed: { app: Packed; dir: string } | undefined;
   let etcd: TestEtcd | undefined;
@@ -444,8 +465,11 @@ export async function benchKillLeader(argv: string[] = []): Promise<Record<strin
     await etcd?.cleanup();
     if (packed) rmSync(packed.app.dir, { recursive: true, force: true });
   }
+  const load = { before: loadBefore, after: loadavg()[0]! };
+  log(`1-minute load average ${fmt(load.before, 1)} before, ${fmt(load.after, 1)} after (${cpus().length} cores)`);
   report(results, o);
   return {
+    loadAverage: load,
     processes: PROCESSES,
     jobs: JOBS,
     durationMs: o.durationMs,
