@@ -28,10 +28,20 @@
  * Systems: bullmq, bullmq-work, cronwarden, cronwarden-work. The "-work" systems let handlers work `--work-ms` after their effect, which is when a kill
  * catches runs that have written their effect but not finished.
  */
-import { randomUUID } from 'node:crypto';
-import { mkdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createHash, randomUUID } from 'node:crypto';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { cpus, loadavg } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -39,7 +49,7 @@ import { Redis } from 'ioredis';
 import { EventedChild } from '../test/support/evented-child.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/postgres-database.js';
 import { freePort } from '../test/support/free-port.js';
-import { packPackage, run, unpack, type Packed } from '../test/package/support.js';
+import { PACK_INPUTS, packPackage, repoRoot, run, scratchDirInRepo, unpack } from '../test/package/support.js';
 import { startEtcdCluster, type TestEtcd } from '../src/drill/servers/etcd-server.js';
 import { fmt, summarize, table } from './stats.js';
 
@@ -174,11 +184,36 @@ function bullmqContender(db: TestDatabase, o: Options, workMs: number): Contende
 
 // ---------------------------------------------------------------- cronwarden
 
+/**
+ * The package as `npm pack` builds it from this checkout, kept in .tmp/kill-leader-packs/ under a
+ * hash of everything the pack reads, so a rerun on unchanged sources does not build again (a build
+ * takes minutes on a loaded machine) and a changed source always does.
+ */
+async function packedTarball(): Promise<string> {
+  const hash = createHash('sha256');
+  const walk = (path: string): void => {
+    if (statSync(path).isDirectory()) for (const entry of readdirSync(path).sort()) walk(join(path, entry));
+    else hash.update(`${relative(repoRoot, path)}\0`).update(readFileSync(path));
+  };
+  for (const input of PACK_INPUTS) walk(join(repoRoot, input));
+  const cache = join(repoRoot, '.tmp', 'kill-leader-packs');
+  const cached = join(cache, `cronwarden-${hash.digest('hex').slice(0, 16)}.tgz`);
+  if (existsSync(cached)) return cached;
+  const packed = await packPackage(600_000); // the default 3 min is too short under a load of 20
+  try {
+    rmSync(cache, { recursive: true, force: true }); // one pack kept: the newest sources'
+    mkdirSync(cache, { recursive: true });
+    copyFileSync(packed.tarball, cached);
+  } finally {
+    rmSync(packed.dir, { recursive: true, force: true });
+  }
+  return cached;
+}
+
 /** The packed package unpacked into a scratch application, with the benchmark's jobs module. */
-async function scratchApplication(): Promise<{ app: Packed; dir: string }> {
-  const app = await packPackage();
-  const dir = join(app.dir, 'app');
-  await unpack(app.tarball, join(dir, 'node_modules', 'cronwarden'));
+async function scratchApplication(): Promise<string> {
+  const dir = scratchDirInRepo('kill-leader');
+  await unpack(await packedTarball(), join(dir, 'node_modules', 'cronwarden'));
   writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
   // What a user writes: 20 jobs due every second, each effect in ctx.transaction, in their table.
   writeFileSync(
@@ -205,7 +240,7 @@ export const jobs = ${JSON.stringify(jobNames)}.map((name) =>
   );
   mkdirSync(join(dir, 'node_modules', '.bin'), { recursive: true });
   symlinkSync('../cronwarden/bin/cronwarden.js', join(dir, 'node_modules', '.bin', 'cronwarden'));
-  return { app, dir };
+  return dir;
 }
 
 /** Only the CRONWARDEN_* settings we give: none leak in from the caller's environment. */
@@ -435,13 +470,13 @@ export async function benchKillLeader(argv: string[] = []): Promise<Record<strin
   const log = (s: string) => process.stderr.write(`kill-leader [${fmt((Date.now() - started) / 1000, 0)} s]: ${s}\n`);
   const loadBefore = loadavg()[0]!;
   const wantsCronwarden = o.systems.some((s) => s.startsWith('cronwarden'));
-  let packed: { app: Packed; dir: string } | undefined;
+  let appDir: string | undefined;
   let etcd: TestEtcd | undefined;
   const results: Figures[] = [];
   try {
     if (wantsCronwarden) {
-      log('packing cronwarden (npm pack) into a scratch application…');
-      packed = await scratchApplication();
+      log('installing cronwarden (npm pack of this checkout, cached per source hash) into a scratch application…');
+      appDir = await scratchApplication();
       if (o.backend === 'etcd') etcd = await startEtcdCluster(1);
     }
     for (const system of o.systems) {
@@ -453,7 +488,7 @@ export async function benchKillLeader(argv: string[] = []): Promise<Record<strin
           await db.pool.query(EFFECTS_DDL);
           contender = bullmqContender(db, o, workMs);
         } else {
-          contender = cronwardenContender(db, o, workMs, packed!.dir, etcd);
+          contender = cronwardenContender(db, o, workMs, appDir!, etcd);
         }
         log(`measuring ${contender.label} for ${o.durationMs / 1000} s, a kill every ${o.killEveryMs / 1000} s…`);
         results.push(await measure(contender, o));
@@ -463,7 +498,7 @@ export async function benchKillLeader(argv: string[] = []): Promise<Record<strin
     }
   } finally {
     await etcd?.cleanup();
-    if (packed) rmSync(packed.app.dir, { recursive: true, force: true });
+    if (appDir) rmSync(appDir, { recursive: true, force: true });
   }
   const load = { before: loadBefore, after: loadavg()[0]! };
   log(`1-minute load average ${fmt(load.before, 1)} before, ${fmt(load.after, 1)} after (${cpus().length} cores)`);
