@@ -440,7 +440,7 @@ async function sleepUntil(t: number): Promise<void> {
  */
 async function measure(contender: Contender, o: Options): Promise<Figures> {
   await contender.start();
-  await sleep(3000);
+  await sleep(5000); // past the start-up burst of three fresh processes on a small machine
   const from = Math.ceil(Date.now() / 1000) * 1000;
   const end = from + o.durationMs;
   const kills: number[] = [];
