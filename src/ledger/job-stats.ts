@@ -107,8 +107,12 @@ export async function minuteHistory(db: Db, t: Tables, minutes: number, job?: st
   );
   const start =
     res.rows[0]?.start ??
-    (await db.query<{ start: Date }>(`SELECT date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute' AS start`, [minutes]))
-      .rows[0]!.start;
+    (
+      await db.query<{ start: Date }>(
+        `SELECT date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute' AS start`,
+        [minutes],
+      )
+    ).rows[0]!.start;
   const empty = (): MinuteSeries => ({
     fires: new Array<number>(minutes).fill(0),
     failures: new Array<number>(minutes).fill(0),

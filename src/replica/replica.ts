@@ -175,7 +175,12 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       fenceResource,
     });
-    this.tenures = new TenureRecord({ db: this.pool, tables: this.ledger.tables, logger: this.logger, warn: this.warn });
+    this.tenures = new TenureRecord({
+      db: this.pool,
+      tables: this.ledger.tables,
+      logger: this.logger,
+      warn: this.warn,
+    });
     forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
     this.on('lease:renewed', (lease) => this.tenures.renewed(lease));
     this.on('lease:lost', (lease, _reason, end) => this.tenures.ended(lease, end));
