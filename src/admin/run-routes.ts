@@ -70,7 +70,7 @@ function decodeCursor(v: string | undefined): RunCursor | undefined {
 /** ?q=: a run id, or an idempotency key `job@instant` (the key handlers get: job-context.ts). */
 function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot'> {
   if (q === undefined) return {};
-  if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(runId, q)) };
+  if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(z.object({ q: runId }), { q }).q) };
   const at = q.lastIndexOf('@');
   const when = at > 0 ? Date.parse(q.slice(at + 1)) : NaN;
   if (Number.isNaN(when)) throw new HttpError(400, 'bad_request', `q: must be ${KEY_HELP}`);

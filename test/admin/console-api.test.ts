@@ -69,7 +69,11 @@ describe('runs paging and filters', () => {
         `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state) VALUES
            ('paging', $1, 'schedule', 2, 'late', 'completed'), ('paging', $2, 'catchup', 2, 'late', 'completed'),
            ('paging', $3, 'manual', 2, 'late', 'completed')`,
-        [new Date(inserted), new Date(newest.getTime() - 400 * 60_000 - page * 1000), new Date(seen.at(-1)!.scheduledAt)],
+        [
+          new Date(inserted),
+          new Date(newest.getTime() - 400 * 60_000 - page * 1000),
+          new Date(seen.at(-1)!.scheduledAt),
+        ],
       );
     } while (cursor !== null && page < 100);
     const ids = seen.map((r) => r.id);
@@ -100,7 +104,9 @@ describe('runs paging and filters', () => {
       byId.runs.map((r: { id: string }) => r.id),
       [one.id],
     );
-    const byKey = await json(await fetch(`${leader.url}/api/runs?q=${encodeURIComponent(`paging@${one.scheduledAt}`)}`));
+    const byKey = await json(
+      await fetch(`${leader.url}/api/runs?q=${encodeURIComponent(`paging@${one.scheduledAt}`)}`),
+    );
     assert.ok(byKey.runs.some((r: { id: string }) => r.id === one.id));
     assert.ok(byKey.runs.every((r: { job: string; scheduledAt: string }) => r.scheduledAt === one.scheduledAt));
     const none = await json(await fetch(`${leader.url}/api/runs?job=paging&state=failed`));
@@ -165,7 +171,9 @@ describe('a failed run: detail, retry, refusals', () => {
     assert.equal(run.completedAttempt, 2);
     assert.ok(BigInt(run.attempts[1].token) > BigInt(run.attempts[0].token), 'a new execution token');
     assert.equal(await effectRows(db, failed), 1);
-    const effect = await db.pool.query('SELECT idempotency_key FROM public.console_effects WHERE run_id = $1', [failed]);
+    const effect = await db.pool.query('SELECT idempotency_key FROM public.console_effects WHERE run_id = $1', [
+      failed,
+    ]);
     assert.equal(effect.rows[0].idempotency_key, run.idempotencyKey, 'the same idempotency key');
   });
 
