@@ -109,7 +109,7 @@ function summary(r: RunRow): RunSummary {
   };
 }
 
-/** One page of runs, newest first; nextCursor is null on the last page. */
+/** One page of runs, newest first; nextCursor is null on the last page (none after it). */
 export async function pageRuns(
   db: Db,
   t: Tables,
@@ -131,14 +131,15 @@ export async function pageRuns(
       f.id?.toString() ?? null,
       f.cursor?.scheduledUs.toString() ?? null,
       f.cursor?.id.toString() ?? null,
-      f.limit,
+      f.limit + 1, // one more than asked: whether there is a next page at all
     ],
   );
-  const last = res.rows[res.rows.length - 1];
+  const rows = res.rows.slice(0, f.limit);
+  const last = rows[rows.length - 1];
   return {
-    runs: res.rows.map(summary),
+    runs: rows.map(summary),
     nextCursor:
-      res.rows.length === f.limit && last ? { scheduledUs: BigInt(last.sched_us), id: BigInt(last.id) } : null,
+      res.rows.length > f.limit && last ? { scheduledUs: BigInt(last.sched_us), id: BigInt(last.id) } : null,
   };
 }
 

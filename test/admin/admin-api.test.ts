@@ -245,7 +245,7 @@ describe('read routes', () => {
     }
   });
 
-  it('GET / serves the status page', async () => {
+  it('GET / serves the console page', async () => {
     const res = await fetch(`${follower.url}/`);
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /text\/html/);
