@@ -296,7 +296,7 @@ export class AdminServer {
     });
   }
 
-  /** The status page and the probes: /healthz reads no database, /readyz shares one check. */
+  /** The console page and the probes: /healthz reads no database, /readyz shares one check. */
   private pageAndHealthRoutes(): void {
     const app = this.app;
     const r = this.o.replica;
