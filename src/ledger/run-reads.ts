@@ -138,8 +138,7 @@ export async function pageRuns(
   const last = rows[rows.length - 1];
   return {
     runs: rows.map(summary),
-    nextCursor:
-      res.rows.length > f.limit && last ? { scheduledUs: BigInt(last.sched_us), id: BigInt(last.id) } : null,
+    nextCursor: res.rows.length > f.limit && last ? { scheduledUs: BigInt(last.sched_us), id: BigInt(last.id) } : null,
   };
 }
 
