@@ -78,6 +78,12 @@ function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot'> {
 }
 
 export function runRoutes(c: RunRoutesContext): void {
+  runReads(c);
+  retryRoute(c);
+}
+
+/** Open reads, each under the read cap. */
+function runReads(c: RunRoutesContext): void {
   const { app, pool, tables } = c;
 
   app.get(
@@ -125,8 +131,11 @@ export function runRoutes(c: RunRoutesContext): void {
       return minuteHistory(pool, tables, q.minutes, q.job);
     }),
   );
+}
 
-  app.post('/api/runs/:id/retry', { onRequest: c.requireToken }, async (req) => {
+/** Retry a failed run: token, leader only; refusals are 404 / 409 with a code saying which. */
+function retryRoute(c: RunRoutesContext): void {
+  c.app.post('/api/runs/:id/retry', { onRequest: c.requireToken }, async (req) => {
     const { id } = parse(z.object({ id: runId }), req.params);
     if (c.replica.role !== 'leader') return c.notLeader();
     try {

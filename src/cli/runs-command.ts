@@ -46,6 +46,12 @@ function runIdArg(id: string): string {
 
 /** runs / run ID / retry ID: the console's run views and its retry, through the admin JSON API. */
 export function registerRuns(program: Command): void {
+  registerList(program);
+  registerShow(program);
+  registerRetry(program);
+}
+
+function registerList(program: Command): void {
   adminOptions(program.command('runs').description('list runs newest first (by scheduled time), one page'))
     .option('--job <name>', 'only this job')
     .option('--state <state>', 'only runs in this state (pending, running, completed, failed, …)')
@@ -74,7 +80,9 @@ export function registerRuns(program: Command): void {
       if (page.nextCursor) out.push('', `next page: --cursor ${page.nextCursor}`);
       process.stdout.write(`${out.join('\n')}\n`);
     });
+}
 
+function registerShow(program: Command): void {
   adminOptions(program.command('run').argument('<id>', 'run id').description('show one run with every attempt'))
     .option('--json', 'print the raw JSON')
     .action(async (id: string, opts: Opts) => {
@@ -104,7 +112,9 @@ export function registerRuns(program: Command): void {
       if (failed) out.push('', `stack of attempt ${failed.attempt}:`, failed.errorStack!);
       process.stdout.write(`${out.join('\n')}\n`);
     });
+}
 
+function registerRetry(program: Command): void {
   adminOptions(
     program
       .command('retry')
