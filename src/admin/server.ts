@@ -27,7 +27,7 @@ import {
 import { ReplicaMetrics } from './metrics.js';
 import { HttpError, parse } from './http-error.js';
 import { electedAt, lastRuns, listElections, listMembers, memberAdminUrl } from '../ledger/admin-reads.js';
-import { jobStats } from '../ledger/job-stats.js';
+import { jobStats, type JobStats } from '../ledger/job-stats.js';
 import { runRoutes } from './run-routes.js';
 import { jobOverview } from './job-overview.js';
 
@@ -63,6 +63,7 @@ export interface AdminServerOptions {
 }
 
 const jobName = z.string().regex(/^[A-Za-z0-9_.:@/-]{1,200}$/, 'must be 1-200 letters, digits or _ . : @ / -');
+const STATS_REUSE_MS = 10_000;
 const limitQuery = z.object({
   limit: z.coerce
     .number()
@@ -96,6 +97,8 @@ export class AdminServer {
   private readonly hosts: HostPolicy;
   private readonly errorLog: OncePerKind;
   private readonly ready: SharedCheck<{ backend: string; database: string }>;
+  /** The jobs' 24 h numbers scan a day of runs: computed at most every 10 s, shared by every caller. */
+  private readonly stats: SharedCheck<Map<string, JobStats>>;
   private page: Promise<{ html: string; csp: string }> | undefined;
 
   constructor(private readonly o: AdminServerOptions) {
@@ -113,6 +116,16 @@ export class AdminServer {
     const monotonic = () => r.clock.monotonic();
     this.errorLog = new OncePerKind(monotonic);
     this.ready = this.readinessCheck(monotonic);
+    this.stats = new SharedCheck(
+      () =>
+        jobStats(
+          this.pool,
+          this.reads.tables,
+          r.jobs().map((j) => j.name),
+        ),
+      monotonic,
+      STATS_REUSE_MS,
+    );
     this.app = boundedApp(o);
     this.guardRequests();
     this.handleErrors();
@@ -372,7 +385,7 @@ export class AdminServer {
     const [paused, last, stats] = await Promise.all([
       this.reads.fires.pausedJobs(),
       lastRuns(this.pool, this.reads.tables, names),
-      jobStats(this.pool, this.reads.tables, names),
+      this.stats.get(),
     ]);
     const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
     return {
