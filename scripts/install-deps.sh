@@ -2,7 +2,7 @@
 # Install, from Debian's packages, the servers cronwarden runs against, when they are missing.
 #
 #   scripts/install-deps.sh                what `npm test` needs (.ci/run): etcd, Redis and Sentinel,
-#                                          PostgreSQL, Chromium (status page test), libfaketime (drill),
+#                                          PostgreSQL, Chromium (console tests), libfaketime (drill),
 #                                          promtool (from `prometheus`: the alert rules' tests)
 #   scripts/install-deps.sh --demo         what `npm run demo` needs: PostgreSQL and Redis only,
 #                                          without apt's "recommended" extras

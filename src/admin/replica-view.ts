@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
+import type { RetriedRun } from '../ledger/run-retry.js';
 import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
 import type { FireLoopEvents } from '../scheduler/fire-loop.js';
@@ -45,4 +46,6 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
   setPaused(job: string, paused: boolean): Promise<void>;
   /** Give up leadership; false when not leading. */
   resign(): Promise<boolean>;
+  /** Retry a failed or cancelled run (leader only, fenced like a fire). */
+  retry(runId: bigint): Promise<RetriedRun>;
 }

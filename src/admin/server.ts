@@ -6,7 +6,6 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import type pg from 'pg';
 import { z } from 'zod';
 import { NotLeaderError, TimedOutError } from '../errors.js';
-import { runStates } from '../db/schema.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
 import type { ReplicaView } from './replica-view.js';
@@ -26,7 +25,11 @@ import {
   type HostPolicy,
 } from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
-import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
+import { HttpError, parse } from './http-error.js';
+import { electedAt, lastRuns, listElections, listMembers, memberAdminUrl } from '../ledger/admin-reads.js';
+import { jobStats, type JobStats } from '../ledger/job-stats.js';
+import { runRoutes } from './run-routes.js';
+import { jobOverview } from './job-overview.js';
 
 export interface AdminServerOptions {
   replica: ReplicaView;
@@ -60,22 +63,7 @@ export interface AdminServerOptions {
 }
 
 const jobName = z.string().regex(/^[A-Za-z0-9_.:@/-]{1,200}$/, 'must be 1-200 letters, digits or _ . : @ / -');
-const MAX_RUN_ID = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
-const runsQuery = z.object({
-  job: jobName.optional(),
-  state: z.enum(runStates, `must be one of ${runStates.join(', ')}`).optional(),
-  limit: z.coerce
-    .number()
-    .int('must be a whole number')
-    .min(1, 'must be at least 1')
-    .max(500, 'must be at most 500')
-    .default(50),
-  before: z
-    .string()
-    .regex(/^[1-9][0-9]{0,18}$/, 'must be a run id')
-    .refine((v) => BigInt(v) <= MAX_RUN_ID, `must be a run id (at most ${MAX_RUN_ID})`)
-    .optional(),
-});
+const STATS_REUSE_MS = 10_000;
 const limitQuery = z.object({
   limit: z.coerce
     .number()
@@ -85,27 +73,9 @@ const limitQuery = z.object({
     .default(20),
 });
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    readonly code: string,
-    message: string,
-    readonly extra: Record<string, unknown> = {},
-  ) {
-    super(message);
-  }
-}
-
-function parse<T>(schema: z.ZodType<T>, value: unknown): T {
-  const r = schema.safeParse(value ?? {});
-  if (r.success) return r.data;
-  const issue = r.error.issues[0]!;
-  throw new HttpError(400, 'bad_request', `${issue.path.join('.') || 'value'}: ${issue.message}`);
-}
-
 const pageCandidates = [
-  new URL('./status.html', import.meta.url),
-  new URL('../../src/admin/status.html', import.meta.url),
+  new URL('./console.html', import.meta.url),
+  new URL('../../src/admin/console.html', import.meta.url),
 ].map((u) => fileURLToPath(u));
 
 /**
@@ -127,6 +97,8 @@ export class AdminServer {
   private readonly hosts: HostPolicy;
   private readonly errorLog: OncePerKind;
   private readonly ready: SharedCheck<{ backend: string; database: string }>;
+  /** The jobs' 24 h numbers scan a day of runs: computed at most every 10 s, shared by every caller. */
+  private readonly stats: SharedCheck<Map<string, JobStats>>;
   private page: Promise<{ html: string; csp: string }> | undefined;
 
   constructor(private readonly o: AdminServerOptions) {
@@ -144,6 +116,16 @@ export class AdminServer {
     const monotonic = () => r.clock.monotonic();
     this.errorLog = new OncePerKind(monotonic);
     this.ready = this.readinessCheck(monotonic);
+    this.stats = new SharedCheck(
+      () =>
+        jobStats(
+          this.pool,
+          this.reads.tables,
+          r.jobs().map((j) => j.name),
+        ),
+      monotonic,
+      STATS_REUSE_MS,
+    );
     this.app = boundedApp(o);
     this.guardRequests();
     this.handleErrors();
@@ -257,7 +239,7 @@ export class AdminServer {
   private statusPage(): Promise<{ html: string; csp: string }> {
     this.page ??= (async () => {
       const path = pageCandidates.find((p) => existsSync(p));
-      if (!path) throw new HttpError(500, 'internal', 'status.html not found');
+      if (!path) throw new HttpError(500, 'internal', 'console.html not found');
       const html = await readFile(path, 'utf8');
       return { html, csp: pagePolicy(html) };
     })();
@@ -316,9 +298,18 @@ export class AdminServer {
     this.readRoutes();
     this.jobRoutes();
     this.leaderRoutes();
+    runRoutes({
+      app: this.app,
+      pool: this.pool,
+      tables: this.reads.tables,
+      replica: this.o.replica,
+      capped: (handler) => this.capped(handler),
+      requireToken: this.requireToken,
+      notLeader: () => this.notLeader(),
+    });
   }
 
-  /** The status page and the probes: /healthz reads no database, /readyz shares one check. */
+  /** The console page and the probes: /healthz reads no database, /readyz shares one check. */
   private pageAndHealthRoutes(): void {
     const app = this.app;
     const r = this.o.replica;
@@ -378,22 +369,6 @@ export class AdminServer {
     );
 
     app.get(
-      '/api/runs',
-      this.capped(async (req) => {
-        const q = parse(runsQuery, req.query);
-        // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
-        const page = await listRuns(this.pool, this.reads.tables, {
-          job: q.job,
-          state: q.state,
-          limit: q.limit,
-          before: q.before === undefined ? undefined : BigInt(q.before),
-        });
-        // Handler text is served bounded, whatever the ledger holds.
-        return { ...page, runs: page.runs.map((run) => ({ ...boundRun(run), attempts: run.attempts.map(boundRun) })) };
-      }),
-    );
-
-    app.get(
       '/api/elections',
       this.capped(async (req) => {
         const q = parse(limitQuery, req.query);
@@ -407,9 +382,10 @@ export class AdminServer {
     const r = this.o.replica;
     const jobs = r.jobs();
     const names = jobs.map((j) => j.name);
-    const [paused, last] = await Promise.all([
+    const [paused, last, stats] = await Promise.all([
       this.reads.fires.pausedJobs(),
       lastRuns(this.pool, this.reads.tables, names),
+      this.stats.get(),
     ]);
     const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
     return {
@@ -424,6 +400,7 @@ export class AdminServer {
           paused: paused.has(j.name),
           nextFireAt: next === null ? null : new Date(next).toISOString(),
           lastRun: boundRun(last.get(j.name) ?? null),
+          ...jobOverview(j, now, stats.get(j.name)),
         };
       }),
     };

@@ -102,7 +102,7 @@ function disagreement(a: MemberAgreement | undefined): string[] {
   return lines;
 }
 
-function table(head: string[], rows: string[][]): string[] {
+export function table(head: string[], rows: string[][]): string[] {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   return [head, ...rows].map((r) =>
     r

@@ -102,6 +102,9 @@ export const runs = pgTable(
     index('cw_runs_state_created').on(t.state, t.createdAt),
     // The failover history's "last fire of the previous tenure".
     index('cw_runs_leader_created').on(t.leaderToken, t.leaderId, t.createdAt),
+    // The console's keyset paging, newest first: the whole ledger, and one job's runs.
+    index('cw_runs_scheduled_id').on(t.scheduledAt, t.id),
+    index('cw_runs_job_scheduled_id').on(t.job, t.scheduledAt, t.id),
   ],
 );
 
@@ -154,7 +157,7 @@ export const members = pgTable('cw_members', {
   lastSeen: tstz('last_seen').notNull().defaultNow(),
 });
 
-/** One row per won election: failover history with the gap since the previous leader's last fire. */
+/** One row per won election (a tenure): the failover history, with its last renew and its release. */
 export const elections = pgTable(
   'cw_elections',
   {
@@ -164,6 +167,10 @@ export const elections = pgTable(
     token: token('token').notNull(),
     backend: text('backend').notNull(),
     electedAt: tstz('elected_at').notNull().defaultNow(),
+    /** The tenure's last successful renew (database clock): a crashed leader's handover starts here. */
+    renewedAt: tstz('renewed_at'),
+    /** When the tenure released its lease (resign, stop): a graceful handover starts here. */
+    releasedAt: tstz('released_at'),
   },
   (t) => [index('cw_elections_lease_elected').on(t.leaseName, t.electedAt)],
 );

@@ -8,6 +8,7 @@
 import type pg from 'pg';
 import { advanceFence, fenceToken } from './fences.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
+import { retryRun, type RetriedRun } from './run-retry.js';
 import { storedError } from './stored-text.js';
 import { withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
@@ -377,11 +378,18 @@ export class FireLedger {
     return res.rowCount ?? 0;
   }
 
-  async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.t.elections} (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)`,
+  /** Retry a failed or cancelled run under the leader's fence (run-retry.ts). */
+  retryRun(runId: bigint, leader: LeaderStamp): Promise<RetriedRun | undefined> {
+    return retryRun(this.pool, this.t, runId, leader);
+  }
+
+  /** A won election (a tenure); returns its id, for recording the tenure's renews and release (tenures.ts). */
+  async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<bigint> {
+    const res = await this.pool.query<{ id: string }>(
+      `INSERT INTO ${this.t.elections} (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4) RETURNING id`,
       [leaseName, leader, token.toString(), backend],
     );
+    return BigInt(res.rows[0]!.id);
   }
 }
 

@@ -38,7 +38,7 @@ export interface ReplicaOptions {
   election?: Omit<ElectorOptions, 'leaseName' | 'replicaId'>;
   worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
   /**
-   * The admin HTTP (status page, JSON API, /metrics, /healthz) that `cronwarden start` serves, and
+   * The admin HTTP (console, JSON API, /metrics, /healthz) that `cronwarden start` serves, and
    * this replica's row in cw_members with the URL it advertises. Omit or `false` for neither.
    */
   admin?: ReplicaAdminOptions | false;

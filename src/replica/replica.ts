@@ -28,6 +28,9 @@ import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { forwardEvents } from './forward-events.js';
 import { MemberHeartbeat } from './member-heartbeat.js';
+import { TenureRecord } from './tenure-record.js';
+import { RunRetrier } from '../scheduler/run-retrier.js';
+import type { RetriedRun } from '../ledger/run-retry.js';
 import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
@@ -81,6 +84,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private readonly sweeper: DeliverySweeper;
   private readonly removedJobs: RemovedJobs;
   private readonly standIn: StandIn;
+  private readonly retrier: RunRetrier;
+  private readonly tenures: TenureRecord;
   private stopped = false;
   /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
   private readonly warn: ReturnType<typeof limitedWarn>;
@@ -177,7 +182,23 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       logger: this.logger,
     });
+    this.retrier = new RunRetrier({
+      ledger: this.ledger.fires,
+      delivery: this.delivery,
+      leadership: this.elector,
+      logger: this.logger,
+      replicaId: this.replicaId,
+      fenceResource,
+    });
+    this.tenures = new TenureRecord({
+      db: this.pool,
+      tables: this.ledger.tables,
+      logger: this.logger,
+      warn: this.warn,
+    });
     forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
+    this.on('lease:renewed', (lease) => this.tenures.renewed(lease));
+    this.on('lease:lost', (lease, _reason, end) => this.tenures.ended(lease, end));
   }
 
   /** The scheduler's default clock: the ledger's time, with a warning when this host's differs much. */
@@ -233,6 +254,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   }
   resign(): Promise<boolean> {
     return this.elector.resign();
+  }
+  retry(runId: bigint): Promise<RetriedRun> {
+    return this.retrier.retry(runId);
   }
 
   async start(): Promise<void> {
@@ -313,6 +337,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     await this.delivery.close();
     if (this.ownsRedis) await this.redis.quit().catch(() => {});
     await this.o.backend.close();
+    await this.tenures.flush();
     this.ledgerClock?.stop();
     // An abandoned handler may still hold a pooled client (e.g. inside ctx.transaction): do not
     // wait for it; exiting the process ends its session and PostgreSQL rolls its transaction back.
@@ -326,6 +351,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.logger.info({ token: lease.token.toString() }, 'elected leader');
     await this.ledger.fires
       .recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind)
+      .then((id) => this.tenures.elected(id, lease.token))
       .catch((err: Error) => {
         this.logger.warn({ err }, 'could not record the election');
       });
