@@ -82,6 +82,8 @@ interface Contender {
   start(): Promise<void>;
   /** SIGKILL the process this system's rules pick, start a fresh one in its place; says which. */
   killOne(): Promise<string>;
+  /** cronwarden only: its replicas' log lines at warn or above, by message (what an operator reads). */
+  warnings?(): Map<string, number>;
   close(): Promise<void>;
 }
 
@@ -126,7 +128,8 @@ function parseOptions(argv: string[]): Options {
     );
   return {
     durationMs: positive('duration', values.duration, 5) * 1000,
-    killEveryMs: positive('kill-every', values['kill-every'], 2) * 1000,
+    // 0: no kills, a healthy cluster (what its logs say per hour is the figure then).
+    killEveryMs: values['kill-every'] === '0' ? 0 : positive('kill-every', values['kill-every'], 2) * 1000,
     backend,
     systems,
     workMs: positive('work-ms', values['work-ms'], 0),
@@ -278,6 +281,7 @@ function cronwardenContender(
   if (o.leaseTtlMs !== undefined) settings.CRONWARDEN_LEASE_TTL_MS = String(o.leaseTtlMs);
   if (etcd) settings.CRONWARDEN_ETCD_ENDPOINTS = etcd.endpoints.join(',');
   const replicas: Replica[] = [];
+  const everyChild: EventedChild[] = [];
   let generation = 0;
   const spawnReplica = async (): Promise<Replica> => {
     const id = `cw-${++generation}`;
@@ -288,7 +292,9 @@ function cronwardenContender(
       CRONWARDEN_ADMIN_HOST: '127.0.0.1',
       CRONWARDEN_ADMIN_PORT: String(port),
     });
-    return { child: new EventedChild(id, [bin, 'start'], { env, cwd: appDir }), adminUrl: `http://127.0.0.1:${port}` };
+    const child = new EventedChild(id, [bin, 'start'], { env, cwd: appDir });
+    everyChild.push(child);
+    return { child, adminUrl: `http://127.0.0.1:${port}` };
   };
   return {
     label: `cronwarden (${o.backend} lease${o.leaseTtlMs ? `, TTL ${o.leaseTtlMs} ms` : ''}), ctx.transaction${workMs > 0 ? `, work ${workMs} ms after effect` : ''}`,
@@ -309,6 +315,14 @@ function cronwardenContender(
       await leader.child.kill();
       replicas[replicas.indexOf(leader)] = await spawnReplica();
       return leader.child.id;
+    },
+    warnings() {
+      const byMessage = new Map<string, number>();
+      for (const child of everyChild)
+        for (const e of child.events)
+          if (typeof e.level === 'number' && e.level >= 40)
+            byMessage.set(String(e.msg), (byMessage.get(String(e.msg)) ?? 0) + 1);
+      return byMessage;
     },
     async close() {
       await Promise.all(replicas.map((r) => r.child.kill()));
@@ -371,6 +385,9 @@ interface Figures {
   killsAtS: number[];
   /** Per second of the window: slots with an effect, and their worst first-effect lateness (ms). */
   timeline: { s: number; slots: number; maxLateMs: number }[];
+  /** cronwarden: log lines at warn or above, per replica and hour of the run, and by message. */
+  warningsPerReplicaHour?: number;
+  warningsByMessage?: Record<string, number>;
 }
 
 /** Per expected (job, slot) of the window: effect rows and first-effect lateness, from the table alone. */
@@ -445,7 +462,7 @@ async function measure(contender: Contender, o: Options): Promise<Figures> {
   const end = from + o.durationMs;
   const kills: number[] = [];
   const killed: string[] = [];
-  for (let k = 1; from + k * o.killEveryMs < end; k++) {
+  for (let k = 1; o.killEveryMs > 0 && from + k * o.killEveryMs < end; k++) {
     await sleepUntil(from + k * o.killEveryMs);
     kills.push(Date.now());
     killed.push(await contender.killOne());
@@ -458,8 +475,20 @@ async function measure(contender: Contender, o: Options): Promise<Figures> {
     await sleep(500);
   await sleep(1000);
   const figures = await check(contender.db, from, to, kills, o);
+  const warnings = contender.warnings?.();
   await contender.close();
-  return { system: contender.label, windowS: o.durationMs / 1000, kills: kills.length, killed, ...figures };
+  const perReplicaHour = (n: number) => n / PROCESSES / ((Date.now() - from) / 3_600_000);
+  return {
+    system: contender.label,
+    windowS: o.durationMs / 1000,
+    kills: kills.length,
+    killed,
+    ...figures,
+    ...(warnings && {
+      warningsPerReplicaHour: Math.round(perReplicaHour([...warnings.values()].reduce((a, b) => a + b, 0))),
+      warningsByMessage: Object.fromEntries(warnings),
+    }),
+  };
 }
 
 // ---------------------------------------------------------------- entry point
@@ -530,6 +559,7 @@ function report(results: Figures[], o: Options): void {
     'first effect p50 / p99 / max ms': `${ms(r.lateness.p50)} / ${ms(r.lateness.p99)} / ${ms(r.lateness.max)}`,
     'near kills: slots': r.nearKills.n,
     'near kills p50 / p99 / max ms': `${ms(r.nearKills.p50)} / ${ms(r.nearKills.p99)} / ${ms(r.nearKills.max)}`,
+    'warnings / replica-hour': r.warningsPerReplicaHour ?? '-',
   }));
   const title =
     `Kill -9 every ${o.killEveryMs / 1000} s: ${PROCESSES} processes, ${JOBS} schedules every second, ` +
