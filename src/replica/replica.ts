@@ -6,6 +6,7 @@ import pg from 'pg';
 import { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import { AdminServer } from '../admin/server.js';
+import { AdminThread } from '../admin/admin-thread.js';
 import type { ReplicaEvents, ReplicaView } from '../admin/replica-view.js';
 import { systemClock, type Clock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -65,7 +66,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   /** Clients the caller gave us stay open on stop(); ours are closed. */
   private readonly ownsPool: boolean;
   private readonly ownsRedis: boolean;
-  private admin: AdminServer | undefined;
+  private admin: AdminServer | AdminThread | undefined;
   private heartbeat: MemberHeartbeat | undefined;
   /** Where this replica's admin HTTP answers, once started (undefined without one). */
   adminUrl: string | undefined;
@@ -250,17 +251,24 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private async startAdmin(): Promise<void> {
     const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
     if (a) {
-      this.admin = new AdminServer({
+      const admin = {
         replica: this,
         backend: this.o.backend,
-        // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
-        databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
         token: a.token,
         host: a.host,
         port: a.port,
         advertisedUrl: a.url,
         allowedHosts: a.allowedHosts,
-      });
+      };
+      // Its own thread (the default) when the ledger is a URL: a pool's settings cannot cross to one.
+      this.admin =
+        a.thread !== false && this.o.databaseUrl
+          ? new AdminThread({ ...admin, databaseUrl: this.o.databaseUrl })
+          : new AdminServer({
+              ...admin,
+              // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
+              databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
+            });
       const bound = await this.admin.listen();
       this.adminUrl = a.url ?? advertised(bound, a.host ?? '127.0.0.1');
     }
