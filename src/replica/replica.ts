@@ -33,6 +33,7 @@ import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaEvents } from '../admin/replica-view.js';
 import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
+import { ledgerConnection } from '../db/ledger-url.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -96,7 +97,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.startedAt = (o.clock ?? systemClock).now();
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
     this.ownsPool = !o.pool;
-    this.pool = o.pool ?? new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
+    this.pool = o.pool ?? new pg.Pool({ ...ledgerConnection(o.databaseUrl!), max: 10, connectionTimeoutMillis: 5000 });
     if (this.ownsPool)
       this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool, this.schema);
