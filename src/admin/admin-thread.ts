@@ -170,7 +170,7 @@ export class AdminThread {
   close(): Promise<void> {
     this.closed ??= (async () => {
       clearInterval(this.beat);
-      for (const [name, fn] of this.listeners) this.o.replica.off(name, fn as never);
+      for (const [name, fn] of this.listeners) this.o.replica.off(name, fn);
       if (this.exited) return;
       const done = new Promise<void>((resolve) => {
         this.worker.on('message', (m: FromThread) => m.type === 'closed' && resolve());
@@ -223,7 +223,7 @@ export class AdminThread {
         this.post({ type: 'state', state: this.state() });
         this.post({ type: 'event', name, args });
       };
-      this.o.replica.on(name, fn as never);
+      this.o.replica.on(name, fn);
       this.listeners.push([name, fn]);
     }
   }
@@ -243,7 +243,7 @@ export class AdminThread {
     const r = this.o.replica;
     switch (op) {
       case 'current':
-        return this.o.backend.current(args[0] as string) as Promise<LeaseRecord | null>;
+        return this.o.backend.current(args[0] as string);
       case 'ping':
         return r.pingLedger();
       case 'trigger':

@@ -68,7 +68,7 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   call<T>(op: CallOp, ...args: unknown[]): Promise<T> {
     const id = this.nextId++;
     return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve as (v: unknown) => void, reject });
+      this.pending.set(id, { resolve: resolve, reject });
       send({ type: 'call', id, op, args });
     });
   }

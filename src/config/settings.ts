@@ -58,12 +58,16 @@ export const POSTGRES_SCHEMES = ['postgres', 'postgresql'] as const;
 const ledgerUrl = () =>
   text().superRefine((v, ctx) => {
     const multiHost = /^[a-z]+:\/\/(?:[^@/?#]*@)?[^/?#]*,/i.test(v.trim());
-    if (!multiHost && !isUrl(v, POSTGRES_SCHEMES)) return void ctx.addIssue({ code: 'custom', message: urlMessage(POSTGRES_SCHEMES) });
+    if (!multiHost && !isUrl(v, POSTGRES_SCHEMES))
+      return void ctx.addIssue({ code: 'custom', message: urlMessage(POSTGRES_SCHEMES) });
     try {
       parseLedgerUrl(v);
     } catch (err) {
       const message = (err as Error).message.replace(/^invalid ledger URL: /, '');
-      ctx.addIssue({ code: 'custom', message: multiHost && message.startsWith('expected') ? urlMessage(POSTGRES_SCHEMES) : message });
+      ctx.addIssue({
+        code: 'custom',
+        message: multiHost && message.startsWith('expected') ? urlMessage(POSTGRES_SCHEMES) : message,
+      });
     }
   });
 export const REDIS_SCHEMES = ['redis', 'rediss'] as const;
