@@ -13,8 +13,7 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import type { LeaseBackend, LeaseRecord } from '../locks/lease.js';
-import type { Lease } from '../locks/lease.js';
+import type { Lease, LeaseBackend } from '../locks/lease.js';
 import type { ElectorRole } from '../scheduler/elector.js';
 import type { MisfirePolicy, OverlapPolicy } from '../scheduler/scheduled-job.js';
 import type { ReplicaEvents, ReplicaView } from './replica-view.js';
