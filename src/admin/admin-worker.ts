@@ -121,6 +121,10 @@ async function main(): Promise<void> {
     backend: { current: (name: string) => view.call<LeaseRecord | null>('current', name) },
     databaseUrl: init.databaseUrl,
   });
+  // Started while the replica already leads (its events passed): the metrics start from its state.
+  const lease = view.lease();
+  if (view.role === 'leader') view.emit('role:changed', 'leader');
+  if (lease) view.emit('lease:acquired', lease);
   port.on('message', (m: ToThread) => {
     if (m.type === 'state') view.update(m.state);
     else if (m.type === 'event') (view.emit as (n: string, ...a: unknown[]) => boolean)(m.name, ...m.args);

@@ -223,6 +223,22 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   }
 
   async start(): Promise<void> {
+    // An admin thread loads its modules while the rest starts; it is closed if start-up fails.
+    this.admin = this.createAdmin();
+    try {
+      await this.startParts();
+    } catch (err) {
+      await this.admin?.close().catch(() => undefined);
+      this.admin = undefined;
+      throw err;
+    }
+    this.logger.info(
+      { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
+      'replica started',
+    );
+  }
+
+  private async startParts(): Promise<void> {
     // Before anything runs: a schema that holds another deployment's ledger is refused here.
     await this.ledger.bindNamespace(this.namespace);
     await this.ledgerClock?.start();
@@ -242,34 +258,34 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     }
     this.elector.start();
     await this.startAdmin();
-    this.logger.info(
-      { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
-      'replica started',
-    );
+  }
+
+  /** The admin HTTP, if configured: in a thread of its own (the default) when the ledger is a URL. */
+  private createAdmin(): AdminServer | AdminThread | undefined {
+    const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
+    if (!a) return undefined;
+    const admin = {
+      replica: this,
+      backend: this.o.backend,
+      token: a.token,
+      host: a.host,
+      port: a.port,
+      advertisedUrl: a.url,
+      allowedHosts: a.allowedHosts,
+    };
+    // A pool's settings (functions, a Client class) cannot cross to a thread: then in this one.
+    if (a.thread !== false && this.o.databaseUrl) return new AdminThread({ ...admin, databaseUrl: this.o.databaseUrl });
+    return new AdminServer({
+      ...admin,
+      // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
+      databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
+    });
   }
 
   /** The admin HTTP, if configured, and this replica's member row with the URL it advertises. */
   private async startAdmin(): Promise<void> {
     const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
-    if (a) {
-      const admin = {
-        replica: this,
-        backend: this.o.backend,
-        token: a.token,
-        host: a.host,
-        port: a.port,
-        advertisedUrl: a.url,
-        allowedHosts: a.allowedHosts,
-      };
-      // Its own thread (the default) when the ledger is a URL: a pool's settings cannot cross to one.
-      this.admin =
-        a.thread !== false && this.o.databaseUrl
-          ? new AdminThread({ ...admin, databaseUrl: this.o.databaseUrl })
-          : new AdminServer({
-              ...admin,
-              // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
-              databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
-            });
+    if (a && this.admin) {
       const bound = await this.admin.listen();
       this.adminUrl = a.url ?? advertised(bound, a.host ?? '127.0.0.1');
     }
