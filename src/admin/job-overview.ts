@@ -1,6 +1,6 @@
-import type { JobDefinition } from '../jobs/define-job.js';
 import type { JobStats } from '../ledger/job-stats.js';
 import { describeSchedule } from '../scheduler/describe-schedule.js';
+import type { ScheduledJob } from '../scheduler/scheduled-job.js';
 import { zoned, type ZonedInstant } from './zoned-time.js';
 
 /** How many upcoming fires the overview lists. */
@@ -8,7 +8,7 @@ const NEXT_FIRES = 3;
 
 /** A job's overview fields beyond /api/jobs' basics: its schedule in words, next fires, 24 h numbers. */
 export function jobOverview(
-  job: JobDefinition,
+  job: ScheduledJob,
   now: number,
   stats: JobStats | undefined,
 ): { description: string; nextFires: ZonedInstant[]; stats: JobStats | null } {

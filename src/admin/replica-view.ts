@@ -6,17 +6,17 @@
 import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
-import type { JobDefinition } from '../jobs/define-job.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
 import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
 import type { FireLoopEvents } from '../scheduler/fire-loop.js';
+import type { ScheduledJob } from '../scheduler/scheduled-job.js';
 
 /** Everything a replica announces: its elector's and its fire loop's events. */
 export type ReplicaEvents = FireLoopEvents & ElectorEvents;
 
-export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
+export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'off'> {
   readonly replicaId: string;
   readonly namespace: string;
   /** The PostgreSQL schema of this deployment's ledger. */
@@ -35,8 +35,13 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
   /** The lease while leading and within its local deadline. */
   lease(): Lease | undefined;
   /** The jobs this replica defines. */
-  jobs(): readonly JobDefinition[];
-  job(name: string): JobDefinition | undefined;
+  jobs(): readonly ScheduledJob[];
+  job(name: string): ScheduledJob | undefined;
+  /**
+   * Why the replica's scheduler cannot be vouched for (its event loop silent too long), for
+   * /healthz served from another thread; undefined when it can.
+   */
+  stalled?(): string | undefined;
   /** This host's wall clock minus the ledger's, once known. */
   hostOffsetMs(): number | undefined;
   /** Answers when the ledger's own pool can run a query (for /readyz). */

@@ -34,7 +34,7 @@ import { jobOverview } from './job-overview.js';
 export interface AdminServerOptions {
   replica: ReplicaView;
   /** The replica's lease backend, to read who holds the lease. */
-  backend: LeaseBackend;
+  backend: Pick<LeaseBackend, 'current'>;
   /**
    * The ledger's database: admin reads get their own small pool on it (see createAdminPool), so
    * readers never wait for, or take, the connections the fire loop and the workers use.
@@ -324,6 +324,9 @@ export class AdminServer {
     });
 
     app.get('/healthz', async (_req, reply) => {
+      // Served from the admin thread: a scheduler thread that stopped answering is not healthy.
+      const stalled = r.stalled?.();
+      if (stalled) return reply.code(503).send({ ok: false, error: stalled, role: r.role });
       // client-go's healthz adaptor: unhealthy when we believe we lead but our lease deadline passed.
       if (r.role === 'leader' && !r.lease()) {
         return reply

@@ -220,6 +220,7 @@ export function redactUrl(value: string): string {
     if (u.password) u.password = '*****';
     return u.toString();
   } catch {
-    return value;
+    // Several hosts (postgres://u:p@h1,h2/db), which URL cannot parse: the password all the same.
+    return value.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*):[^@/?#]*@/i, '$1:*****@');
   }
 }

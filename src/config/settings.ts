@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { parseLedgerUrl } from '../db/ledger-url.js';
 
 /**
  * Every setting of `cronwarden start` and `cronwarden migrate`, defined once. The key is the config
@@ -49,6 +50,26 @@ export const urlMessage = (schemes: readonly string[]) => `must be a URL startin
 const url = (schemes: readonly string[]) => text().refine((v) => isUrl(v, schemes), urlMessage(schemes));
 
 export const POSTGRES_SCHEMES = ['postgres', 'postgresql'] as const;
+
+/**
+ * The ledger's URL: one host, or libpq's several (`postgres://h1:5432,h2:5433/db?target_session_attrs=read-write`,
+ * see db/ledger-url.ts). A URL of the wrong shape gets the usual message; a multi-host one, what is wrong with it.
+ */
+const ledgerUrl = () =>
+  text().superRefine((v, ctx) => {
+    const multiHost = /^[a-z]+:\/\/(?:[^@/?#]*@)?[^/?#]*,/i.test(v.trim());
+    if (!multiHost && !isUrl(v, POSTGRES_SCHEMES))
+      return void ctx.addIssue({ code: 'custom', message: urlMessage(POSTGRES_SCHEMES) });
+    try {
+      parseLedgerUrl(v);
+    } catch (err) {
+      const message = (err as Error).message.replace(/^invalid ledger URL: /, '');
+      ctx.addIssue({
+        code: 'custom',
+        message: multiHost && message.startsWith('expected') ? urlMessage(POSTGRES_SCHEMES) : message,
+      });
+    }
+  });
 export const REDIS_SCHEMES = ['redis', 'rediss'] as const;
 export const ETCD_SCHEMES = ['http', 'https'] as const;
 
@@ -119,10 +140,11 @@ export const settings = {
     description: 'required for etcd: comma-separated client URLs (http:// or https://)',
   },
   databaseUrl: {
-    schema: url(POSTGRES_SCHEMES),
+    schema: ledgerUrl(),
     arg: 'url',
     required: true,
-    description: 'PostgreSQL holding the ledger (migrated by `cronwarden migrate`)',
+    description:
+      'PostgreSQL holding the ledger (migrated by `cronwarden migrate`); several hosts as libpq takes them: `postgres://h1:5432,h2:5432/db?target_session_attrs=read-write`',
   },
   redisUrl: {
     schema: url(REDIS_SCHEMES),

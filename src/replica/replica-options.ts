@@ -93,4 +93,9 @@ export interface ReplicaAdminOptions {
   url?: string;
   /** More host names the server answers to (a Service name, say). */
   allowedHosts?: string[];
+  /**
+   * Serve it from a worker thread of its own (the default, when the ledger is given as a URL), so
+   * a flood of admin connections costs that thread's event loop and not the scheduler's.
+   */
+  thread?: boolean;
 }

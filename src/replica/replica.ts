@@ -6,6 +6,7 @@ import pg from 'pg';
 import { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import { AdminServer } from '../admin/server.js';
+import { AdminThread } from '../admin/admin-thread.js';
 import type { ReplicaEvents, ReplicaView } from '../admin/replica-view.js';
 import { systemClock, type Clock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -36,6 +37,7 @@ import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaEvents } from '../admin/replica-view.js';
 import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
+import { ledgerConnection } from '../db/ledger-url.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -69,7 +71,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   /** Clients the caller gave us stay open on stop(); ours are closed. */
   private readonly ownsPool: boolean;
   private readonly ownsRedis: boolean;
-  private admin: AdminServer | undefined;
+  private admin: AdminServer | AdminThread | undefined;
   private heartbeat: MemberHeartbeat | undefined;
   /** Where this replica's admin HTTP answers, once started (undefined without one). */
   adminUrl: string | undefined;
@@ -102,7 +104,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.startedAt = (o.clock ?? systemClock).now();
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
     this.ownsPool = !o.pool;
-    this.pool = o.pool ?? new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
+    this.pool = o.pool ?? new pg.Pool({ ...ledgerConnection(o.databaseUrl!), max: 10, connectionTimeoutMillis: 5000 });
     if (this.ownsPool)
       this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool, this.schema);
@@ -260,6 +262,22 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   }
 
   async start(): Promise<void> {
+    // An admin thread loads its modules while the rest starts; it is closed if start-up fails.
+    this.admin = this.createAdmin();
+    try {
+      await this.startParts();
+    } catch (err) {
+      await this.admin?.close().catch(() => undefined);
+      this.admin = undefined;
+      throw err;
+    }
+    this.logger.info(
+      { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
+      'replica started',
+    );
+  }
+
+  private async startParts(): Promise<void> {
     // Before anything runs: a schema that holds another deployment's ledger is refused here.
     await this.ledger.bindNamespace(this.namespace);
     await this.ledgerClock?.start();
@@ -280,27 +298,34 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.elector.start();
     this.standIn.start();
     await this.startAdmin();
-    this.logger.info(
-      { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
-      'replica started',
-    );
+  }
+
+  /** The admin HTTP, if configured: in a thread of its own (the default) when the ledger is a URL. */
+  private createAdmin(): AdminServer | AdminThread | undefined {
+    const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
+    if (!a) return undefined;
+    const admin = {
+      replica: this,
+      backend: this.o.backend,
+      token: a.token,
+      host: a.host,
+      port: a.port,
+      advertisedUrl: a.url,
+      allowedHosts: a.allowedHosts,
+    };
+    // A pool's settings (functions, a Client class) cannot cross to a thread: then in this one.
+    if (a.thread !== false && this.o.databaseUrl) return new AdminThread({ ...admin, databaseUrl: this.o.databaseUrl });
+    return new AdminServer({
+      ...admin,
+      // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
+      databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
+    });
   }
 
   /** The admin HTTP, if configured, and this replica's member row with the URL it advertises. */
   private async startAdmin(): Promise<void> {
     const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
-    if (a) {
-      this.admin = new AdminServer({
-        replica: this,
-        backend: this.o.backend,
-        // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
-        databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
-        token: a.token,
-        host: a.host,
-        port: a.port,
-        advertisedUrl: a.url,
-        allowedHosts: a.allowedHosts,
-      });
+    if (a && this.admin) {
       const bound = await this.admin.listen();
       this.adminUrl = a.url ?? advertised(bound, a.host ?? '127.0.0.1');
     }

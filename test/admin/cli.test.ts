@@ -61,7 +61,8 @@ class StartedReplica extends EventedChild<Log> {
   }
 
   /** The first log line with message `msg` from index `since` on. */
-  waitForLog(msg: string, timeoutMs = 20_000, since = 0): Promise<Log> {
+  // Generous: in a source checkout each replica loads its TypeScript twice (main and admin thread).
+  waitForLog(msg: string, timeoutMs = 60_000, since = 0): Promise<Log> {
     return this.waitFor((l) => l.msg === msg, timeoutMs, since);
   }
 
