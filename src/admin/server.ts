@@ -26,6 +26,7 @@ import {
   type HostPolicy,
 } from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
+import { pauseFields, pauseRequest, policyFields, previewBody } from './job-policies-view.js';
 import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
 
 export interface AdminServerOptions {
@@ -407,8 +408,8 @@ export class AdminServer {
     const r = this.o.replica;
     const jobs = r.jobs();
     const names = jobs.map((j) => j.name);
-    const [paused, last] = await Promise.all([
-      this.reads.fires.pausedJobs(),
+    const [pauses, last] = await Promise.all([
+      this.reads.fires.pauses(),
       lastRuns(this.pool, this.reads.tables, names),
     ]);
     const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
@@ -421,7 +422,8 @@ export class AdminServer {
           timezone: j.schedule.timezone,
           misfire: j.misfire,
           overlap: j.overlap,
-          paused: paused.has(j.name),
+          ...policyFields(j),
+          ...pauseFields(pauses.get(j.name), now),
           nextFireAt: next === null ? null : new Date(next).toISOString(),
           lastRun: boundRun(last.get(j.name) ?? null),
         };
@@ -453,14 +455,32 @@ export class AdminServer {
       }
     });
 
-    for (const action of ['pause', 'resume'] as const) {
-      app.post(`/api/jobs/:name/${action}`, { onRequest: this.requireToken }, async (req) => {
+    // Pause: optional JSON body {"reason", "until"} (see job-policies-view.ts); resume clears both.
+    app.post('/api/jobs/:name/pause', { onRequest: this.requireToken }, async (req) => {
+      const job = this.job(req.params);
+      const request = pauseRequest(req.body, req.headers['x-cronwarden-user'], r.clock.now());
+      const pause = await r.pause(job.name, request);
+      r.logger.info(
+        { job: job.name, reason: pause.reason, pausedBy: pause.by, until: pause.until?.toISOString() },
+        'admin: job paused',
+      );
+      return { job: job.name, ...pauseFields(pause, r.clock.now()) };
+    });
+    app.post('/api/jobs/:name/resume', { onRequest: this.requireToken }, async (req) => {
+      const job = this.job(req.params);
+      await r.setPaused(job.name, false);
+      r.logger.info({ job: job.name }, 'admin: job resumed');
+      return { job: job.name, paused: false };
+    });
+
+    app.get(
+      '/api/jobs/:name/next',
+      this.capped(async (req) => {
         const job = this.job(req.params);
-        await r.setPaused(job.name, action === 'pause');
-        r.logger.info({ job: job.name }, `admin: job ${action}d`);
-        return { job: job.name, paused: action === 'pause' };
-      });
-    }
+        const pauses = await this.reads.fires.pauses();
+        return previewBody(job, req.query, r.clock.now(), pauses.get(job.name));
+      }),
+    );
   }
 
   /** Leadership changes (token required, leader-only). */

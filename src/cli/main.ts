@@ -6,6 +6,7 @@ import { registerMigrate } from './migrate-command.js';
 import { registerStart } from './start-command.js';
 import { registerStatus } from './status-command.js';
 import { registerControl } from './control-command.js';
+import { registerNext } from './next-command.js';
 
 /**
  * `cronwarden` command line. Exit codes scripts can rely on:
@@ -29,6 +30,7 @@ registerDrill(program);
 registerStart(program);
 registerStatus(program);
 registerControl(program);
+registerNext(program);
 
 // Commander's usage errors ("error: unknown option '--x'", sometimes with "(Did you mean …?)" on
 // a second line) become one line naming the help to read. Set per command, so the hint names it.
