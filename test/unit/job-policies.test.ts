@@ -146,6 +146,22 @@ describe('maxCatchUp: catch-up bounded in count', () => {
         () => defineJob({ name: 'x', schedule: '* * * * *', handler: () => {}, maxCatchUp: bad }),
         (e) => e instanceof InvalidConfigError && e.setting === 'job "x": maxCatchUp',
       );
+    const bad = { dstRepeat: 'twice', dstGap: 'later', overlapQueueMax: 0 } as const;
+    for (const [key, value] of Object.entries(bad))
+      assert.throws(
+        () => defineJob({ name: 'x', schedule: '* * * * *', handler: () => {}, [key]: value }),
+        (e) => e instanceof InvalidConfigError && e.setting === `job "x": ${key}`,
+        key,
+      );
+    const job = defineJob({
+      name: 'x',
+      schedule: '30 2 * * *',
+      timezone: 'Europe/Berlin',
+      handler: () => {},
+      dstRepeat: 'both',
+      dstGap: 'skip',
+    });
+    assert.deepEqual(job.schedule.dst, { repeat: 'both', gap: 'skip' });
   });
 });
 
