@@ -15,6 +15,8 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import type { Lease, LeaseBackend } from '../locks/lease.js';
 import type { ElectorRole } from '../scheduler/elector.js';
+import type { DstPolicy } from '../scheduler/cron-schedule.js';
+import type { PauseRequest } from '../ledger/pauses.js';
 import type { MisfirePolicy, OverlapPolicy } from '../scheduler/scheduled-job.js';
 import type { ReplicaEvents, ReplicaView } from './replica-view.js';
 import type { AdminServerOptions } from './server.js';
@@ -45,6 +47,9 @@ export interface ThreadJob {
   overlap: OverlapPolicy;
   catchUpWindowMs: number;
   misfireGraceMs: number;
+  maxCatchUp: number;
+  overlapQueueMax: number;
+  dst: DstPolicy;
 }
 
 /** What the admin thread starts from (workerData). */
@@ -72,7 +77,7 @@ export interface ThreadState {
   clockOffsetMs: number;
 }
 
-export type CallOp = 'current' | 'ping' | 'trigger' | 'setPaused' | 'resign' | 'retry';
+export type CallOp = 'current' | 'ping' | 'trigger' | 'setPaused' | 'pause' | 'resign' | 'retry';
 
 /** An error as it crosses to the admin thread: its class by name, and its plain fields. */
 export interface ThreadError {
@@ -146,6 +151,9 @@ export class AdminThread {
         overlap: j.overlap,
         catchUpWindowMs: j.catchUpWindowMs,
         misfireGraceMs: j.misfireGraceMs,
+        maxCatchUp: j.maxCatchUp,
+        overlapQueueMax: j.overlapQueueMax,
+        dst: { ...j.schedule.dst },
       })),
       log: { level: r.logger.level, bindings: r.logger.bindings() },
       stallLimitMs: stallLimitMs ?? 5000,
@@ -265,6 +273,8 @@ export class AdminThread {
         return r.resign();
       case 'retry':
         return r.retry(args[0] as bigint);
+      case 'pause':
+        return r.pause(args[0] as string, args[1] as PauseRequest);
     }
   }
 }

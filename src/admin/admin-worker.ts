@@ -8,6 +8,7 @@ import { pino, type Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
 import { NotLeaderError, RunNotFoundError, RunNotRetryableError, StaleTokenError } from '../errors.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
+import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { Lease, LeaseRecord } from '../locks/lease.js';
 import { CronSchedule } from '../scheduler/cron-schedule.js';
@@ -33,7 +34,7 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   readonly clock: Clock = { ...systemClock, now: () => Date.now() + this.current.clockOffsetMs };
   private readonly jobList: ScheduledJob[] = init.jobs.map((j) => ({
     ...j,
-    schedule: CronSchedule.parse(j.schedule, j.timezone),
+    schedule: CronSchedule.parse(j.schedule, j.timezone, j.dst),
   }));
   private current: ThreadState = init.state;
   /** Monotonic time (this thread's) of the last state received, and the lease deadline on it. */
@@ -109,6 +110,9 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   }
   retry(runId: bigint): Promise<RetriedRun> {
     return this.call('retry', runId);
+  }
+  pause(job: string, request: PauseRequest): Promise<JobPause> {
+    return this.call('pause', job, request);
   }
 }
 

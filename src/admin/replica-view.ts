@@ -8,13 +8,19 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
+import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
 import type { FireLoopEvents } from '../scheduler/fire-loop.js';
 import type { ScheduledJob } from '../scheduler/scheduled-job.js';
 
-/** Everything a replica announces: its elector's and its fire loop's events. */
-export type ReplicaEvents = FireLoopEvents & ElectorEvents;
+/** The leader lifted an expired pause (once across replicas). */
+export interface PauseEvents {
+  'pause:expired': [pause: JobPause];
+}
+
+/** Everything a replica announces: its elector's and its fire loop's events, and pause expiries. */
+export type ReplicaEvents = FireLoopEvents & ElectorEvents & PauseEvents;
 
 export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'off'> {
   readonly replicaId: string;
@@ -49,6 +55,8 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'o
   /** Fire a job now (leader only). */
   trigger(job: string): Promise<CommittedFire>;
   setPaused(job: string, paused: boolean): Promise<void>;
+  /** Pause with a reason, who and an optional expiry (slots at or after `until` fire). */
+  pause(job: string, request: PauseRequest): Promise<JobPause>;
   /** Give up leadership; false when not leading. */
   resign(): Promise<boolean>;
   /** Retry a failed or cancelled run (leader only, fenced like a fire). */

@@ -30,6 +30,7 @@ import { electedAt, lastRuns, listElections, listMembers, memberAdminUrl } from 
 import { jobStats, type JobStats } from '../ledger/job-stats.js';
 import { runRoutes } from './run-routes.js';
 import { jobOverview } from './job-overview.js';
+import { pauseFields, pauseRequest, policyFields, previewBody } from './job-policies-view.js';
 
 export interface AdminServerOptions {
   replica: ReplicaView;
@@ -385,8 +386,8 @@ export class AdminServer {
     const r = this.o.replica;
     const jobs = r.jobs();
     const names = jobs.map((j) => j.name);
-    const [paused, last, stats] = await Promise.all([
-      this.reads.fires.pausedJobs(),
+    const [pauses, last, stats] = await Promise.all([
+      this.reads.fires.pauses(),
       lastRuns(this.pool, this.reads.tables, names),
       this.stats.get(),
     ]);
@@ -400,7 +401,8 @@ export class AdminServer {
           timezone: j.schedule.timezone,
           misfire: j.misfire,
           overlap: j.overlap,
-          paused: paused.has(j.name),
+          ...policyFields(j),
+          ...pauseFields(pauses.get(j.name), now),
           nextFireAt: next === null ? null : new Date(next).toISOString(),
           lastRun: boundRun(last.get(j.name) ?? null),
           ...jobOverview(j, now, stats.get(j.name)),
@@ -433,14 +435,32 @@ export class AdminServer {
       }
     });
 
-    for (const action of ['pause', 'resume'] as const) {
-      app.post(`/api/jobs/:name/${action}`, { onRequest: this.requireToken }, async (req) => {
+    // Pause: optional JSON body {"reason", "until"} (see job-policies-view.ts); resume clears both.
+    app.post('/api/jobs/:name/pause', { onRequest: this.requireToken }, async (req) => {
+      const job = this.job(req.params);
+      const request = pauseRequest(req.body, req.headers['x-cronwarden-user'], r.clock.now());
+      const pause = await r.pause(job.name, request);
+      r.logger.info(
+        { job: job.name, reason: pause.reason, pausedBy: pause.by, until: pause.until?.toISOString() },
+        'admin: job paused',
+      );
+      return { job: job.name, ...pauseFields(pause, r.clock.now()) };
+    });
+    app.post('/api/jobs/:name/resume', { onRequest: this.requireToken }, async (req) => {
+      const job = this.job(req.params);
+      await r.setPaused(job.name, false);
+      r.logger.info({ job: job.name }, 'admin: job resumed');
+      return { job: job.name, paused: false };
+    });
+
+    app.get(
+      '/api/jobs/:name/next',
+      this.capped(async (req) => {
         const job = this.job(req.params);
-        await r.setPaused(job.name, action === 'pause');
-        r.logger.info({ job: job.name }, `admin: job ${action}d`);
-        return { job: job.name, paused: action === 'pause' };
-      });
-    }
+        const pauses = await this.reads.fires.pauses();
+        return previewBody(job, req.query, r.clock.now(), pauses.get(job.name));
+      }),
+    );
   }
 
   /** Leadership changes (token required, leader-only). */

@@ -27,6 +27,9 @@ interface Job {
   schedule: string;
   timezone: string;
   paused: boolean;
+  pausedReason?: string | null;
+  pausedBy?: string | null;
+  pausedUntil?: string | null;
   nextFireAt: string | null;
   lastRun: { scheduledAt: string; state: string; trigger: string } | null;
 }
@@ -88,8 +91,23 @@ export function registerStatus(program: Command): void {
           ]),
         ),
       );
+      out.push(...pauses(jobs.jobs));
       process.stdout.write(`${out.join('\n')}\n`);
     });
+}
+
+/** Who paused which job, why and until when. */
+function pauses(jobs: Job[]): string[] {
+  const paused = jobs.filter((j) => j.paused);
+  if (paused.length === 0) return [];
+  return [
+    '',
+    'PAUSED',
+    ...table(
+      ['JOB', 'BY', 'UNTIL', 'REASON'],
+      paused.map((j) => [j.name, j.pausedBy ?? '-', j.pausedUntil ?? 'resumed by hand', j.pausedReason ?? '-']),
+    ),
+  ];
 }
 
 /** During a rolling deploy: which versions run, and which replica lacks which job. */

@@ -138,6 +138,12 @@ export const runAttempts = pgTable(
 export const jobState = pgTable('cw_job_state', {
   job: text('job').primaryKey(),
   paused: boolean('paused').notNull().default(false),
+  /** Why, by whom, since and until when the job is paused (null until: until resumed). */
+  pausedReason: text('paused_reason'),
+  pausedBy: text('paused_by'),
+  pausedAt: tstz('paused_at'),
+  /** Slots scheduled at or after this instant fire again; the leader clears the pause under its fence. */
+  pausedUntil: tstz('paused_until'),
   lastScheduledAt: tstz('last_scheduled_at'),
   updatedAt: tstz('updated_at').notNull().defaultNow(),
 });

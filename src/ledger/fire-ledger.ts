@@ -10,6 +10,7 @@ import { advanceFence, fenceToken } from './fences.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
 import { retryRun, type RetriedRun } from './run-retry.js';
 import { storedError } from './stored-text.js';
+import { expirePauses, listPauses, pauseJob, setPausedFlag, type JobPause, type PauseRequest } from './pauses.js';
 import { withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
 
@@ -200,15 +201,16 @@ export class FireLedger {
 
   /**
    * The outbox: committed runs not yet handed to the queue. A run of an overlap-'queue' job waits
-   * here while an earlier run of its job is still active.
+   * here while a handed-over run of its job is still active, and behind every earlier active run of
+   * its job, so the runs waiting in a queue (overlapQueueMax > 1) go one at a time, in order.
    */
   async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
     const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger }>(
       `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM ${this.t.runs} r
        WHERE r.enqueued_at IS NULL AND r.state = 'pending'
          AND NOT (r.job = ANY($2::text[]) AND EXISTS (
-           SELECT 1 FROM ${this.t.runs} a WHERE a.job = r.job AND a.id <> r.id AND a.enqueued_at IS NOT NULL
-             AND a.state IN ${ACTIVE_SQL}))
+           SELECT 1 FROM ${this.t.runs} a WHERE a.job = r.job AND a.id <> r.id
+             AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.state IN ${ACTIVE_SQL}))
        ORDER BY r.created_at, r.id LIMIT $1`,
       [limit, queuedJobs],
     );
@@ -235,12 +237,23 @@ export class FireLedger {
     return new Set(res.rows.map((r) => r.job));
   }
 
-  async setPaused(job: string, paused: boolean): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.t.jobState} (job, paused) VALUES ($1, $2)
-       ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()`,
-      [job, paused],
-    );
+  /** Pause or resume without a reason; either clears an earlier pause's reason and expiry (pauses.ts). */
+  setPaused(job: string, paused: boolean): Promise<void> {
+    return setPausedFlag(this.pool, this.t, job, paused);
+  }
+
+  /** Paused jobs with why, who and until when; an expired pause is listed until the leader lifts it. */
+  pauses(): Promise<Map<string, JobPause>> {
+    return listPauses(this.pool, this.t);
+  }
+
+  pause(job: string, request: PauseRequest): Promise<JobPause> {
+    return pauseJob(this.pool, this.t, job, request);
+  }
+
+  /** Leader only: lift expired pauses under the scheduler's fence; see pauses.ts. */
+  expirePauses(nowMs: number, fence: { resource: string; token: bigint }): Promise<JobPause[]> {
+    return expirePauses(this.pool, this.t, nowMs, fence);
   }
 
   /** Active runs (pending, running, retrying) of the given jobs, and how many wait undelivered. */

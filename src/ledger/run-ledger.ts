@@ -10,6 +10,7 @@ import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
 import { withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
+import type { FireTrigger } from './fire-ledger.js';
 
 export interface Claim {
   runId: bigint;
@@ -17,6 +18,10 @@ export interface Claim {
   scheduledAt: Date;
   attempt: number;
   token: bigint;
+  /** Why the run exists: 'catchup' for a slot fired late (reconciliation, misfire), see FireTrigger. */
+  trigger: FireTrigger;
+  /** When this attempt claimed the run, on the ledger's clock. */
+  claimedAt: Date;
 }
 
 export type ClaimResult = { status: 'claimed'; claim: Claim } | { status: 'finished'; state: string };
@@ -38,11 +43,18 @@ export class RunLedger {
    */
   claim(runId: bigint, worker: string): Promise<ClaimResult> {
     return withTransaction(this.pool, async (client) => {
-      const res = await client.query<{ job: string; scheduled_at: Date; attempts: number; claim_token: string }>(
+      const res = await client.query<{
+        job: string;
+        scheduled_at: Date;
+        attempts: number;
+        claim_token: string;
+        trigger: FireTrigger;
+        claimed_at: Date;
+      }>(
         `UPDATE ${this.t.runs} SET claim_token = nextval(${this.t.executionTokenSeq}), attempts = attempts + 1,
            state = 'running', started_at = COALESCE(started_at, now())
          WHERE id = $1 AND state IN ${ACTIVE_SQL}
-         RETURNING job, scheduled_at, attempts, claim_token`,
+         RETURNING job, scheduled_at, attempts, claim_token, trigger, clock_timestamp() AS claimed_at`,
         [runId.toString()],
       );
       const row = res.rows[0];
@@ -59,6 +71,8 @@ export class RunLedger {
           scheduledAt: row.scheduled_at,
           attempt: row.attempts,
           token: BigInt(row.claim_token),
+          trigger: row.trigger,
+          claimedAt: row.claimed_at,
         },
       };
     });

@@ -25,6 +25,8 @@ import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { RemovedJobs } from '../scheduler/removed-jobs.js';
 import { DEFAULT_STAND_IN_GRACE_MS, StandIn } from '../scheduler/stand-in.js';
+import { PauseExpiry } from '../scheduler/pause-expiry.js';
+import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { forwardEvents } from './forward-events.js';
@@ -88,6 +90,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private readonly standIn: StandIn;
   private readonly retrier: RunRetrier;
   private readonly tenures: TenureRecord;
+  private readonly pauseExpiry: PauseExpiry;
   private stopped = false;
   /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
   private readonly warn: ReturnType<typeof limitedWarn>;
@@ -178,6 +181,14 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       graceMs: o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
       onCommitted: (fire, latenessMs) => this.emit('fire:committed', fire, latenessMs, fire.trigger),
     });
+    this.pauseExpiry = new PauseExpiry({
+      ledger: this.ledger.fires,
+      leadership: this.elector,
+      clock,
+      logger: this.logger,
+      fenceResource,
+      onResumed: (pause) => this.emit('pause:expired', pause),
+    });
     this.executor = new RunExecutor({
       ledger: this.ledger.runs,
       registry: this.registry,
@@ -253,6 +264,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   }
   setPaused(job: string, paused: boolean): Promise<void> {
     return this.ledger.fires.setPaused(job, paused);
+  }
+  pause(job: string, request: PauseRequest): Promise<JobPause> {
+    return this.ledger.fires.pause(job, request);
   }
   resign(): Promise<boolean> {
     return this.elector.resign();
@@ -383,6 +397,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     void this.retention?.run(signal);
     void this.sweeper.run(signal);
     void this.removedJobs.run(signal);
+    void this.pauseExpiry.run(signal);
     await this.fireLoop.lead(signal);
   }
 

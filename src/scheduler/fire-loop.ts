@@ -7,13 +7,15 @@ import { FireQueue, type FireEntry } from './fire-queue.js';
 import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigger } from '../ledger/fire-ledger.js';
 import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
-import { planCatchUp, type CatchUpPlan } from './misfire.js';
+import type { CatchUpPlan } from './misfire.js';
 import { tracedFireCommit } from './fire-tracing.js';
+import { fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from './job-policies.js';
+import { pauseHolds } from '../ledger/pauses.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
   FireLedger,
-  'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs'
+  'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pauses' | 'activeJobs'
 >;
 
 /** After a failed commit (a database blip), the batch's jobs are retried this soon at the latest. */
@@ -96,14 +98,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     const plans: { job: ScheduledJob; plan: CatchUpPlan }[] = [];
     for (const job of this.o.registry.list()) {
       const last = lastFired.get(job.name)?.getTime() ?? null;
-      const plan = planCatchUp({
-        schedule: job.schedule,
-        policy: job.misfire,
-        lastFiredMs: last,
-        nowMs: now,
-        catchUpWindowMs: job.catchUpWindowMs,
-        misfireGraceMs: job.misfireGraceMs,
-      });
+      const plan = planJobCatchUp(job, last, now);
       plans.push({ job, plan });
       for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
       const next = job.schedule.nextAfter(Math.max(now, last ?? now));
@@ -204,16 +199,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       if (!job) continue;
       // Late or several times due (a blocked loop, a wall clock jump, a failed commit): the misfire
       // policy decides.
-      const plan = planCatchUp({
-        schedule: job.schedule,
-        policy: job.misfire,
-        lastFiredMs: entry.after,
-        nowMs: now,
-        catchUpWindowMs: job.catchUpWindowMs,
-        misfireGraceMs: job.misfireGraceMs,
-      });
+      const plan = planJobCatchUp(job, entry.after, now);
       planned.push({ entry, job, plan });
-      for (const at of plan.fire) requests.push({ job: job.name, scheduledAt: new Date(at), trigger: 'schedule' });
+      for (const at of plan.fire)
+        requests.push({ job: job.name, scheduledAt: new Date(at), trigger: fireTrigger(job, at, now, 'schedule') });
     }
     this.arm(); // the other jobs keep their timer while this batch commits
     try {
@@ -371,14 +360,14 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   async applyPolicies(
     requests: FireRequest[],
   ): Promise<{ fires: FireRequest[]; skips: Map<string, { reason: string; level: 'info' | 'warn' }> }> {
-    const paused = await this.o.ledger.pausedJobs();
+    const pauses = await this.o.ledger.pauses();
     const guarded = [...new Set(requests.map((r) => r.job))].filter((name) => {
       const overlap = this.o.registry.get(name)?.overlap ?? 'allow';
       return overlap !== 'allow' && overlap !== 'replace';
     });
     const active = await this.o.ledger.activeJobs(guarded);
-    const busy = new Map<string, { active: boolean; held: boolean }>();
-    for (const [job, a] of active) busy.set(job, { active: a.ids.length > 0, held: a.held > 0 });
+    const busy = new Map<string, { active: boolean; waiting: number }>();
+    for (const [job, a] of active) busy.set(job, { active: a.ids.length > 0, waiting: a.held });
     const out: FireRequest[] = [];
     const skips = new Map<string, { reason: string; level: 'info' | 'warn' }>();
     for (const r of requests) {
@@ -388,11 +377,13 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         skips.set(fireKey(r.job, r.scheduledAt), { reason, level });
         out.push({ ...r, state: 'skipped', error: reason });
       };
-      if (paused.has(r.job) && r.trigger !== 'manual') {
-        skip('job is paused', 'info');
+      // Slots at or after a pause's `until` fire, whether or not the leader has lifted it yet.
+      const pause = pauses.get(r.job);
+      if (pause && r.trigger !== 'manual' && pauseHolds(pause, r.scheduledAt)) {
+        skip(pauseReason(pause), 'info');
         continue;
       }
-      const state = busy.get(r.job) ?? { active: false, held: false };
+      const state = busy.get(r.job) ?? { active: false, waiting: 0 };
       switch (job.overlap) {
         case 'allow':
           out.push(r);
@@ -400,13 +391,16 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         case 'skip':
           if (state.active) skip('overlap "skip": previous run still active', 'warn');
           else out.push(r);
-          busy.set(r.job, { active: true, held: false });
+          busy.set(r.job, { active: true, waiting: 0 });
           break;
         case 'queue':
           if (!state.active) out.push(r);
-          else if (!state.held) out.push({ ...r, hold: true });
-          else skip('overlap "queue": one run already waiting', 'warn');
-          busy.set(r.job, { active: true, held: state.active || state.held });
+          else if (state.waiting < job.overlapQueueMax) out.push({ ...r, hold: true });
+          else skip(queueFullReason(job.overlapQueueMax), 'warn');
+          busy.set(r.job, {
+            active: true,
+            waiting: state.active ? Math.min(state.waiting + 1, job.overlapQueueMax) : 0,
+          });
           break;
         case 'replace':
           out.push({ ...r, replace: true });

@@ -312,7 +312,12 @@ describe('mutations', () => {
   it('pause and resume work on any replica and show in /api/jobs', async () => {
     const res = await post(follower, '/api/jobs/tick/pause', ADMIN_TOKEN);
     assert.equal(res.status, 200);
-    assert.deepEqual(await json(res), { job: 'tick', paused: true });
+    const body = await json(res);
+    // No body: paused until resumed, by "admin" (see test/admin/job-policies-api.test.ts for reason and until).
+    assert.deepEqual(
+      [body.job, body.paused, body.pausedBy, body.pausedReason, body.pausedUntil],
+      ['tick', true, 'admin', null, null],
+    );
     assert.equal(await paused('tick'), true);
     const jobs = await json(await fetch(`${leader.url}/api/jobs`));
     assert.equal(jobs.jobs.find((j: { name: string }) => j.name === 'tick').paused, true);
