@@ -36,7 +36,7 @@ export async function benchScheduler(): Promise<Record<string, unknown>> {
   return results;
 }
 
-async function throughput() {
+export async function throughput() {
   const db = await createTestDatabase();
   const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
   const jobs = 1000;
