@@ -37,10 +37,13 @@ export async function benchSpeed(): Promise<Record<string, unknown>> {
   const loads = flag('loads', '1,100,1000').split(',').map(Number);
   const replicas = Number(flag('replicas', '1'));
   const runs = Number(flag('runs', '2000'));
+  // `--only perRun,lateness` runs a subset (rawPostgres, firePath, perRun, lateness).
+  const only = flag('only', 'rawPostgres,firePath,perRun,lateness').split(',');
   const results: Record<string, unknown> = { machine: 'shared 2-core machine, loaded by other work' };
-  results.rawPostgres = await rawPostgres();
-  results.firePath = await throughput();
-  results.perRun = await perRunOverhead(runs);
+  if (only.includes('rawPostgres')) results.rawPostgres = await rawPostgres();
+  if (only.includes('firePath')) results.firePath = await throughput();
+  if (only.includes('perRun')) results.perRun = await perRunOverhead(runs);
+  if (!only.includes('lateness')) return results;
   results.lateness = [];
   for (const load of loads) (results.lateness as unknown[]).push(await lateness(load, replicas));
   return results;
