@@ -8,6 +8,7 @@ import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigg
 import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
 import { planCatchUp, type CatchUpPlan } from './misfire.js';
+import { HandOverGuard } from './hand-over-guard.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
@@ -64,8 +65,8 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Counts tenures, so a commit that outlives its tenure does not touch the next one's queue. */
   private tenure = 0;
   private ticking: Promise<void> = Promise.resolve();
-  /** Runs the fire path is handing to the queue right now: the outbox leaves them alone. */
-  private readonly handingOver = new Set<bigint>();
+  /** Runs the fire path is handing to the queue: the outbox leaves them alone. */
+  private readonly handingOver = new HandOverGuard();
 
   constructor(private readonly o: FireLoopOptions) {
     super();
@@ -177,7 +178,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       .list()
       .filter((j) => j.overlap === 'queue')
       .map((j) => j.name);
-    const runs = (await this.o.ledger.unenqueued(500, queuedJobs)).filter((r) => !this.handingOver.has(r.runId));
+    const runs = await this.handingOver.sweep(() => this.o.ledger.unenqueued(500, queuedJobs));
     if (runs.length === 0) return 0;
     await this.o.delivery.enqueue(runs);
     await this.o.ledger.markEnqueued(runs.map((r) => r.runId));
@@ -286,12 +287,13 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       for (let i = 0; i < shaped.length; i += COMMIT_CHUNK) {
         let result: FireBatchResult;
         try {
-          result = await this.o.ledger.commitFires(shaped.slice(i, i + COMMIT_CHUNK), {
+          const commit = this.o.ledger.commitFires(shaped.slice(i, i + COMMIT_CHUNK), {
             fenceResource: this.o.fenceResource,
             token: lease.token,
             replicaId: this.o.replicaId,
             stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
           });
+          result = await this.handingOver.committing(commit, (r) => toDeliver(r).map((f) => f.runId));
         } catch (err) {
           if (!(err instanceof StaleTokenError)) throw err;
           this.o.logger.error({ token: lease.token, highest: err.highest }, 'fence refused our fires: stepping down');
@@ -341,18 +343,22 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       );
       this.emit('fire:skipped', fire.job, fire.scheduledAt, reason);
     }
-    const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);
+    const deliver = toDeliver(result);
     if (deliver.length === 0) return;
-    for (const f of deliver) this.handingOver.add(f.runId);
+    let delivered = false;
     try {
       await this.o.delivery.enqueue(deliver);
       await this.o.ledger.markEnqueued(deliver.map((f) => f.runId));
+      delivered = true;
     } catch (err) {
       // Committed is committed: the outbox sweep delivers these later.
       this.emit('enqueue:failed', err as Error);
       this.o.logger.warn({ err, runs: deliver.length }, 'enqueue failed; the outbox will retry');
     } finally {
-      for (const f of deliver) this.handingOver.delete(f.runId);
+      this.handingOver.ended(
+        deliver.map((f) => f.runId),
+        delivered,
+      );
     }
   }
 
@@ -409,6 +415,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     }
     return { fires: out, skips };
   }
+}
+
+/** The committed fires the fire path hands to the queue itself (held ones wait in the outbox). */
+function toDeliver(result: FireBatchResult): CommittedFire[] {
+  return result.committed.filter((f) => f.state === 'pending' && !f.hold);
 }
 
 function fireKey(job: string, scheduledAt: Date): string {
