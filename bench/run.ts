@@ -13,6 +13,7 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   'cron-differential': async () => (await import('./cron-differential.js')).benchCronDifferential(),
   'admin-flood': async () => (await import('./admin-flood.js')).benchAdminFlood(),
   speed: async () => (await import('./speed.js')).benchSpeed(),
+  schedules: async () => (await import('./schedules.js')).benchSchedules(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);

@@ -37,6 +37,8 @@ export interface FireLoopEvents {
   'fire:missed': [job: string, scheduledAt: Date[], reason: string, count: number];
   'fire:skipped': [job: string, scheduledAt: Date, reason: string];
   'enqueue:failed': [error: Error];
+  /** A tenure's reconciliation is done and the timer armed; `schedules` entries wait in the queue. */
+  'loop:armed': [schedules: number];
 }
 
 export interface FireLoopOptions {
@@ -119,6 +121,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     if (!this.running) return;
     this.arm();
     this.scheduleOutbox();
+    this.emit('loop:armed', this.queue.size);
   }
 
   stop(): void {
