@@ -24,6 +24,22 @@ export async function upsertMember(db: Queryable, t: Tables, m: MemberRecord): P
   );
 }
 
+/**
+ * Refresh the row a full upsert wrote (role, admin URL, last_seen), leaving the rest, its job list
+ * above all (a million names is megabytes), as it is. False when the row is gone: upsert it.
+ */
+export async function touchMember(
+  db: Queryable,
+  t: Tables,
+  m: Pick<MemberRecord, 'replicaId' | 'role' | 'adminUrl'>,
+): Promise<boolean> {
+  const res = await db.query(
+    `UPDATE ${t.members} SET role = $2, admin_url = $3, last_seen = now() WHERE replica_id = $1`,
+    [m.replicaId, m.role, m.adminUrl],
+  );
+  return res.rowCount === 1;
+}
+
 export async function deleteMember(db: Queryable, t: Tables, replicaId: string): Promise<void> {
   await db.query(`DELETE FROM ${t.members} WHERE replica_id = $1`, [replicaId]);
 }

@@ -9,6 +9,7 @@ import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
 import { planCatchUp, type CatchUpPlan } from './misfire.js';
 import { HandOverGuard } from './hand-over-guard.js';
+import { forEachSliced } from './yielding.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
@@ -69,6 +70,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   private ticking: Promise<void> = Promise.resolve();
   /** Runs the fire path is handing to the queue: the outbox leaves them alone. */
   private readonly handingOver = new HandOverGuard();
+  private queued: { from: readonly ScheduledJob[]; names: string[] } | undefined;
 
   constructor(private readonly o: FireLoopOptions) {
     super();
@@ -96,21 +98,28 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     if (signal.aborted) return;
     const catchUp: FireRequest[] = [];
     const plans: { job: ScheduledJob; plan: CatchUpPlan }[] = [];
-    for (const job of this.o.registry.list()) {
-      const last = lastFired.get(job.name)?.getTime() ?? null;
-      const plan = planCatchUp({
-        schedule: job.schedule,
-        policy: job.misfire,
-        lastFiredMs: last,
-        nowMs: now,
-        catchUpWindowMs: job.catchUpWindowMs,
-        misfireGraceMs: job.misfireGraceMs,
-      });
-      plans.push({ job, plan });
-      for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
-      const next = job.schedule.nextAfter(Math.max(now, last ?? now));
-      if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
-    }
+    const tenure = this.tenure;
+    // In slices: with a million schedules this loop takes seconds, and the lease must keep renewing.
+    const current = await forEachSliced(
+      this.o.registry.list(),
+      (job) => {
+        const last = lastFired.get(job.name)?.getTime() ?? null;
+        const plan = planCatchUp({
+          schedule: job.schedule,
+          policy: job.misfire,
+          lastFiredMs: last,
+          nowMs: now,
+          catchUpWindowMs: job.catchUpWindowMs,
+          misfireGraceMs: job.misfireGraceMs,
+        });
+        if (plan.missedCount > 0) plans.push({ job, plan });
+        for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
+        const next = job.schedule.nextAfter(Math.max(now, last ?? now));
+        if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
+      },
+      () => this.running && this.tenure === tenure && !signal.aborted,
+    );
+    if (!current) return;
     if (catchUp.length > 0) {
       this.o.logger.info({ fires: catchUp.length }, 'catching up fires missed during the election');
       // A failure here ends the tenure (the elector steps down): nothing was committed, so
@@ -177,15 +186,20 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Enqueue runs that were committed but never handed to the queue (crash between the two). */
   async sweepOutbox(): Promise<number> {
     if (!this.running || !this.o.leadership.lease()) return 0;
-    const queuedJobs = this.o.registry
-      .list()
-      .filter((j) => j.overlap === 'queue')
-      .map((j) => j.name);
+    const queuedJobs = this.queuedJobs();
     const runs = await this.handingOver.sweep(() => this.o.ledger.unenqueued(500, queuedJobs));
     if (runs.length === 0) return 0;
     await this.o.delivery.enqueue(runs);
     await this.o.ledger.markEnqueued(runs.map((r) => r.runId));
     return runs.length;
+  }
+
+  /** Jobs with overlap 'queue', worked out again only when the registry's list changes. */
+  private queuedJobs(): string[] {
+    const jobs = this.o.registry.list();
+    if (this.queued?.from !== jobs)
+      this.queued = { from: jobs, names: jobs.filter((j) => j.overlap === 'queue').map((j) => j.name) };
+    return this.queued.names;
   }
 
   /**
