@@ -14,6 +14,8 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   'admin-flood': async () => (await import('./admin-flood.js')).benchAdminFlood(),
   // Takes options after its name: `npm run bench -- kill-leader --duration 120 --kill-every 20`.
   'kill-leader': async () => (await import('./kill-leader.js')).benchKillLeader(process.argv.slice(2)),
+  speed: async () => (await import('./speed.js')).benchSpeed(),
+  schedules: async () => (await import('./schedules.js')).benchSchedules(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);

@@ -68,6 +68,8 @@ export interface JobDefinition extends ScheduledJob {
 }
 
 const WEEK_MS = 7 * 24 * 3600 * 1000;
+/** Shared by every job without its own (one object, not one per job). */
+const DEFAULT_BACKOFF: Readonly<BackoffOptions> = Object.freeze({ type: 'exponential', delayMs: 1000 });
 const ms = () =>
   z
     .number()
@@ -149,6 +151,6 @@ export function defineJob(options: JobOptions): JobDefinition {
     jitterMs: o.jitterMs ?? 0,
     timeoutMs: o.timeoutMs ?? 0,
     retries: o.retries ?? 0,
-    backoff: Object.freeze(o.backoff ?? { type: 'exponential' as const, delayMs: 1000 }),
+    backoff: o.backoff ? Object.freeze(o.backoff) : DEFAULT_BACKOFF,
   });
 }

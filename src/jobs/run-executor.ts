@@ -147,7 +147,9 @@ export class RunExecutor {
     });
     const job = this.o.registry.get(claim.job);
     if (!job) return this.handBackUnknown(claim, log);
-    await this.o
+    // Announced without waiting: it only makes an older attempt stop sooner; the ledger's token
+    // check, not this message, refuses that attempt's writes.
+    void this.o
       .publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() })
       .catch((err: Error) => {
         log.warn({ err }, 'could not announce the claim');

@@ -7,11 +7,12 @@
  */
 import type pg from 'pg';
 import { advanceFence, fenceToken } from './fences.js';
+import { StaleTokenError } from '../errors.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
 import { retryRun, type RetriedRun } from './run-retry.js';
 import { storedError } from './stored-text.js';
 import { expirePauses, listPauses, pauseJob, setPausedFlag, type JobPause, type PauseRequest } from './pauses.js';
-import { withTransaction, type Queryable } from './transaction.js';
+import { sqlInt, withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
 
 /**
@@ -119,10 +120,8 @@ export class FireLedger {
     const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
     if (fires.length === 0) return nothing;
     return withTransaction(this.pool, async (client, rollback) => {
-      await advanceFence(client, this.t, leader.fenceResource, leader.token);
-      const rows = await insertRuns(client, this.t, fires, leader);
+      const rows = await fenceAndInsert(client, this.t, fires, leader);
       const cancelled = await this.cancelReplaced(client, fires, rows);
-      await advanceJobState(client, this.t, fires);
       if (!leader.stillLeading()) {
         await rollback();
         return nothing;
@@ -191,11 +190,17 @@ export class FireLedger {
     return cancelled;
   }
 
+  /**
+   * Mark runs handed to the queue. Only a hint for the outbox: if a crash loses it, the outbox
+   * enqueues the runs again and the queue drops the repeat (job id per run). So it commits without
+   * waiting for the WAL flush (synchronous_commit off, this transaction only), one round trip.
+   */
   async markEnqueued(runIds: bigint[]): Promise<void> {
     if (runIds.length === 0) return;
     await this.pool.query(
-      `UPDATE ${this.t.runs} SET enqueued_at = now() WHERE id = ANY($1::bigint[]) AND enqueued_at IS NULL`,
-      [runIds.map(String)],
+      `SET LOCAL synchronous_commit TO off;
+       UPDATE ${this.t.runs} SET enqueued_at = now()
+       WHERE id = ANY('{${runIds.map(sqlInt).join(',')}}'::bigint[]) AND enqueued_at IS NULL`,
     );
   }
 
@@ -479,3 +484,70 @@ async function advanceJobState(client: pg.PoolClient, t: Tables, fires: FireRequ
     ],
   );
 }
+
+/**
+ * One statement, one round trip: advance the leader's fence, and only if it accepted the token,
+ * insert the fires under the unique (job, scheduled_at) key and move each job's last scheduled
+ * fire forward (never back; manual triggers do not count). Returns the fires inserted; throws
+ * StaleTokenError when the fence refused (nothing was written).
+ */
+async function fenceAndInsert(
+  client: pg.PoolClient,
+  t: Tables,
+  fires: FireRequest[],
+  leader: LeaderStamp,
+): Promise<Omit<CommittedFire, 'hold'>[]> {
+  const res = await client.query<{ fenced: boolean; runs: InsertedRow[] | null }>(
+    `WITH fence AS (
+       INSERT INTO ${t.fences} AS f (resource, token) VALUES ($4, $2)
+       ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+       WHERE f.token <= EXCLUDED.token
+       RETURNING token),
+     fire AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb)
+         AS f(job text, scheduled_at timestamptz, trigger text, state text, error text)),
+     inserted AS (
+       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
+       SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
+              CASE WHEN f.state = 'skipped' THEN now() END,
+              CASE WHEN f.state = 'skipped' THEN now() END,
+              f.error
+       FROM fire f WHERE EXISTS (SELECT 1 FROM fence)
+       ON CONFLICT (job, scheduled_at) WHERE trigger <> 'manual' DO NOTHING
+       RETURNING id, job, scheduled_at, trigger, state),
+     job_state AS (
+       INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
+       SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence) GROUP BY job
+       ON CONFLICT (job) DO UPDATE
+         SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now())
+     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+            (SELECT json_agg(json_build_array(id::text, job, scheduled_at, trigger, state)) FROM inserted) AS runs`,
+    [
+      JSON.stringify(
+        fires.map((f) => ({
+          job: f.job,
+          scheduled_at: f.scheduledAt.toISOString(),
+          trigger: f.trigger,
+          state: f.state ?? 'pending',
+          error: f.error ?? null,
+        })),
+      ),
+      leader.token.toString(),
+      leader.replicaId,
+      leader.fenceResource,
+    ],
+  );
+  const row = res.rows[0]!;
+  if (!row.fenced)
+    throw new StaleTokenError(leader.fenceResource, leader.token, await fenceToken(client, t, leader.fenceResource));
+  return (row.runs ?? []).map(([id, job, scheduledAt, trigger, state]) => ({
+    runId: BigInt(id),
+    job,
+    scheduledAt: new Date(scheduledAt),
+    trigger,
+    state,
+  }));
+}
+
+/** An inserted run as the statement above returns it (JSON: the instant as text). */
+type InsertedRow = [id: string, job: string, scheduledAt: string, trigger: FireTrigger, state: 'pending' | 'skipped'];

@@ -25,7 +25,8 @@
  * cached Intl formatter per zone.
  *
  * Memory: a schedule holds its two strings and a parsed pattern shared by every schedule with the
- * same expression; the pattern's field tables are shared too.
+ * same expression; the pattern's field tables are shared too, and so is the schedule itself by
+ * every job with the same expression and zone.
  */
 import { InvalidConfigError, InvalidScheduleError } from '../errors.js';
 import { nextWallMatch, parseCronPattern, type CronPattern } from './cron-pattern.js';
@@ -55,6 +56,11 @@ function dstPolicy(dst: Partial<DstPolicy>): Readonly<DstPolicy> {
 
 /** Parsed patterns, shared by every schedule with the same expression (matching is stateless). */
 const compiled = new Map<string, CronPattern>();
+/**
+ * Schedules by zone, DST policy and expression: a schedule is immutable, so a million jobs with 86,400
+ * distinct expressions hold 86,400 schedules (and no copy of each expression string).
+ */
+const schedules = new Map<string, CronSchedule>();
 
 const HOUR_MS = 3_600_000;
 /** Offsets are compared this far either side of an instant to detect a nearby DST transition. */
@@ -78,13 +84,19 @@ export class CronSchedule {
       throw new InvalidScheduleError(String(expression), 'must be a cron expression such as "*/5 * * * *"');
     }
     if (typeof timezone !== 'string' || timezone === '') throw badTimezone(String(timezone));
+    const policy = dstPolicy(dst);
+    const key = `${timezone} ${policy.repeat}/${policy.gap} ${expression}`;
+    const known = schedules.get(key);
+    if (known) return known;
     assertTimezone(timezone);
     let c = compiled.get(expression);
     if (!c) {
       c = parseCronPattern(expression);
       compiled.set(expression, c);
     }
-    return new CronSchedule(expression, timezone, c, dstPolicy(dst));
+    const schedule = new CronSchedule(expression, timezone, c, policy);
+    schedules.set(key, schedule);
+    return schedule;
   }
 
   /** The first fire time strictly after afterMs (epoch ms), or null if the schedule never fires again. */

@@ -11,6 +11,8 @@ import type { CatchUpPlan } from './misfire.js';
 import { tracedFireCommit } from './fire-tracing.js';
 import { fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from './job-policies.js';
 import { pauseHolds } from '../ledger/pauses.js';
+import { HandOverGuard } from './hand-over-guard.js';
+import { forEachSliced } from './yielding.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
@@ -39,6 +41,8 @@ export interface FireLoopEvents {
   'fire:missed': [job: string, scheduledAt: Date[], reason: string, count: number];
   'fire:skipped': [job: string, scheduledAt: Date, reason: string];
   'enqueue:failed': [error: Error];
+  /** A tenure's reconciliation is done and the timer armed; `schedules` entries wait in the queue. */
+  'loop:armed': [schedules: number];
 }
 
 export interface FireLoopOptions {
@@ -67,8 +71,9 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Counts tenures, so a commit that outlives its tenure does not touch the next one's queue. */
   private tenure = 0;
   private ticking: Promise<void> = Promise.resolve();
-  /** Runs the fire path is handing to the queue right now: the outbox leaves them alone. */
-  private readonly handingOver = new Set<bigint>();
+  /** Runs the fire path is handing to the queue: the outbox leaves them alone. */
+  private readonly handingOver = new HandOverGuard();
+  private queued: { from: readonly ScheduledJob[]; names: string[] } | undefined;
 
   constructor(private readonly o: FireLoopOptions) {
     super();
@@ -96,14 +101,21 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     if (signal.aborted) return;
     const catchUp: FireRequest[] = [];
     const plans: { job: ScheduledJob; plan: CatchUpPlan }[] = [];
-    for (const job of this.o.registry.list()) {
-      const last = lastFired.get(job.name)?.getTime() ?? null;
-      const plan = planJobCatchUp(job, last, now);
-      plans.push({ job, plan });
-      for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
-      const next = job.schedule.nextAfter(Math.max(now, last ?? now));
-      if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
-    }
+    const tenure = this.tenure;
+    // In slices: with a million schedules this loop takes seconds, and the lease must keep renewing.
+    const current = await forEachSliced(
+      this.o.registry.list(),
+      (job) => {
+        const last = lastFired.get(job.name)?.getTime() ?? null;
+        const plan = planJobCatchUp(job, last, now);
+        if (plan.missedCount > 0) plans.push({ job, plan });
+        for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
+        const next = job.schedule.nextAfter(Math.max(now, last ?? now));
+        if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
+      },
+      () => this.running && this.tenure === tenure && !signal.aborted,
+    );
+    if (!current) return;
     if (catchUp.length > 0) {
       this.o.logger.info({ fires: catchUp.length }, 'catching up fires missed during the election');
       // A failure here ends the tenure (the elector steps down): nothing was committed, so
@@ -114,6 +126,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     if (!this.running) return;
     this.arm();
     this.scheduleOutbox();
+    this.emit('loop:armed', this.queue.size);
   }
 
   stop(): void {
@@ -169,15 +182,20 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Enqueue runs that were committed but never handed to the queue (crash between the two). */
   async sweepOutbox(): Promise<number> {
     if (!this.running || !this.o.leadership.lease()) return 0;
-    const queuedJobs = this.o.registry
-      .list()
-      .filter((j) => j.overlap === 'queue')
-      .map((j) => j.name);
-    const runs = (await this.o.ledger.unenqueued(500, queuedJobs)).filter((r) => !this.handingOver.has(r.runId));
+    const queuedJobs = this.queuedJobs();
+    const runs = await this.handingOver.sweep(() => this.o.ledger.unenqueued(500, queuedJobs));
     if (runs.length === 0) return 0;
     await this.o.delivery.enqueue(runs);
     await this.o.ledger.markEnqueued(runs.map((r) => r.runId));
     return runs.length;
+  }
+
+  /** Jobs with overlap 'queue', worked out again only when the registry's list changes. */
+  private queuedJobs(): string[] {
+    const jobs = this.o.registry.list();
+    if (this.queued?.from !== jobs)
+      this.queued = { from: jobs, names: jobs.filter((j) => j.overlap === 'queue').map((j) => j.name) };
+    return this.queued.names;
   }
 
   /**
@@ -278,7 +296,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         try {
           const chunk = shaped.slice(i, i + COMMIT_CHUNK);
           const leader = { token: lease.token, replicaId: this.o.replicaId, fires: chunk.length };
-          result = await tracedFireCommit(leader, () =>
+          const commit = tracedFireCommit(leader, () =>
             this.o.ledger.commitFires(chunk, {
               fenceResource: this.o.fenceResource,
               token: lease.token,
@@ -286,6 +304,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
               stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
             }),
           );
+          result = await this.handingOver.committing(commit, (r) => toDeliver(r).map((f) => f.runId));
         } catch (err) {
           if (!(err instanceof StaleTokenError)) throw err;
           this.o.logger.error({ token: lease.token, highest: err.highest }, 'fence refused our fires: stepping down');
@@ -335,18 +354,22 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       );
       this.emit('fire:skipped', fire.job, fire.scheduledAt, reason);
     }
-    const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);
+    const deliver = toDeliver(result);
     if (deliver.length === 0) return;
-    for (const f of deliver) this.handingOver.add(f.runId);
+    let delivered = false;
     try {
       await this.o.delivery.enqueue(deliver);
       await this.o.ledger.markEnqueued(deliver.map((f) => f.runId));
+      delivered = true;
     } catch (err) {
       // Committed is committed: the outbox sweep delivers these later.
       this.emit('enqueue:failed', err as Error);
       this.o.logger.warn({ err, runs: deliver.length }, 'enqueue failed; the outbox will retry');
     } finally {
-      for (const f of deliver) this.handingOver.delete(f.runId);
+      this.handingOver.ended(
+        deliver.map((f) => f.runId),
+        delivered,
+      );
     }
   }
 
@@ -409,6 +432,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     }
     return { fires: out, skips };
   }
+}
+
+/** The committed fires the fire path hands to the queue itself (held ones wait in the outbox). */
+function toDeliver(result: FireBatchResult): CommittedFire[] {
+  return result.committed.filter((f) => f.state === 'pending' && !f.hold);
 }
 
 function fireKey(job: string, scheduledAt: Date): string {
