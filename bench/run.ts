@@ -1,7 +1,7 @@
 /**
  * `npm run bench`: every benchmark, each reported as a ratio to a baseline measured in the same
  * run (these machines are noisy). Writes bench/results/<name>.json. Pass names to run a subset:
- * `npm run bench -- locks`.
+ * `npm run bench -- locks`; options after the names go to the benches that take them (kill-leader).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 
@@ -13,6 +13,10 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   'cron-differential': async () => (await import('./cron-differential.js')).benchCronDifferential(),
   'admin-flood': async () => (await import('./admin-flood.js')).benchAdminFlood(),
   'runtime-schedules': async () => (await import('./runtime-schedules.js')).benchRuntimeSchedules(),
+  // Takes options after its name: `npm run bench -- kill-leader --duration 120 --kill-every 20`.
+  'kill-leader': async () => (await import('./kill-leader.js')).benchKillLeader(process.argv.slice(2)),
+  speed: async () => (await import('./speed.js')).benchSpeed(),
+  schedules: async () => (await import('./schedules.js')).benchSchedules(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);
@@ -24,7 +28,8 @@ for (const name of names) {
     file,
     JSON.stringify({ at: new Date().toISOString(), node: process.version, ...result }, bigintJson, 2),
   );
-  console.log(`\nwrote bench/results/${name}.json`);
+  // stderr, so a bench's --json output stays the only thing on stdout
+  console.error(`\nwrote bench/results/${name}.json`);
 }
 process.exit(0);
 

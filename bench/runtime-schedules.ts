@@ -167,7 +167,7 @@ function emptyLedger(): FireLoopLedger {
     commitFires: async () => ({ committed: [], duplicates: 0, cancelled: [] }),
     markEnqueued: async () => {},
     unenqueued: async () => [],
-    pausedJobs: async () => new Set(),
+    pauses: async () => new Map(),
     activeJobs: async () => new Map(),
   };
 }

@@ -1,5 +1,5 @@
 // Copy the files tsc does not emit next to the compiled code: the Redis Lua scripts (read from
-// ./lua relative to src/locks/redis.ts, in src as in dist) and the admin status page.
+// ./lua relative to src/locks/redis.ts, in src as in dist) and the admin console page.
 // Paths resolve from this file, so the copy works whatever the working directory.
 import { cpSync, mkdirSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -14,5 +14,5 @@ if (scripts.length === 0) throw new Error(`copy-assets: no .lua files in ${luaFr
 for (const f of scripts) cpSync(luaFrom + f, luaTo + f);
 
 mkdirSync(at('dist/admin/'), { recursive: true });
-cpSync(at('src/admin/status.html'), at('dist/admin/status.html'));
-console.log(`copy-assets: ${scripts.length} Lua scripts and the status page into dist/`);
+cpSync(at('src/admin/console.html'), at('dist/admin/console.html'));
+console.log(`copy-assets: ${scripts.length} Lua scripts and the console page into dist/`);

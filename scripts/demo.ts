@@ -11,7 +11,7 @@
  * CRONWARDEN_DEMO_YES=1) skips the question, which is required without a terminal.
  *
  * `--keep`: the one surviving replica (the last leader; the demo stopped the other two) keeps
- * running with its status page and admin API until Ctrl-C, and the database and Redis keys are
+ * running with its console and admin API until Ctrl-C, and the database and Redis keys are
  * left in place; the demo prints what it left and the commands that remove it.
  *
  * Exit code 0 when the ledger checks out; 1 (with what failed on stderr) otherwise; 130 on Ctrl-C.
@@ -270,7 +270,7 @@ async function run(pool: pg.Pool, replicas: Replica[]): Promise<boolean> {
   const byId = (id: string) => replicas.find((r) => r.id === id)!;
   const first = await waitForLeader(0, 30_000);
   say(`three replicas up; leader ${first.id} with fencing token ${first.token}`);
-  say(`  status pages while they run: ${replicas.map((r) => `${adminUrlOf(r.id)}/`).join('  ')}`);
+  say(`  consoles while they run: ${replicas.map((r) => `${adminUrlOf(r.id)}/`).join('  ')}`);
   await watch(WATCH_MS);
   const from = new Date(Math.ceil(Date.now() / 1000) * 1000 - WATCH_MS + 2000);
 
@@ -307,7 +307,7 @@ async function keepSurvivor(replicas: Replica[]): Promise<void> {
   const alive = replicas.filter((r) => r.child.exitCode === null && r.child.signalCode === null);
   for (const r of alive) {
     say(
-      `--keep: ${r.id} keeps running until Ctrl-C: status page ${adminUrlOf(r.id)}/, metrics ${adminUrlOf(r.id)}/metrics`,
+      `--keep: ${r.id} keeps running until Ctrl-C: console ${adminUrlOf(r.id)}/, metrics ${adminUrlOf(r.id)}/metrics`,
     );
     say(`  try: node bin/cronwarden.js status --url ${adminUrlOf(r.id)}`);
     say(`       CRONWARDEN_ADMIN_TOKEN=${adminToken} node bin/cronwarden.js trigger report --url ${adminUrlOf(r.id)}`);

@@ -2,7 +2,8 @@
 # Install, from Debian's packages, the servers cronwarden runs against, when they are missing.
 #
 #   scripts/install-deps.sh                what `npm test` needs (.ci/run): etcd, Redis and Sentinel,
-#                                          PostgreSQL, Chromium (status page test), libfaketime (drill)
+#                                          PostgreSQL, Chromium (console tests), libfaketime (drill),
+#                                          promtool (from `prometheus`: the alert rules' tests)
 #   scripts/install-deps.sh --demo         what `npm run demo` needs: PostgreSQL and Redis only,
 #                                          without apt's "recommended" extras
 #   scripts/install-deps.sh [--demo] --list  print the missing packages on one line (empty if none);
@@ -32,6 +33,7 @@ if [ "$demo" -eq 0 ]; then
   command -v redis-sentinel >/dev/null 2>&1 || need+=(redis-sentinel)   # the drill's redis-sentinel-failover fault
   command -v chromium >/dev/null 2>&1 || need+=(chromium)               # the status-page browser test
   ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1 || need+=(libfaketime)   # the drill's clock-skew fault
+  command -v promtool >/dev/null 2>&1 || need+=(prometheus)             # promtool: the alert rules' checks and unit tests
 fi
 
 if [ "$list" -eq 1 ]; then

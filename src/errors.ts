@@ -238,3 +238,27 @@ export class ScheduleExistsError extends InvalidArgumentError {
     super(`runtime schedule "${scheduleId}" already exists; update it instead`);
   }
 }
+/** A run id the ledger does not hold (never fired, or deleted by retention). */
+export class RunNotFoundError extends CronwardenError {
+  readonly retryable = false;
+  constructor(readonly runId: bigint) {
+    super(`no run ${runId} in the ledger (never fired, or removed by retention)`);
+  }
+}
+
+/** A retry asked of a run that may not be retried in its state (completed, still active, …). */
+export class RunNotRetryableError extends CronwardenError {
+  readonly retryable = false;
+  constructor(
+    readonly runId: bigint,
+    readonly state: string,
+  ) {
+    super(`run ${runId} is ${state}: ${retryRefusal(state)}`);
+  }
+}
+
+function retryRefusal(state: string): string {
+  if (state === 'completed') return 'it completed, so retrying it would repeat its effect; trigger the job instead';
+  if (state === 'pending' || state === 'running' || state === 'retrying') return 'it has not settled yet';
+  return 'only a failed or cancelled run can be retried';
+}

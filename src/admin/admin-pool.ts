@@ -1,5 +1,7 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { ledgerConnection } from '../db/ledger-url.js';
+import { LedgerUnreachableError } from '../db/postgres-unavailable.js';
 
 export interface AdminPoolOptions {
   /** At most this many connections for admin reads (default 3). */
@@ -17,7 +19,7 @@ export interface AdminPoolOptions {
  */
 export function createAdminPool(database: string | pg.PoolConfig, logger: Logger, o: AdminPoolOptions = {}): pg.Pool {
   // The ledger's connection settings (a URL, or those of a pool the application handed the replica).
-  const base: pg.PoolConfig = typeof database === 'string' ? { connectionString: database } : { ...database };
+  const base: pg.PoolConfig = typeof database === 'string' ? ledgerConnection(database) : { ...database };
   const pool = new pg.Pool({
     ...base,
     max: o.max ?? 3,
@@ -33,6 +35,7 @@ export function createAdminPool(database: string | pg.PoolConfig, logger: Logger
 
 /** True for the errors an overloaded or unreachable database gives: answer 503, not 500. */
 export function isDatabaseBusy(err: unknown): boolean {
+  if (err instanceof LedgerUnreachableError) return true; // no read-write host now: a failover, say
   const e = err as { code?: string; message?: string };
   if (e.code === '57014' || e.code === '53300' || e.code === '57P03') return true; // statement timeout, too many connections, starting up
   if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'ETIMEDOUT') return true;

@@ -40,6 +40,8 @@ export interface AdminClientOptions {
   url: string;
   token?: string;
   timeoutMs?: number;
+  /** Sent with mutations as x-cronwarden-user, recorded as who paused a job ("admin (<user>)"). */
+  user?: string;
 }
 
 /**
@@ -113,13 +115,13 @@ export class AdminClient {
   private async call<T>(base: string, method: string, path: string, payload?: unknown): Promise<T> {
     let res: Response;
     const mutation = method !== 'GET';
+    const headers: Record<string, string> = mutation && this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
+    if (payload !== undefined) headers['content-type'] = 'application/json';
+    if (mutation && this.o.user) headers['x-cronwarden-user'] = this.o.user;
     try {
       res = await fetch(`${base}${path}`, {
         method,
-        headers: {
-          ...(mutation && this.o.token ? { authorization: `Bearer ${this.o.token}` } : {}),
-          ...(payload === undefined ? {} : { 'content-type': 'application/json' }),
-        },
+        headers,
         body: payload === undefined ? undefined : JSON.stringify(payload),
         // A redirect is not followed: the token goes to no URL the operator did not name.
         redirect: mutation ? 'error' : 'follow',

@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 
-/** An admin API refusal: the status, a short code and a message, served as JSON. */
+/** An answer the admin HTTP gives on purpose: status, a stable code, a message, extra fields. */
 export class HttpError extends Error {
   constructor(
     readonly status: number,
@@ -12,6 +12,7 @@ export class HttpError extends Error {
   }
 }
 
+/** `value` parsed by `schema`, or a 400 naming the first bad field. */
 export function parse<T>(schema: z.ZodType<T>, value: unknown): T {
   const r = schema.safeParse(value ?? {});
   if (r.success) return r.data;

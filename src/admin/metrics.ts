@@ -2,13 +2,23 @@ import type pg from 'pg';
 import { handlerOf } from '../scheduler/runtime-schedules.js';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
-import { activeRunCounts, attemptsFinishedSince } from '../ledger/admin-reads.js';
+import { activeRunCounts, attemptsFinishedSince, jobHealth } from '../ledger/admin-reads.js';
 import type { Tables } from '../db/tables.js';
 
 /** What the metrics read of a replica: its events, identity and clock offset. */
 export type MetricsSource = Pick<
   ReplicaView,
-  'on' | 'replicaId' | 'namespace' | 'startedAt' | 'logger' | 'role' | 'hostOffsetMs'
+  | 'on'
+  | 'replicaId'
+  | 'namespace'
+  | 'startedAt'
+  | 'logger'
+  | 'role'
+  | 'hostOffsetMs'
+  | 'ttlMs'
+  | 'clock'
+  | 'jobs'
+  | 'job'
 >;
 
 /**
@@ -42,6 +52,7 @@ export class ReplicaMetrics {
     const runs = this.runMetrics();
     this.attempts = runs.attempts;
     this.durations = runs.durations;
+    this.jobMetrics();
     this.wireEvents(lease, fires, backendErrors);
   }
 
@@ -75,7 +86,18 @@ export class ReplicaMetrics {
       labelNames: ['reason'],
       registers,
     });
-    return { isLeader, token, renew, acquired, lost };
+    new Gauge({
+      name: 'cronwarden_lease_ttl_seconds',
+      help: 'The leader lease TTL this replica uses (the no-leader alert waits two of them)',
+      registers,
+    }).set(this.replica.ttlMs / 1000);
+    const renewedAt = new Gauge({
+      name: 'cronwarden_lease_renewed_timestamp_seconds',
+      help: 'When this replica last acquired or renewed the lease (0: never); kept after it stops leading',
+      registers,
+    });
+    renewedAt.set(0);
+    return { isLeader, token, renew, acquired, lost, renewedAt };
   }
 
   /** Fires: committed, duplicate, refused by the fence, missed, skipped, their lateness, and failed enqueues. */
@@ -121,7 +143,13 @@ export class ReplicaMetrics {
       help: 'Committed fires whose BullMQ enqueue failed (retried by the outbox)',
       registers,
     });
-    return { fires, duplicates, refused, missed, skipped, lateness, enqueueFailed };
+    const late = new Counter({
+      name: 'cronwarden_fires_late_total',
+      help: "Scheduled fires committed later than the job's misfire grace after their scheduled time",
+      labelNames: ['job'],
+      registers,
+    });
+    return { fires, duplicates, refused, missed, skipped, lateness, enqueueFailed, late };
   }
 
   /** The replica's surroundings: its host clock against the ledger's, and lease backend errors. Returns the latter's counter. */
@@ -175,21 +203,82 @@ export class ReplicaMetrics {
     return { attempts, durations };
   }
 
+  /**
+   * Per job, what a cron operator alerts on: last fire, next fire due, last success, failure
+   * streak. Cluster-wide figures read from the ledger in one bounded query (jobHealth), so only
+   * the leader exports them: one series per job, and a follower's scrape costs no query.
+   */
+  private jobMetrics(): void {
+    const { replica, pool, tables } = this;
+    // The registry collects its metrics side by side: the four gauges share one load (one query).
+    let loading: Promise<void> | undefined;
+    const collect = () =>
+      (loading ??= load()
+        .catch((err: Error) => replica.logger.warn({ err: err.message }, 'metrics: could not read job health'))
+        .finally(() => (loading = undefined)));
+    const gauge = (name: string, help: string) =>
+      new Gauge({ name, help, labelNames: ['job'], registers: [this.registry], collect });
+    const lastFire = gauge(
+      'cronwarden_job_last_fire_timestamp_seconds',
+      "Scheduled time of the job's newest committed fire (leader only)",
+    );
+    const nextFire = gauge(
+      'cronwarden_job_next_fire_timestamp_seconds',
+      'When the job is due next after its newest committed fire; in the past means overdue (leader only)',
+    );
+    const lastSuccess = gauge(
+      'cronwarden_job_last_success_timestamp_seconds',
+      "When the job's newest completed run finished (leader only; scheduled runs)",
+    );
+    const failures = gauge(
+      'cronwarden_job_consecutive_failures',
+      'Failed runs of the job since its newest completed one (leader only; scheduled runs)',
+    );
+    const load = async () => {
+      for (const g of [lastFire, nextFire, lastSuccess, failures]) g.reset();
+      if (replica.role !== 'leader') return;
+      const jobs = replica.jobs();
+      const health = await jobHealth(
+        pool,
+        tables,
+        jobs.map((j) => j.name),
+      );
+      for (const job of jobs) {
+        const h = health.get(job.name);
+        if (!h) continue;
+        const labels = { job: job.name };
+        failures.set(labels, h.consecutiveFailures);
+        if (h.lastSuccess) lastSuccess.set(labels, h.lastSuccess.getTime() / 1000);
+        if (!h.lastFire) continue;
+        lastFire.set(labels, h.lastFire.getTime() / 1000);
+        const next = job.schedule.nextAfter(h.lastFire.getTime());
+        if (next !== null) nextFire.set(labels, next / 1000);
+      }
+    };
+  }
+
   /** Feeds the lease and fire metrics from the replica's typed events. */
   private wireEvents(lease: LeaseMetrics, fires: FireMetrics, backendErrors: Counter): void {
     const replica = this.replica;
     lease.isLeader.set(0);
     replica.on('role:changed', (role) => lease.isLeader.set(role === 'leader' ? 1 : 0));
+    const renewed = () => lease.renewedAt.set(replica.clock.now() / 1000);
     replica.on('lease:acquired', (acquired) => {
       lease.token.set(Number(acquired.token));
       lease.acquired.inc();
+      renewed();
     });
-    replica.on('lease:renewed', (_lease, ms) => lease.renew.observe(ms / 1000));
+    replica.on('lease:renewed', (_lease, ms) => {
+      lease.renew.observe(ms / 1000);
+      renewed();
+    });
     replica.on('lease:lost', (_lease, reason) => lease.lost.inc({ reason: reasonClass(reason) }));
     replica.on('fire:committed', (fire, latenessMs, trigger) => {
       if (fire.state === 'skipped') return; // counted by fire:skipped
       fires.fires.inc({ job: handlerOf(fire.job), trigger });
       fires.lateness.observe({ trigger }, Math.max(0, latenessMs) / 1000);
+      const grace = replica.job(fire.job)?.misfireGraceMs;
+      if (trigger !== 'manual' && grace !== undefined && latenessMs > grace) fires.late.inc({ job: fire.job });
     });
     replica.on('fire:duplicate', (count) => fires.duplicates.inc(count));
     replica.on('fire:refused', () => fires.refused.inc());

@@ -6,18 +6,25 @@
 import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
-import type { JobDefinition } from '../jobs/define-job.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
 import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
+import type { RetriedRun } from '../ledger/run-retry.js';
+import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
 import type { FireLoopEvents } from '../scheduler/fire-loop.js';
+import type { CodeJob } from '../scheduler/scheduled-job.js';
 
-/** Everything a replica announces: its elector's and its fire loop's events. */
-export type ReplicaEvents = FireLoopEvents & ElectorEvents;
+/** The leader lifted an expired pause (once across replicas). */
+export interface PauseEvents {
+  'pause:expired': [pause: JobPause];
+}
 
-export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
+/** Everything a replica announces: its elector's and its fire loop's events, and pause expiries. */
+export type ReplicaEvents = FireLoopEvents & ElectorEvents & PauseEvents;
+
+export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'off'> {
   readonly replicaId: string;
   readonly namespace: string;
   /** The PostgreSQL schema of this deployment's ledger. */
@@ -36,8 +43,13 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
   /** The lease while leading and within its local deadline. */
   lease(): Lease | undefined;
   /** The jobs this replica defines. */
-  jobs(): readonly JobDefinition[];
-  job(name: string): JobDefinition | undefined;
+  jobs(): readonly CodeJob[];
+  job(name: string): CodeJob | undefined;
+  /**
+   * Why the replica's scheduler cannot be vouched for (its event loop silent too long), for
+   * /healthz served from another thread; undefined when it can.
+   */
+  stalled?(): string | undefined;
   /** This host's wall clock minus the ledger's, once known. */
   hostOffsetMs(): number | undefined;
   /** Answers when the ledger's own pool can run a query (for /readyz). */
@@ -45,8 +57,12 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on'> {
   /** Fire a job now (leader only). */
   trigger(job: string): Promise<CommittedFire>;
   setPaused(job: string, paused: boolean): Promise<void>;
+  /** Pause with a reason, who and an optional expiry (slots at or after `until` fire). */
+  pause(job: string, request: PauseRequest): Promise<JobPause>;
   /** Give up leadership; false when not leading. */
   resign(): Promise<boolean>;
+  /** Retry a failed or cancelled run (leader only, fenced like a fire). */
+  retry(runId: bigint): Promise<RetriedRun>;
   /** Runtime schedules, one-off runs and backfill; absent on a view without them. */
   readonly runtime?: RuntimeAdmin;
 }

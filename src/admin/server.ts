@@ -6,7 +6,6 @@ import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest }
 import type pg from 'pg';
 import { z } from 'zod';
 import { NotLeaderError, TimedOutError } from '../errors.js';
-import { runStates } from '../db/schema.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
 import type { ReplicaView } from './replica-view.js';
@@ -28,12 +27,16 @@ import {
 import { ReplicaMetrics } from './metrics.js';
 import { HttpError, parse } from './http-error.js';
 import { runtimeRoutes } from './runtime-routes.js';
-import { electedAt, lastRuns, listElections, listMembers, listRuns, memberAdminUrl } from '../ledger/admin-reads.js';
+import { electedAt, lastRuns, listElections, listMembers, memberAdminUrl } from '../ledger/admin-reads.js';
+import { jobStats, type JobStats } from '../ledger/job-stats.js';
+import { runRoutes } from './run-routes.js';
+import { jobOverview } from './job-overview.js';
+import { pauseFields, pauseRequest, policyFields, previewBody } from './job-policies-view.js';
 
 export interface AdminServerOptions {
   replica: ReplicaView;
   /** The replica's lease backend, to read who holds the lease. */
-  backend: LeaseBackend;
+  backend: Pick<LeaseBackend, 'current'>;
   /**
    * The ledger's database: admin reads get their own small pool on it (see createAdminPool), so
    * readers never wait for, or take, the connections the fire loop and the workers use.
@@ -62,22 +65,7 @@ export interface AdminServerOptions {
 }
 
 const jobName = z.string().regex(/^[A-Za-z0-9_.:@/-]{1,200}$/, 'must be 1-200 letters, digits or _ . : @ / -');
-const MAX_RUN_ID = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
-const runsQuery = z.object({
-  job: jobName.optional(),
-  state: z.enum(runStates, `must be one of ${runStates.join(', ')}`).optional(),
-  limit: z.coerce
-    .number()
-    .int('must be a whole number')
-    .min(1, 'must be at least 1')
-    .max(500, 'must be at most 500')
-    .default(50),
-  before: z
-    .string()
-    .regex(/^[1-9][0-9]{0,18}$/, 'must be a run id')
-    .refine((v) => BigInt(v) <= MAX_RUN_ID, `must be a run id (at most ${MAX_RUN_ID})`)
-    .optional(),
-});
+const STATS_REUSE_MS = 10_000;
 const limitQuery = z.object({
   limit: z.coerce
     .number()
@@ -88,8 +76,8 @@ const limitQuery = z.object({
 });
 
 const pageCandidates = [
-  new URL('./status.html', import.meta.url),
-  new URL('../../src/admin/status.html', import.meta.url),
+  new URL('./console.html', import.meta.url),
+  new URL('../../src/admin/console.html', import.meta.url),
 ].map((u) => fileURLToPath(u));
 
 /**
@@ -111,6 +99,8 @@ export class AdminServer {
   private readonly hosts: HostPolicy;
   private readonly errorLog: OncePerKind;
   private readonly ready: SharedCheck<{ backend: string; database: string }>;
+  /** The jobs' 24 h numbers scan a day of runs: computed at most every 10 s, shared by every caller. */
+  private readonly stats: SharedCheck<Map<string, JobStats>>;
   private page: Promise<{ html: string; csp: string }> | undefined;
 
   constructor(private readonly o: AdminServerOptions) {
@@ -128,6 +118,16 @@ export class AdminServer {
     const monotonic = () => r.clock.monotonic();
     this.errorLog = new OncePerKind(monotonic);
     this.ready = this.readinessCheck(monotonic);
+    this.stats = new SharedCheck(
+      () =>
+        jobStats(
+          this.pool,
+          this.reads.tables,
+          r.jobs().map((j) => j.name),
+        ),
+      monotonic,
+      STATS_REUSE_MS,
+    );
     this.app = boundedApp(o);
     this.guardRequests();
     this.handleErrors();
@@ -241,7 +241,7 @@ export class AdminServer {
   private statusPage(): Promise<{ html: string; csp: string }> {
     this.page ??= (async () => {
       const path = pageCandidates.find((p) => existsSync(p));
-      if (!path) throw new HttpError(500, 'internal', 'status.html not found');
+      if (!path) throw new HttpError(500, 'internal', 'console.html not found');
       const html = await readFile(path, 'utf8');
       return { html, csp: pagePolicy(html) };
     })();
@@ -300,6 +300,15 @@ export class AdminServer {
     this.readRoutes();
     this.jobRoutes();
     this.leaderRoutes();
+    runRoutes({
+      app: this.app,
+      pool: this.pool,
+      tables: this.reads.tables,
+      replica: this.o.replica,
+      capped: (handler) => this.capped(handler),
+      requireToken: this.requireToken,
+      notLeader: () => this.notLeader(),
+    });
     runtimeRoutes({
       app: this.app,
       replica: this.o.replica,
@@ -310,7 +319,7 @@ export class AdminServer {
     });
   }
 
-  /** The status page and the probes: /healthz reads no database, /readyz shares one check. */
+  /** The console page and the probes: /healthz reads no database, /readyz shares one check. */
   private pageAndHealthRoutes(): void {
     const app = this.app;
     const r = this.o.replica;
@@ -325,6 +334,9 @@ export class AdminServer {
     });
 
     app.get('/healthz', async (_req, reply) => {
+      // Served from the admin thread: a scheduler thread that stopped answering is not healthy.
+      const stalled = r.stalled?.();
+      if (stalled) return reply.code(503).send({ ok: false, error: stalled, role: r.role });
       // client-go's healthz adaptor: unhealthy when we believe we lead but our lease deadline passed.
       if (r.role === 'leader' && !r.lease()) {
         return reply
@@ -370,22 +382,6 @@ export class AdminServer {
     );
 
     app.get(
-      '/api/runs',
-      this.capped(async (req) => {
-        const q = parse(runsQuery, req.query);
-        // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
-        const page = await listRuns(this.pool, this.reads.tables, {
-          job: q.job,
-          state: q.state,
-          limit: q.limit,
-          before: q.before === undefined ? undefined : BigInt(q.before),
-        });
-        // Handler text is served bounded, whatever the ledger holds.
-        return { ...page, runs: page.runs.map((run) => ({ ...boundRun(run), attempts: run.attempts.map(boundRun) })) };
-      }),
-    );
-
-    app.get(
       '/api/elections',
       this.capped(async (req) => {
         const q = parse(limitQuery, req.query);
@@ -399,9 +395,10 @@ export class AdminServer {
     const r = this.o.replica;
     const jobs = r.jobs();
     const names = jobs.map((j) => j.name);
-    const [paused, last] = await Promise.all([
-      this.reads.fires.pausedJobs(),
+    const [pauses, last, stats] = await Promise.all([
+      this.reads.fires.pauses(),
       lastRuns(this.pool, this.reads.tables, names),
+      this.stats.get(),
     ]);
     const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
     return {
@@ -413,9 +410,11 @@ export class AdminServer {
           timezone: j.schedule.timezone,
           misfire: j.misfire,
           overlap: j.overlap,
-          paused: paused.has(j.name),
+          ...policyFields(j),
+          ...pauseFields(pauses.get(j.name), now),
           nextFireAt: next === null ? null : new Date(next).toISOString(),
           lastRun: boundRun(last.get(j.name) ?? null),
+          ...jobOverview(j, now, stats.get(j.name)),
         };
       }),
     };
@@ -445,14 +444,32 @@ export class AdminServer {
       }
     });
 
-    for (const action of ['pause', 'resume'] as const) {
-      app.post(`/api/jobs/:name/${action}`, { onRequest: this.requireToken }, async (req) => {
+    // Pause: optional JSON body {"reason", "until"} (see job-policies-view.ts); resume clears both.
+    app.post('/api/jobs/:name/pause', { onRequest: this.requireToken }, async (req) => {
+      const job = this.job(req.params);
+      const request = pauseRequest(req.body, req.headers['x-cronwarden-user'], r.clock.now());
+      const pause = await r.pause(job.name, request);
+      r.logger.info(
+        { job: job.name, reason: pause.reason, pausedBy: pause.by, until: pause.until?.toISOString() },
+        'admin: job paused',
+      );
+      return { job: job.name, ...pauseFields(pause, r.clock.now()) };
+    });
+    app.post('/api/jobs/:name/resume', { onRequest: this.requireToken }, async (req) => {
+      const job = this.job(req.params);
+      await r.setPaused(job.name, false);
+      r.logger.info({ job: job.name }, 'admin: job resumed');
+      return { job: job.name, paused: false };
+    });
+
+    app.get(
+      '/api/jobs/:name/next',
+      this.capped(async (req) => {
         const job = this.job(req.params);
-        await r.setPaused(job.name, action === 'pause');
-        r.logger.info({ job: job.name }, `admin: job ${action}d`);
-        return { job: job.name, paused: action === 'pause' };
-      });
-    }
+        const pauses = await this.reads.fires.pauses();
+        return previewBody(job, req.query, r.clock.now(), pauses.get(job.name));
+      }),
+    );
   }
 
   /** Leadership changes (token required, leader-only). */

@@ -1,3 +1,4 @@
+import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { AdminClient, parseAdminUrl } from '../admin/client.js';
 import { InvalidConfigError } from '../errors.js';
@@ -23,7 +24,18 @@ export function clientFrom(opts: { url: string; timeoutMs: string }): AdminClien
     url: opts.url,
     token: process.env.CRONWARDEN_ADMIN_TOKEN || undefined,
     timeoutMs: Number(opts.timeoutMs) || 5000,
+    user: localUser(),
   });
+}
+
+/** The local user name, sent with mutations so a pause records who asked; none if unknown. */
+function localUser(): string | undefined {
+  try {
+    const name = userInfo().username;
+    return /^[A-Za-z0-9._@-]{1,64}$/.test(name) ? name : undefined;
+  } catch {
+    return undefined; // no passwd entry (some containers): the pause is recorded as "admin"
+  }
 }
 
 const tokenHelp =
@@ -47,23 +59,16 @@ export function registerControl(program: Command): void {
       );
     });
 
-  for (const action of ['pause', 'resume'] as const) {
-    adminOptions(
-      program
-        .command(action)
-        .argument('<job>', 'job name')
-        .description(
-          action === 'pause'
-            ? 'stop firing a job on schedule (manual triggers still run)'
-            : 'fire a paused job on schedule again',
-        ),
-    )
-      .addHelpText('after', tokenHelp)
-      .action(async (job: string, opts: { url: string; timeoutMs: string }) => {
-        await clientFrom(opts).mutate(`/api/jobs/${encodeURIComponent(job)}/${action}`);
-        process.stdout.write(`${job}: ${action === 'pause' ? 'paused' : 'resumed'}\n`);
-      });
-  }
+  registerPause(program);
+
+  adminOptions(
+    program.command('resume').argument('<job>', 'job name').description('fire a paused job on schedule again'),
+  )
+    .addHelpText('after', tokenHelp)
+    .action(async (job: string, opts: { url: string; timeoutMs: string }) => {
+      await clientFrom(opts).mutate(`/api/jobs/${encodeURIComponent(job)}/resume`);
+      process.stdout.write(`${job}: resumed\n`);
+    });
 
   adminOptions(
     program.command('resign').description('make the leader give up its lease now; another replica takes over'),
@@ -72,5 +77,35 @@ export function registerControl(program: Command): void {
     .action(async (opts: { url: string; timeoutMs: string }) => {
       const { body } = await clientFrom(opts).mutate<{ replicaId: string; token: string }>('/api/resign');
       process.stdout.write(`${body.replicaId} resigned (token ${body.token})\n`);
+    });
+}
+
+interface PauseAnswer {
+  pausedBy: string | null;
+  pausedReason: string | null;
+  pausedUntil: string | null;
+}
+
+function registerPause(program: Command): void {
+  adminOptions(
+    program
+      .command('pause')
+      .argument('<job>', 'job name')
+      .description('stop firing a job on schedule (manual triggers still run), optionally until an instant')
+      .option('--reason <text>', 'why (shown by status and the API; at most 500 characters)')
+      .option(
+        '--until <iso>',
+        'resume by itself at this instant, e.g. 2026-12-01T09:00:00Z; slots at or after it fire',
+      ),
+  )
+    .addHelpText('after', tokenHelp)
+    .action(async (job: string, opts: { url: string; timeoutMs: string; reason?: string; until?: string }) => {
+      const { body } = await clientFrom(opts).mutate<PauseAnswer>(`/api/jobs/${encodeURIComponent(job)}/pause`, {
+        ...(opts.reason === undefined ? {} : { reason: opts.reason }),
+        ...(opts.until === undefined ? {} : { until: opts.until }),
+      });
+      const until = body.pausedUntil ? ` until ${body.pausedUntil}` : ' until resumed';
+      const why = body.pausedReason ? `: ${body.pausedReason}` : '';
+      process.stdout.write(`${job}: paused by ${body.pausedBy ?? 'admin'}${until}${why}\n`);
     });
 }

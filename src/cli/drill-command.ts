@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import type { Command } from 'commander';
 import { z } from 'zod';
 import { runDrill, type DrillReport } from '../drill/drill.js';
+import type { Percentiles } from '../drill/checker.js';
 import { applicableFaults, faultConflict, faultKinds, topologyFaults, type FaultKind } from '../drill/faults.js';
 import { findLibfaketime } from '../drill/skewed-clock.js';
 import { InvalidConfigError } from '../errors.js';
@@ -148,7 +149,11 @@ function printReport(r: DrillReport): void {
     if (f.fires) {
       const w = f.fires;
       console.log(
-        `  ${''.padEnd(20)} until the next fault: fires expected ${w.expected}, committed ${w.committed}, duplicated ${w.duplicated}, missed ${w.missed}, stale attempts refused ${w.staleRefused}`,
+        `  ${''.padEnd(20)} until the next fault: fires expected ${w.expected}, committed ${w.committed} (${w.standIn} by stand-ins), duplicated ${w.duplicated}, missed ${w.missed}, stale attempts refused ${w.staleRefused}`,
+      );
+      const late = (p: Percentiles | null) => (p ? `p50 ${p.p50} / p99 ${p.p99} / max ${p.max} ms` : '-');
+      console.log(
+        `  ${''.padEnd(20)} lateness: commit ${late(w.commitLateMs)}; first effect ${late(w.firstEffectLateMs)}`,
       );
     }
   }

@@ -7,6 +7,8 @@ import { registerStart } from './start-command.js';
 import { registerStatus } from './status-command.js';
 import { registerControl } from './control-command.js';
 import { registerRuntime } from './runtime-command.js';
+import { registerRuns } from './runs-command.js';
+import { registerNext } from './next-command.js';
 
 /**
  * `cronwarden` command line. Exit codes scripts can rely on:
@@ -31,6 +33,8 @@ registerStart(program);
 registerStatus(program);
 registerControl(program);
 registerRuntime(program);
+registerRuns(program);
+registerNext(program);
 
 // Commander's usage errors ("error: unknown option '--x'", sometimes with "(Did you mean …?)" on
 // a second line) become one line naming the help to read. Set per command, so the hint names it.

@@ -1,7 +1,6 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
-import { pino } from 'pino';
 import { describeConfig, loadReplicaConfig, type AdminConfig, type SettingFlags } from '../config/replica-config.js';
 import {
   envName,
@@ -12,6 +11,7 @@ import {
   type SettingDefinition,
 } from '../config/settings.js';
 import { checkStartup } from '../config/startup-checks.js';
+import { createLogger } from '../config/logger.js';
 import { settlesWithin } from '../settles-within.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
@@ -31,7 +31,7 @@ export function registerStart(program: Command): void {
 async function startReplica(flags: SettingFlags): Promise<void> {
   const config = loadReplicaConfig(flags);
   const jobs = await loadJobs(config.jobsModule);
-  const logger = pino({ level: config.logLevel, base: { pid: process.pid } });
+  const logger = await createLogger(config);
   const schema = resolveSchema(config);
   // The postgres lease backend keeps its cw_leases in the deployment's schema too.
   const backend = await createLeaseBackend(
@@ -54,6 +54,7 @@ async function startReplica(flags: SettingFlags): Promise<void> {
     election: { ttlMs: config.ttlMs },
     worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
     shutdownGraceMs: config.shutdownGraceMs,
+    standInGraceMs: config.standInGraceMs,
     retentionMs: config.retentionDays * 24 * 3600 * 1000,
     admin: config.admin.enabled
       ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url }

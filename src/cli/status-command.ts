@@ -27,6 +27,9 @@ interface Job {
   schedule: string;
   timezone: string;
   paused: boolean;
+  pausedReason?: string | null;
+  pausedBy?: string | null;
+  pausedUntil?: string | null;
   nextFireAt: string | null;
   lastRun: { scheduledAt: string; state: string; trigger: string } | null;
 }
@@ -87,6 +90,7 @@ export function registerStatus(program: Command): void {
       );
       out.push(...disagreement(members.agreement));
       out.push(...jobLines(jobs.jobs));
+      out.push(...pauses(jobs.jobs));
       out.push(...scheduleLines(schedules.schedules));
       process.stdout.write(`${out.join('\n')}\n`);
     });
@@ -135,6 +139,20 @@ function scheduleLines(schedules: Schedule[]): string[] {
   ];
 }
 
+/** Who paused which job, why and until when. */
+function pauses(jobs: Job[]): string[] {
+  const paused = jobs.filter((j) => j.paused);
+  if (paused.length === 0) return [];
+  return [
+    '',
+    'PAUSED',
+    ...table(
+      ['JOB', 'BY', 'UNTIL', 'REASON'],
+      paused.map((j) => [j.name, j.pausedBy ?? '-', j.pausedUntil ?? 'resumed by hand', j.pausedReason ?? '-']),
+    ),
+  ];
+}
+
 /** During a rolling deploy: which versions run, and which replica lacks which job. */
 function disagreement(a: MemberAgreement | undefined): string[] {
   if (!a) return [];
@@ -145,7 +163,7 @@ function disagreement(a: MemberAgreement | undefined): string[] {
   return lines;
 }
 
-function table(head: string[], rows: string[][]): string[] {
+export function table(head: string[], rows: string[][]): string[] {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   return [head, ...rows].map((r) =>
     r

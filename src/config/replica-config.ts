@@ -6,6 +6,7 @@ import {
   envName,
   ETCD_SCHEMES,
   isUrl,
+  type LogFormat,
   POSTGRES_SCHEMES,
   REDIS_SCHEMES,
   settingName,
@@ -37,11 +38,14 @@ export interface ReplicaConfig {
   /** BullMQ lock on a running run: how soon a dead or frozen worker's run is re-delivered. */
   workerLockMs: number;
   shutdownGraceMs: number;
+  /** A follower commits a slot the leader left uncommitted this long past due; 0: never. */
+  standInGraceMs: number;
   /** Finished runs older than this many days are deleted by the leader; 0 keeps everything. */
   retentionDays: number;
   /** Start-up checks give up on a server after this. */
   connectTimeoutMs: number;
   logLevel: string;
+  logFormat: LogFormat;
   admin: AdminConfig;
 }
 
@@ -117,9 +121,11 @@ const replicaKeys = [
   'concurrency',
   'workerLockMs',
   'shutdownGraceMs',
+  'standInGraceMs',
   'retentionDays',
   'connectTimeoutMs',
   'logLevel',
+  'logFormat',
   'adminHost',
   'adminPort',
   'adminUrl',
@@ -141,9 +147,11 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     concurrency: c.concurrency,
     workerLockMs: c.workerLockMs,
     shutdownGraceMs: c.shutdownGraceMs,
+    standInGraceMs: c.standInGraceMs,
     retentionDays: c.retentionDays,
     connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,
+    logFormat: c.logFormat,
     admin: { host: c.adminHost, port: c.adminPort, token: c.adminToken, url: c.adminUrl, enabled: c.adminEnabled },
   };
 }
@@ -212,6 +220,7 @@ export function redactUrl(value: string): string {
     if (u.password) u.password = '*****';
     return u.toString();
   } catch {
-    return value;
+    // Several hosts (postgres://u:p@h1,h2/db), which URL cannot parse: the password all the same.
+    return value.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*):[^@/?#]*@/i, '$1:*****@');
   }
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { parseLedgerUrl } from '../db/ledger-url.js';
 
 /**
  * Every setting of `cronwarden start` and `cronwarden migrate`, defined once. The key is the config
@@ -49,6 +50,26 @@ export const urlMessage = (schemes: readonly string[]) => `must be a URL startin
 const url = (schemes: readonly string[]) => text().refine((v) => isUrl(v, schemes), urlMessage(schemes));
 
 export const POSTGRES_SCHEMES = ['postgres', 'postgresql'] as const;
+
+/**
+ * The ledger's URL: one host, or libpq's several (`postgres://h1:5432,h2:5433/db?target_session_attrs=read-write`,
+ * see db/ledger-url.ts). A URL of the wrong shape gets the usual message; a multi-host one, what is wrong with it.
+ */
+const ledgerUrl = () =>
+  text().superRefine((v, ctx) => {
+    const multiHost = /^[a-z]+:\/\/(?:[^@/?#]*@)?[^/?#]*,/i.test(v.trim());
+    if (!multiHost && !isUrl(v, POSTGRES_SCHEMES))
+      return void ctx.addIssue({ code: 'custom', message: urlMessage(POSTGRES_SCHEMES) });
+    try {
+      parseLedgerUrl(v);
+    } catch (err) {
+      const message = (err as Error).message.replace(/^invalid ledger URL: /, '');
+      ctx.addIssue({
+        code: 'custom',
+        message: multiHost && message.startsWith('expected') ? urlMessage(POSTGRES_SCHEMES) : message,
+      });
+    }
+  });
 export const REDIS_SCHEMES = ['redis', 'rediss'] as const;
 export const ETCD_SCHEMES = ['http', 'https'] as const;
 
@@ -84,6 +105,8 @@ const oneOf = <const T extends readonly [string, ...string[]]>(values: T) =>
 
 export const backendKindValues = ['etcd', 'redis', 'postgres', 'memory'] as const;
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export const logFormats = ['json', 'pretty'] as const;
+export type LogFormat = (typeof logFormats)[number];
 
 /** What the admin HTTP compares tokens against (see admin/auth.ts): a header value, trimmed. */
 const TOKEN_MIN = 16;
@@ -117,10 +140,11 @@ export const settings = {
     description: 'required for etcd: comma-separated client URLs (http:// or https://)',
   },
   databaseUrl: {
-    schema: url(POSTGRES_SCHEMES),
+    schema: ledgerUrl(),
     arg: 'url',
     required: true,
-    description: 'PostgreSQL holding the ledger (migrated by `cronwarden migrate`)',
+    description:
+      'PostgreSQL holding the ledger (migrated by `cronwarden migrate`); several hosts as libpq takes them: `postgres://h1:5432,h2:5432/db?target_session_attrs=read-write`',
   },
   redisUrl: {
     schema: url(REDIS_SCHEMES),
@@ -181,6 +205,16 @@ export const settings = {
     default: 10_000,
     description: 'how long running handlers may finish on SIGTERM',
   },
+  standInGraceMs: {
+    schema: int(0, 60_000),
+    arg: 'ms',
+    default: 500,
+    description:
+      'a follower commits a slot the leader has not committed this long after it is due (a crashed leader costs this, not a TTL); `0` = off',
+    details:
+      'Under the same unique (job, scheduled_at) key as the leader, so a slot is still committed once; ' +
+      'a healthy cluster commits none this way (runs with trigger `standin`)',
+  },
   retentionDays: {
     schema: int(0, 3650),
     arg: 'days',
@@ -202,6 +236,13 @@ export const settings = {
     arg: 'level',
     default: 'info',
     description: 'pino JSON, with replica id, token and run id',
+  },
+  logFormat: {
+    schema: oneOf(logFormats),
+    arg: 'format',
+    default: 'json',
+    description: 'json: one JSON object a line, for log shippers; pretty: coloured lines for a terminal',
+    details: 'pretty needs the optional pino-pretty package (`npm i -D pino-pretty`); meant for development',
   },
   adminHost: {
     schema: text().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0'),

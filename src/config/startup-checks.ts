@@ -8,6 +8,7 @@ import {
   TimedOutError,
 } from '../errors.js';
 import { assertMigrated, connectLedger } from '../db/migrate.js';
+import { parseLedgerUrl } from '../db/ledger-url.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import type { ReplicaConfig } from './replica-config.js';
 import { settingName, type SettingKey } from './settings.js';
@@ -152,6 +153,10 @@ const oneLine = (text: string) =>
 
 /** host:port/database of a PostgreSQL URL: enough to tell which, without the password. */
 function where(url: string): string {
-  const u = new URL(url);
-  return `${u.host}${u.pathname}`;
+  try {
+    const u = new URL(url);
+    return `${u.host}${u.pathname}`;
+  } catch {
+    return parseLedgerUrl(url).where; // several hosts, which URL cannot parse
+  }
 }

@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
 import { AccessDeniedError, BackendUnavailableError, NotMigratedError } from '../errors.js';
+import { ledgerConnection } from './ledger-url.js';
 import { EXECUTION_TOKEN_SEQ, JOURNAL_TABLE, TABLE_NAMES, quoteIdent, resolveSchema, tablesIn } from './tables.js';
 
 /** migrations/ at the package root, whether running from src/ (tsx) or dist/ (built). */
@@ -165,7 +166,8 @@ function migrationTags(): string[] {
  */
 export async function connectLedger(connectionString: string, options: ConnectOptions = {}): Promise<pg.Client> {
   const timeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
-  const client = new pg.Client({ connectionString, connectionTimeoutMillis: timeoutMs });
+  const { Client = pg.Client, ...connection } = ledgerConnection(connectionString);
+  const client = new Client({ ...connection, connectionTimeoutMillis: timeoutMs });
   try {
     await client.connect();
     return client;

@@ -16,13 +16,23 @@ const NETWORK_CODES = new Set([
 const LOST_CONNECTION =
   /Connection terminated|timeout exceeded when trying to connect|Query read timeout|not queryable|Client was closed/i;
 
+/** No host of a (multi-host) ledger URL answered as asked (read-write): a failover under way, say. */
+export class LedgerUnreachableError extends Error {
+  override readonly name = 'LedgerUnreachableError';
+}
+
+/** A write on a server that is (still) a standby: read_only_sql_transaction. Another host may be primary. */
+const READ_ONLY_SQLSTATE = '25006';
+
 /**
  * True when a PostgreSQL failure means the server cannot serve us now (down, restarting, out of
  * connections, network cut), so the same statement may succeed later; false for errors a retry
  * cannot fix (a bad statement, a constraint, a bug).
  */
 export function isPostgresUnavailable(err: unknown): boolean {
-  if (err instanceof pg.DatabaseError) return UNAVAILABLE_CLASSES.has((err.code ?? '').slice(0, 2));
+  if (err instanceof LedgerUnreachableError) return true;
+  if (err instanceof pg.DatabaseError)
+    return err.code === READ_ONLY_SQLSTATE || UNAVAILABLE_CLASSES.has((err.code ?? '').slice(0, 2));
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: unknown }).code;
   return (typeof code === 'string' && NETWORK_CODES.has(code)) || LOST_CONNECTION.test(err.message);

@@ -113,6 +113,9 @@ export const runs = pgTable(
     index('cw_runs_state_created').on(t.state, t.createdAt),
     // The failover history's "last fire of the previous tenure".
     index('cw_runs_leader_created').on(t.leaderToken, t.leaderId, t.createdAt),
+    // The console's keyset paging, newest first: the whole ledger, and one job's runs.
+    index('cw_runs_scheduled_id').on(t.scheduledAt, t.id),
+    index('cw_runs_job_scheduled_id').on(t.job, t.scheduledAt, t.id),
   ],
 );
 
@@ -146,6 +149,12 @@ export const runAttempts = pgTable(
 export const jobState = pgTable('cw_job_state', {
   job: text('job').primaryKey(),
   paused: boolean('paused').notNull().default(false),
+  /** Why, by whom, since and until when the job is paused (null until: until resumed). */
+  pausedReason: text('paused_reason'),
+  pausedBy: text('paused_by'),
+  pausedAt: tstz('paused_at'),
+  /** Slots scheduled at or after this instant fire again; the leader clears the pause under its fence. */
+  pausedUntil: tstz('paused_until'),
   lastScheduledAt: tstz('last_scheduled_at'),
   updatedAt: tstz('updated_at').notNull().defaultNow(),
 });
@@ -165,7 +174,7 @@ export const members = pgTable('cw_members', {
   lastSeen: tstz('last_seen').notNull().defaultNow(),
 });
 
-/** One row per won election: failover history with the gap since the previous leader's last fire. */
+/** One row per won election (a tenure): the failover history, with its last renew and its release. */
 export const elections = pgTable(
   'cw_elections',
   {
@@ -175,6 +184,10 @@ export const elections = pgTable(
     token: token('token').notNull(),
     backend: text('backend').notNull(),
     electedAt: tstz('elected_at').notNull().defaultNow(),
+    /** The tenure's last successful renew (database clock): a crashed leader's handover starts here. */
+    renewedAt: tstz('renewed_at'),
+    /** When the tenure released its lease (resign, stop): a graceful handover starts here. */
+    releasedAt: tstz('released_at'),
   },
   (t) => [index('cw_elections_lease_elected').on(t.leaseName, t.electedAt)],
 );

@@ -27,15 +27,18 @@ export async function readAttemptLog(
   db: Pick<pg.Pool, 'query'>,
   from: Date,
   to: Date,
-): Promise<{ runId: bigint; token: bigint; outcome: AttemptOutcome; job: string; scheduledAt: number }[]> {
+): Promise<
+  { runId: bigint; token: bigint; outcome: AttemptOutcome; job: string; scheduledAt: number; loggedAt: number }[]
+> {
   const res = await db.query<{
     run_id: string;
     token: string;
     outcome: AttemptOutcome;
     job: string;
     scheduled_at: Date;
+    logged_at: Date;
   }>(
-    `SELECT run_id, token, outcome, job, scheduled_at FROM ${ATTEMPT_LOG_TABLE} WHERE scheduled_at BETWEEN $1 AND $2 ORDER BY id`,
+    `SELECT run_id, token, outcome, job, scheduled_at, logged_at FROM ${ATTEMPT_LOG_TABLE} WHERE scheduled_at BETWEEN $1 AND $2 ORDER BY id`,
     [from, to],
   );
   return res.rows.map((l) => ({
@@ -44,5 +47,6 @@ export async function readAttemptLog(
     outcome: l.outcome,
     job: l.job,
     scheduledAt: l.scheduled_at.getTime(),
+    loggedAt: l.logged_at.getTime(),
   }));
 }

@@ -10,7 +10,9 @@ import { tablesIn } from '../db/tables.js';
 import { readAttemptLog, type AttemptOutcome } from './attempt-log.js';
 
 /** A run as the checker sees it: the ledger's history row, the commit instant optional for planted histories. */
-export interface RunRecord extends Omit<RunHistoryRow, 'committedAt'> {
+export interface RunRecord extends Omit<RunHistoryRow, 'committedAt' | 'trigger'> {
+  /** Why it was committed ('standin': by a follower); unknown in hand-made histories. */
+  trigger?: string;
   /** When the ledger committed the fire (database clock), if known. */
   committedAt?: number;
 }
@@ -32,6 +34,8 @@ export interface AttemptLogRecord {
   /** The run's job and scheduled time as the attempt saw them (the drill's log keeps them, so a run the ledger lost is still recognised). */
   job?: string;
   scheduledAt?: number;
+  /** When the row was logged (database clock): for 'committed', just after the effect committed. */
+  loggedAt?: number;
 }
 
 export interface History {
@@ -435,6 +439,39 @@ export interface WindowCounts {
   unsettled: number;
   /** Completed runs whose effect is in the effect table exactly once (null: no effect table). */
   writtenOnce: number | null;
+  /** Runs a follower committed for a silent leader (trigger 'standin'). */
+  standIn: number;
+  /** Commit minus scheduled instant, p50 / p99 / max in ms (null: no run). */
+  commitLateMs: Percentiles | null;
+  /** First committed effect (the attempt log) minus scheduled instant (null: no attempt log or none). */
+  firstEffectLateMs: Percentiles | null;
+}
+
+export interface Percentiles {
+  p50: number;
+  p99: number;
+  max: number;
+}
+
+/** Nearest-rank percentiles of `values` (null when empty). */
+export function percentiles(values: number[]): Percentiles | null {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((a, b) => a - b);
+  const at = (q: number) => sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!;
+  return { p50: at(0.5), p99: at(0.99), max: sorted[sorted.length - 1]! };
+}
+
+/** Per slot, the first committed effect's lateness, from the attempt log's times. */
+function firstEffectLateness(history: History, inWindow: (t: number) => boolean): number[] {
+  const first = new Map<string, number>();
+  for (const l of history.attemptLog ?? []) {
+    if (l.outcome !== 'committed' || l.scheduledAt === undefined || l.loggedAt === undefined) continue;
+    if (!inWindow(l.scheduledAt)) continue;
+    const key = `${l.job}@${l.scheduledAt}`;
+    const late = l.loggedAt - l.scheduledAt;
+    if (!first.has(key) || late < first.get(key)!) first.set(key, late);
+  }
+  return [...first.values()];
 }
 
 /** The fire counts of scheduled times in [from, to): what one fault's stretch of a drill did. */
@@ -464,6 +501,7 @@ export function countWindow(
     for (const e of history.effects) effects.set(e.runId, (effects.get(e.runId) ?? 0) + 1);
     writtenOnce = runs.filter((r) => r.state === 'completed' && effects.get(r.id) === 1).length;
   }
+  const committedAt = runs.filter((r) => r.committedAt !== undefined).map((r) => r.committedAt! - r.scheduledAt);
   return {
     expected,
     committed: runs.length,
@@ -472,6 +510,9 @@ export function countWindow(
     superseded,
     unsettled,
     writtenOnce,
+    standIn: runs.filter((r) => r.trigger === 'standin').length,
+    commitLateMs: percentiles(committedAt),
+    firstEffectLateMs: percentiles(firstEffectLateness(history, inWindow)),
   };
 }
 

@@ -3,7 +3,7 @@
  * - the lease backend: always the drill's own (etcd x3, Redis, PostgreSQL), or a Redis primary,
  *   replica and three Sentinels for redis-sentinel-failover;
  * - the ledger: a scratch database on the given server, or the drill's own PostgreSQL for
- *   ledger-restart, or its own primary + standby behind a switchable TCP endpoint for
+ *   ledger-restart, or its own primary + standby (reached by a multi-host URL) for
  *   ledger-failover. With a ledger of its own, the drill keeps its attempt log (the witness of
  *   what each attempt wrote) in a scratch database on the given server, outside the ledger, so a
  *   completion the ledger loses is still seen;
@@ -11,12 +11,12 @@
  *   queue-restart and queue-flush, separate from the lease backend's.
  */
 import pg from 'pg';
+import { ledgerConnection } from '../db/ledger-url.js';
 import { Redis } from 'ioredis';
 import type { BackendConfig } from '../locks/create-backend.js';
 import { DrillError } from '../errors.js';
 import { ATTEMPT_LOG_DDL } from './attempt-log.js';
 import type { FaultKind } from './faults.js';
-import { TcpProxy } from './tcp-proxy.js';
 import { startEtcdCluster } from './servers/etcd-server.js';
 import { startPostgresCluster } from './servers/postgres-cluster.js';
 import { startPostgresPair } from './servers/postgres-pair.js';
@@ -96,7 +96,7 @@ export async function startEnvironment(
 
 /** A pool that outlives its server's restarts: a broken idle connection is dropped, not fatal. */
 function tolerantPool(url: string): pg.Pool {
-  const pool = new pg.Pool({ connectionString: url, max: 4, connectionTimeoutMillis: 2000 });
+  const pool = new pg.Pool({ ...ledgerConnection(url), max: 4, connectionTimeoutMillis: 2000 });
   pool.on('error', () => {});
   return pool;
 }
@@ -156,14 +156,13 @@ async function singleLedger(): Promise<OwnLedger> {
 }
 
 /**
- * ledger-failover: a primary and a standby, reached through one TCP endpoint the drill points at
- * the promoted standby (see the README: node-postgres takes no multi-host URL, so the endpoint
- * stands in for `postgresql://h1:p1,h2:p2/db?target_session_attrs=read-write`).
+ * ledger-failover: a primary and a standby, which the replicas (and the drill's own pool) reach
+ * through the pair's multi-host URL, `postgres://h:p1,h:p2/cronwarden?target_session_attrs=read-write`:
+ * each new connection goes to whichever of the two is read-write, as libpq would.
  */
 async function pairedLedger(asynchronous: boolean): Promise<OwnLedger> {
   const pair = await startPostgresPair({ synchronous: !asynchronous });
-  const endpoint = await TcpProxy.start({ host: '127.0.0.1', port: pair.primary.port });
-  const url = `postgres://postgres@127.0.0.1:${endpoint.port}/cronwarden`;
+  const url = pair.multiHostUrl;
   const pool = tolerantPool(url);
   return {
     url,
@@ -173,11 +172,10 @@ async function pairedLedger(asynchronous: boolean): Promise<OwnLedger> {
       return "kill -9 and restart of the ledger's primary (its standby reconnects)";
     },
     async failover(lagMs) {
-      return pair.failover({ lagMs, onPromoted: (port) => endpoint.retarget({ host: '127.0.0.1', port }) });
+      return pair.failover({ lagMs });
     },
     async cleanup() {
       await pool.end();
-      await endpoint.close();
       await pair.cleanup();
     },
   };

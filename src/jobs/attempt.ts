@@ -71,6 +71,8 @@ export class Attempt {
     return {
       jobName: claim.job,
       scheduledAt: claim.scheduledAt,
+      isCatchUp: claim.trigger === 'catchup',
+      lateByMs: Math.max(0, claim.claimedAt.getTime() - claim.scheduledAt.getTime()),
       runId: claim.runId.toString(),
       attempt: claim.attempt,
       fencingToken: claim.token,

@@ -10,6 +10,8 @@ export interface RunJobData {
   runId: string;
   job: string;
   scheduledAt: string;
+  /** The committing fire's trace context, so the attempt's span continues its trace. */
+  traceparent?: string;
 }
 
 /** Hands committed runs to BullMQ. Retries and backoff come from the job definition. */
@@ -39,7 +41,12 @@ export class BullmqDelivery implements RunDelivery {
         const job = this.o.registry.get(handlerOf(run.job));
         return {
           name: run.job,
-          data: { runId: run.runId.toString(), job: run.job, scheduledAt: run.scheduledAt.toISOString() },
+          data: {
+            runId: run.runId.toString(),
+            job: run.job,
+            scheduledAt: run.scheduledAt.toISOString(),
+            ...(run.traceparent ? { traceparent: run.traceparent } : {}),
+          },
           opts: {
             jobId: bullmqJobId(ledgerId, run.runId),
             attempts: (job?.retries ?? 0) + 1,

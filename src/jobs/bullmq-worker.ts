@@ -94,6 +94,7 @@ export class BullmqWorker {
         finalAttempt: job.attemptsMade + 1 >= (job.opts.attempts ?? 1),
         signal: this.shutdown.signal,
         abandon: this.abandon.signal,
+        traceparent: job.data.traceparent,
       });
     } catch (err) {
       if (!(err instanceof BackendUnavailableError) || !token) throw err;

@@ -2,9 +2,13 @@ import { z } from 'zod';
 import { InvalidConfigError, InvalidScheduleError } from '../errors.js';
 import { CronSchedule } from '../scheduler/cron-schedule.js';
 import type { MisfirePolicy, OverlapPolicy, ScheduledJob } from '../scheduler/scheduled-job.js';
+import type { DstGap, DstRepeat } from '../scheduler/cron-schedule.js';
 import type { JobHandler } from './job-context.js';
 
-export type { MisfirePolicy, OverlapPolicy };
+export type { DstGap, DstRepeat, MisfirePolicy, OverlapPolicy };
+
+/** Default of maxCatchUp: the cap planCatchUp always had, now per job. */
+export const DEFAULT_MAX_CATCH_UP = 1000;
 
 export interface BackoffOptions {
   type: 'fixed' | 'exponential';
@@ -18,6 +22,16 @@ export interface JobOptions {
   schedule: string;
   /** IANA time zone the schedule is read in. Default UTC. */
   timezone?: string;
+  /**
+   * A wall-clock time the fall-back change repeats fires at its 'first' occurrence (default),
+   * its 'last', or 'both'.
+   */
+  dstRepeat?: DstRepeat;
+  /**
+   * A wall-clock time the spring-forward change skips fires at the first instant after the gap
+   * ('shift', default) or not at all that day ('skip').
+   */
+  dstGap?: DstGap;
   handler: JobHandler;
   /** What a new leader does with times missed during an election. Default 'all'. */
   misfire?: MisfirePolicy;
@@ -27,6 +41,13 @@ export interface JobOptions {
   catchUpWindowMs?: number;
   /** A fire later than this counts as a misfire and the misfire policy applies. Default 1 s. */
   misfireGraceMs?: number;
+  /**
+   * At most this many late slots fire in one catch-up, the most recent ones, at once; the older
+   * ones in the window are reported missed. 0 fires none late. Default 1,000 (at most 1,000).
+   */
+  maxCatchUp?: number;
+  /** Overlap 'queue': at most this many runs wait behind the active one; more are recorded skipped. Default 1. */
+  overlapQueueMax?: number;
   /** Random delay (0..jitter) added to delivery; scheduledAt is unchanged. Default 0. */
   jitterMs?: number;
   /** Abort the handler's signal after this long; 0 = no timeout. Default 0. */
@@ -48,6 +69,8 @@ export interface JobDefinition extends ScheduledJob {
 }
 
 const WEEK_MS = 7 * 24 * 3600 * 1000;
+/** Shared by every job without its own (one object, not one per job). */
+const DEFAULT_BACKOFF: Readonly<BackoffOptions> = Object.freeze({ type: 'exponential', delayMs: 1000 });
 const ms = () =>
   z
     .number()
@@ -63,11 +86,25 @@ const jobSchema = z.strictObject({
     .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits and . _ : -'),
   schedule: z.string().min(1, 'must be a cron expression'),
   timezone: z.string().min(1).optional(),
+  dstRepeat: z.enum(['first', 'last', 'both']).optional(),
+  dstGap: z.enum(['shift', 'skip']).optional(),
   handler: z.custom<JobHandler>((v) => typeof v === 'function', 'must be a function'),
   misfire: z.enum(['all', 'latest', 'skip']).optional(),
   overlap: z.enum(['allow', 'skip', 'queue', 'replace']).optional(),
   catchUpWindowMs: ms().optional(),
   misfireGraceMs: ms().optional(),
+  maxCatchUp: z
+    .number()
+    .int('must be a whole number')
+    .min(0, 'must not be negative')
+    .max(DEFAULT_MAX_CATCH_UP, `must be at most ${DEFAULT_MAX_CATCH_UP}`)
+    .optional(),
+  overlapQueueMax: z
+    .number()
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(1000, 'must be at most 1000')
+    .optional(),
   jitterMs: ms().optional(),
   timeoutMs: ms().optional(),
   retries: z
@@ -94,7 +131,7 @@ export function defineJob(options: JobOptions): JobDefinition {
   const o = parsed.data;
   let schedule: CronSchedule;
   try {
-    schedule = CronSchedule.parse(o.schedule, o.timezone ?? 'UTC');
+    schedule = CronSchedule.parse(o.schedule, o.timezone ?? 'UTC', { repeat: o.dstRepeat, gap: o.dstGap });
   } catch (err) {
     if (err instanceof InvalidScheduleError)
       throw new InvalidScheduleError(err.expression, err.reason, `${label}: schedule`);
@@ -110,9 +147,11 @@ export function defineJob(options: JobOptions): JobDefinition {
     overlap: o.overlap ?? 'allow',
     catchUpWindowMs: o.catchUpWindowMs ?? 5 * 60 * 1000,
     misfireGraceMs: o.misfireGraceMs ?? 1000,
+    maxCatchUp: o.maxCatchUp ?? DEFAULT_MAX_CATCH_UP,
+    overlapQueueMax: o.overlapQueueMax ?? 1,
     jitterMs: o.jitterMs ?? 0,
     timeoutMs: o.timeoutMs ?? 0,
     retries: o.retries ?? 0,
-    backoff: Object.freeze(o.backoff ?? { type: 'exponential' as const, delayMs: 1000 }),
+    backoff: o.backoff ? Object.freeze(o.backoff) : DEFAULT_BACKOFF,
   });
 }

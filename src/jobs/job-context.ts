@@ -9,6 +9,13 @@ export interface JobContext {
   readonly jobName: string;
   /** The scheduled instant this run stands for (not "now"; a catch-up run can be late). */
   readonly scheduledAt: Date;
+  /**
+   * True when this run is a catch-up: a slot fired late, after an election or by the misfire
+   * policy (run trigger 'catchup'), not at its time. Capped per job by maxCatchUp.
+   */
+  readonly isCatchUp: boolean;
+  /** How late this attempt started: its claim time minus scheduledAt, on the ledger's clock (>= 0). */
+  readonly lateByMs: number;
   /** Ledger id of the run, stable across attempts. */
   readonly runId: string;
   /** 1 for the first attempt, 2 after a retry or a re-delivery, … */

@@ -11,6 +11,8 @@ export class UnknownJobError extends InvalidArgumentError {
 /** The jobs this replica knows, by name. Every replica must define the same set. */
 export class JobRegistry {
   private readonly jobs = new Map<string, JobDefinition>();
+  /** list()'s answer, kept until the next add: the leader asks often, and copying a million is not free. */
+  private listed: readonly JobDefinition[] | undefined;
 
   constructor(jobs: JobDefinition[] = []) {
     for (const job of jobs) this.add(job);
@@ -19,6 +21,7 @@ export class JobRegistry {
   add(job: JobDefinition): void {
     if (this.jobs.has(job.name)) throw new InvalidConfigError('name', `job "${job.name}" is defined twice`);
     this.jobs.set(job.name, job);
+    this.listed = undefined;
   }
 
   get(name: string): JobDefinition | undefined {
@@ -31,8 +34,9 @@ export class JobRegistry {
     return job;
   }
 
-  list(): JobDefinition[] {
-    return [...this.jobs.values()];
+  list(): readonly JobDefinition[] {
+    this.listed ??= Object.freeze([...this.jobs.values()]);
+    return this.listed;
   }
 
   get size(): number {

@@ -1,9 +1,11 @@
+import { context } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
 import { AbortedError, BackendUnavailableError, StaleTokenError } from '../errors.js';
 import type { Claim, RunLedger } from '../ledger/run-ledger.js';
 import { handlerOf } from '../scheduler/runtime-schedules.js';
 import { Attempt } from './attempt.js';
+import { AttemptReport } from './attempt-report.js';
 import type { JobRegistry } from './job-registry.js';
 import { ledgerCall } from './ledger-call.js';
 import { messageOf, needsRunState, settle, type Settlement } from './settlement.js';
@@ -72,6 +74,8 @@ export interface ExecuteOptions {
    * handler's ctx.transaction and ctx.fence are refused (AbortedError).
    */
   abandon?: AbortSignal;
+  /** The trace context of the fire that committed the run (W3C traceparent), if it was traced. */
+  traceparent?: string;
 }
 
 /**
@@ -112,6 +116,19 @@ export class RunExecutor {
    * the run back to the queue.
    */
   async execute(runId: bigint, options: ExecuteOptions): Promise<ExecutionResult> {
+    // A span for the attempt and one log line when it is over (attempt-report.ts).
+    const report = new AttemptReport(runId, this.o.replicaId, options.traceparent, this.o.logger, this.clock);
+    try {
+      const result = await context.with(report.context, () => this.claimAndRun(runId, options, report));
+      report.finished(result.status);
+      return result;
+    } catch (err) {
+      report.failed(err, options.finalAttempt);
+      throw err;
+    }
+  }
+
+  private async claimAndRun(runId: bigint, options: ExecuteOptions, report: AttemptReport): Promise<ExecutionResult> {
     // Delivered while this replica is already shutting down: do not even claim it.
     if (options.signal?.aborted) return { status: 'interrupted', runId: runId.toString() };
     // The ledger unreachable: nothing ran, so the delivery is simply tried again later (the worker
@@ -122,6 +139,7 @@ export class RunExecutor {
       return { status: 'skipped', runId: runId.toString() };
     }
     const { claim } = claimed;
+    report.claimed(claim);
     const log = this.o.logger.child({
       runId: runId.toString(),
       job: claim.job,
@@ -131,7 +149,9 @@ export class RunExecutor {
     // A runtime schedule's run ("<handler>/<id>") runs its handler.
     const job = this.o.registry.get(handlerOf(claim.job));
     if (!job) return this.handBackUnknown(claim, log);
-    await this.o
+    // Announced without waiting: it only makes an older attempt stop sooner; the ledger's token
+    // check, not this message, refuses that attempt's writes.
+    void this.o
       .publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() })
       .catch((err: Error) => {
         log.warn({ err }, 'could not announce the claim');

@@ -107,97 +107,12 @@ export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<s
   );
 }
 
-export interface RunFilter {
-  job?: string;
-  state?: string;
-  limit: number;
-  /** Run id cursor: only runs with a smaller id. */
-  before?: bigint;
-}
-
-/** Runs newest first (by id), each with its attempts. */
-export async function listRuns(db: Db, t: Tables, f: RunFilter) {
-  const res = await db.query<{
-    id: string;
-    job: string;
-    scheduled_at: Date;
-    trigger: string;
-    leader_token: string;
-    leader_id: string;
-    state: string;
-    enqueued_at: Date | null;
-    attempts: number;
-    completed_attempt: number | null;
-    skipped_attempts: number;
-    started_at: Date | null;
-    finished_at: Date | null;
-    error: string | null;
-    created_at: Date;
-    schedule_version: number | null;
-    once_key: string | null;
-  }>(
-    `SELECT id::text, job, scheduled_at, trigger, leader_token::text, leader_id, state, enqueued_at, attempts, completed_attempt,
-            skipped_attempts, started_at, finished_at, error, created_at, schedule_version, once_key
-     FROM ${t.runs} r
-     WHERE ($1::text IS NULL OR job = $1) AND ($2::text IS NULL OR state = $2) AND ($3::bigint IS NULL OR id < $3)
-     ORDER BY r.id DESC LIMIT $4`, // r.id: the bigint, not the output column id (text, which sorts 9 > 43)
-    [f.job ?? null, f.state ?? null, f.before?.toString() ?? null, f.limit],
-  );
-  const ids = res.rows.map((r) => r.id);
-  const att = await db.query<{
-    run_id: string;
-    attempt: number;
-    token: string;
-    worker: string;
-    state: string;
-    started_at: Date;
-    finished_at: Date | null;
-    error: string | null;
-  }>(
-    `SELECT run_id::text, attempt, token::text, worker, state, started_at, finished_at, error
-     FROM ${t.runAttempts} WHERE run_id = ANY($1::bigint[]) ORDER BY run_id, attempt`,
-    [ids],
-  );
-  const iso = (d: Date | null) => d?.toISOString() ?? null;
-  const runs = res.rows.map((r) => ({
-    id: r.id,
-    job: r.job,
-    scheduledAt: r.scheduled_at.toISOString(),
-    trigger: r.trigger,
-    leaderToken: r.leader_token,
-    leaderId: r.leader_id,
-    state: r.state,
-    enqueuedAt: iso(r.enqueued_at),
-    startedAt: iso(r.started_at),
-    finishedAt: iso(r.finished_at),
-    error: r.error,
-    createdAt: r.created_at.toISOString(),
-    /** The runtime schedule version that fired it (null: a job from code). */
-    scheduleVersion: r.schedule_version,
-    /** A one-off run's key. */
-    onceKey: r.once_key,
-    attemptCount: r.attempts,
-    completedAttempt: r.completed_attempt,
-    skippedAttempts: r.skipped_attempts,
-    attempts: att.rows
-      .filter((a) => a.run_id === r.id)
-      .map((a) => ({
-        attempt: a.attempt,
-        token: a.token,
-        worker: a.worker,
-        state: a.state,
-        startedAt: a.started_at.toISOString(),
-        finishedAt: iso(a.finished_at),
-        error: a.error,
-      })),
-  }));
-  const last = runs[runs.length - 1];
-  return { runs, nextBefore: runs.length === f.limit && last ? last.id : null };
-}
-
 /**
- * Won elections newest first. gapMs: from the previous tenure's last committed fire to this
- * election (how long no leader fired); sincePreviousMs: between the two elections.
+ * Won elections newest first. handoverMs: from the previous tenure's release (graceful) or, when
+ * it never released (a crash, a partition), its last successful renew, to this election; that is
+ * how long the cluster was without a leader it could know of. gapMs: from the previous tenure's
+ * last committed fire (how long no leader fired, which includes the time to the next due fire);
+ * sincePreviousMs: between the two elections.
  */
 export async function listElections(db: Db, t: Tables, leaseName: string, limit: number) {
   const res = await db.query<{
@@ -206,32 +121,48 @@ export async function listElections(db: Db, t: Tables, leaseName: string, limit:
     token: string;
     backend: string;
     elected_at: Date;
+    renewed_at: Date | null;
+    released_at: Date | null;
     prev_leader: string | null;
     prev_token: string | null;
     since_prev_ms: number | null;
     gap_ms: number | null;
+    handover_ms: number | null;
+    handover_from: 'release' | 'renew' | 'election' | null;
   }>(
     `WITH e AS (
-       SELECT id, leader, token, backend, elected_at,
-              lag(leader) OVER w AS prev_leader, lag(token) OVER w AS prev_token, lag(elected_at) OVER w AS prev_at
+       SELECT id, leader, token, backend, elected_at, renewed_at, released_at,
+              lag(leader) OVER w AS prev_leader, lag(token) OVER w AS prev_token, lag(elected_at) OVER w AS prev_at,
+              lag(released_at) OVER w AS prev_released, lag(renewed_at) OVER w AS prev_renewed
        FROM ${t.elections} WHERE lease_name = $1 WINDOW w AS (ORDER BY id))
-     SELECT e.id::text, e.leader, e.token::text, e.backend, e.elected_at, e.prev_leader, e.prev_token::text,
+     SELECT e.id::text, e.leader, e.token::text, e.backend, e.elected_at, e.renewed_at, e.released_at,
+            e.prev_leader, e.prev_token::text,
             (extract(epoch FROM e.elected_at - e.prev_at) * 1000)::float8 AS since_prev_ms,
             (extract(epoch FROM e.elected_at - (SELECT max(r.created_at) FROM ${t.runs} r
-                WHERE r.leader_token = e.prev_token AND r.leader_id = e.prev_leader AND r.created_at <= e.elected_at)) * 1000)::float8 AS gap_ms
+                WHERE r.leader_token = e.prev_token AND r.leader_id = e.prev_leader AND r.created_at <= e.elected_at)) * 1000)::float8 AS gap_ms,
+            (extract(epoch FROM e.elected_at - COALESCE(e.prev_released, e.prev_renewed, e.prev_at)) * 1000)::float8 AS handover_ms,
+            CASE WHEN e.prev_at IS NULL THEN NULL WHEN e.prev_released IS NOT NULL THEN 'release'
+                 WHEN e.prev_renewed IS NOT NULL THEN 'renew' ELSE 'election' END AS handover_from
      FROM e ORDER BY e.id DESC LIMIT $2`,
     [leaseName, limit],
   );
+  const ms = (v: number | null) => (v === null ? null : Math.round(v));
   return res.rows.map((r) => ({
     id: r.id,
     leader: r.leader,
     token: r.token,
     backend: r.backend,
     electedAt: r.elected_at.toISOString(),
+    lastRenewedAt: r.renewed_at?.toISOString() ?? null,
+    releasedAt: r.released_at?.toISOString() ?? null,
     previousLeader: r.prev_leader,
     previousToken: r.prev_token,
-    sincePreviousMs: r.since_prev_ms === null ? null : Math.round(r.since_prev_ms),
-    gapMs: r.gap_ms === null ? null : Math.round(r.gap_ms),
+    sincePreviousMs: ms(r.since_prev_ms),
+    gapMs: ms(r.gap_ms),
+    /** Never negative: a renew racing the next election by a few ms is no handover at all. */
+    handoverMs: r.handover_ms === null ? null : Math.max(0, Math.round(r.handover_ms)),
+    /** What handoverMs is measured from: the previous tenure's 'release', last 'renew', or (old rows) its 'election'. */
+    handoverFrom: r.handover_from,
   }));
 }
 
@@ -282,4 +213,50 @@ export async function attemptsFinishedSince(
     seconds: r.seconds,
     finishedAt: r.finished_at,
   }));
+}
+
+/** How far back (newest runs of a job) the metrics look for its last success and its failure streak. */
+export const JOB_HEALTH_WINDOW = 100;
+
+export interface JobHealth {
+  /** The scheduled instant of the job's newest committed fire (scheduled or catch-up). */
+  lastFire: Date | null;
+  /** When the newest completed run among the job's last JOB_HEALTH_WINDOW runs finished. */
+  lastSuccess: Date | null;
+  /** Failed runs newer than that completed one (all of the window's failures if none completed). */
+  consecutiveFailures: number;
+}
+
+/**
+ * What the alerting metrics need of each job, in one query: the last fire from cw_job_state (its
+ * primary key), the last success and failure streak from the job's newest runs by the unique
+ * (job, scheduled_at) index, at most JOB_HEALTH_WINDOW rows a job, so a scrape stays cheap however
+ * long the ledger. Manual triggers are outside that index and so outside these figures.
+ */
+export async function jobHealth(db: Db, t: Tables, jobs: string[]): Promise<Map<string, JobHealth>> {
+  const res = await db.query<{
+    job: string;
+    last_fire: Date | null;
+    last_success: Date | null;
+    failures: number;
+  }>(
+    `SELECT j.job, s.last_scheduled_at AS last_fire, h.last_success, coalesce(h.failures, 0)::int AS failures
+     FROM unnest($1::text[]) AS j(job)
+     LEFT JOIN ${t.jobState} s ON s.job = j.job
+     LEFT JOIN LATERAL (
+       SELECT max(finished_at) FILTER (WHERE state = 'completed') AS last_success,
+              count(*) FILTER (WHERE state = 'failed' AND NOT succeeded_since) AS failures
+       FROM (SELECT state, finished_at,
+                    bool_or(state = 'completed') OVER (ORDER BY scheduled_at DESC ROWS UNBOUNDED PRECEDING) AS succeeded_since
+             FROM ${t.runs} r WHERE r.job = j.job AND r.trigger <> 'manual'
+             ORDER BY scheduled_at DESC LIMIT $2) recent
+     ) h ON true`,
+    [jobs, JOB_HEALTH_WINDOW],
+  );
+  return new Map(
+    res.rows.map((r) => [
+      r.job,
+      { lastFire: r.last_fire, lastSuccess: r.last_success, consecutiveFailures: r.failures },
+    ]),
+  );
 }

@@ -7,13 +7,22 @@
  */
 import type pg from 'pg';
 import { advanceFence, fenceToken } from './fences.js';
+import { StaleTokenError } from '../errors.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
+import { retryRun, type RetriedRun } from './run-retry.js';
 import { storedError } from './stored-text.js';
-import { withTransaction, type Queryable } from './transaction.js';
+import { expirePauses, listPauses, pauseJob, setPausedFlag, type JobPause, type PauseRequest } from './pauses.js';
+import { sqlInt, withTransaction, type Queryable } from './transaction.js';
 import { acceptScheduleFires } from './schedule-ledger.js';
 import type { Tables } from '../db/tables.js';
 
-export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'backfill' | 'once';
+/**
+ * Why a run was committed: on schedule, caught up after an election, triggered by hand, by a
+ * follower standing in for a silent leader (stand-in.ts): a scheduled slot all the same, inside
+ * the unique (job, scheduled_at) key like 'schedule' and 'catchup'; a backfill of past slots (in
+ * that key too), or a one-off run (outside it, keyed by its once_key).
+ */
+export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'standin' | 'backfill' | 'once';
 
 export interface FireRequest {
   job: string;
@@ -45,6 +54,8 @@ export interface CommittedFire {
   trigger: FireTrigger;
   state: 'pending' | 'skipped';
   hold: boolean;
+  /** The fire's trace context (W3C traceparent), set by the scheduler when a tracer records it. */
+  traceparent?: string;
 }
 
 export interface FireBatchResult {
@@ -65,6 +76,19 @@ export interface HandedOverRun {
   state: string;
   /** Execution token of the newest claim; null if no worker ever claimed it. */
   claimToken: bigint | null;
+}
+
+/** Who commits a batch of fires: the token and replica recorded on each run. */
+interface CommitStamp {
+  token: bigint;
+  replicaId: string;
+}
+
+/** A follower standing in for a silent leader: no lease of its own, so no token to fence with. */
+export interface StandInStamp {
+  /** The scheduler's fence, whose current token the stand-in's fires carry. */
+  fenceResource: string;
+  replicaId: string;
 }
 
 /** Who commits a batch of fires, and the check made just before COMMIT. */
@@ -107,22 +131,16 @@ export class FireLedger {
     const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
     if (requested.length === 0) return nothing;
     return withTransaction(this.pool, async (client, rollback) => {
-      await advanceFence(client, this.t, leader.fenceResource, leader.token);
+      // Runtime schedule fires are checked against the version in effect first (none: no round trip).
       const fires = await this.currentScheduleVersions(client, requested);
-      const rows = await insertRuns(client, this.t, fires, leader);
+      const rows = await fenceAndInsert(client, this.t, fires, leader);
       const cancelled = await this.cancelReplaced(client, fires, rows);
-      await advanceJobState(client, this.t, fires);
       if (!leader.stillLeading()) {
         await rollback();
         return nothing;
       }
-      const held = new Set(fires.filter((f) => f.hold).map(slotKey));
-      return {
-        committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
-        duplicates: fires.length - rows.length,
-        cancelled,
-        ...(requested.length > fires.length ? { outdated: requested.length - fires.length } : {}),
-      };
+      const result = batchResult(fires, rows, cancelled);
+      return requested.length > fires.length ? { ...result, outdated: requested.length - fires.length } : result;
     });
   }
 
@@ -137,6 +155,43 @@ export class FireLedger {
     );
     const refused = new Set(runtime.filter((_, i) => !accepted.has(i)));
     return refused.size === 0 ? fires : fires.filter((f) => !refused.has(f));
+  }
+
+  /**
+   * A follower's commit of overdue slots the leader did not commit (stand-in.ts). No lease, so no
+   * fence to advance: the fires carry the scheduler fence's current token, read under a share lock
+   * on the fence row, so a leader's fenced commit and this one are serialised and the tokens on
+   * committed runs never decrease in commit order (I3). The unique (job, scheduled_at) key keeps
+   * each slot once however many followers and leaders race for it (I1). Before any leader has ever
+   * raised the fence there is no one to stand in for: nothing is committed. Overlap 'replace' fires
+   * are never accepted here: cancelling other runs needs the leader's fence.
+   */
+  async commitStandInFires(fires: FireRequest[], standIn: StandInStamp): Promise<FireBatchResult> {
+    const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
+    // Runtime schedule fires are the leader's only, for now: their version is re-checked in its commit.
+    const accepted = fires.filter((f) => !f.replace && !f.schedule);
+    if (accepted.length === 0) return nothing;
+    return withTransaction(this.pool, async (client) => {
+      const fence = await client.query<{ token: string }>(
+        `SELECT token FROM ${this.t.fences} WHERE resource = $1 FOR SHARE`,
+        [standIn.fenceResource],
+      );
+      const token = fence.rows[0]?.token;
+      if (token === undefined) return nothing;
+      const rows = await insertRuns(client, this.t, accepted, { token: BigInt(token), replicaId: standIn.replicaId });
+      await advanceJobState(client, this.t, accepted);
+      return batchResult(accepted, rows, []);
+    });
+  }
+
+  /** The newest scheduled (not manual) fire of each of `jobs`: one indexed read of cw_job_state. */
+  async lastFiredOf(jobs: readonly string[]): Promise<Map<string, Date>> {
+    if (jobs.length === 0) return new Map();
+    const res = await this.pool.query<{ job: string; last_scheduled_at: Date }>(
+      `SELECT job, last_scheduled_at FROM ${this.t.jobState} WHERE job = ANY($1::text[]) AND last_scheduled_at IS NOT NULL`,
+      [[...jobs]],
+    );
+    return new Map(res.rows.map((r) => [r.job, r.last_scheduled_at]));
   }
 
   /**
@@ -163,25 +218,32 @@ export class FireLedger {
     return cancelled;
   }
 
+  /**
+   * Mark runs handed to the queue. Only a hint for the outbox: if a crash loses it, the outbox
+   * enqueues the runs again and the queue drops the repeat (job id per run). So it commits without
+   * waiting for the WAL flush (synchronous_commit off, this transaction only), one round trip.
+   */
   async markEnqueued(runIds: bigint[]): Promise<void> {
     if (runIds.length === 0) return;
     await this.pool.query(
-      `UPDATE ${this.t.runs} SET enqueued_at = now() WHERE id = ANY($1::bigint[]) AND enqueued_at IS NULL`,
-      [runIds.map(String)],
+      `SET LOCAL synchronous_commit TO off;
+       UPDATE ${this.t.runs} SET enqueued_at = now()
+       WHERE id = ANY('{${runIds.map(sqlInt).join(',')}}'::bigint[]) AND enqueued_at IS NULL`,
     );
   }
 
   /**
    * The outbox: committed runs not yet handed to the queue. A run of an overlap-'queue' job waits
-   * here while an earlier run of its job is still active.
+   * here while a handed-over run of its job is still active, and behind every earlier active run of
+   * its job, so the runs waiting in a queue (overlapQueueMax > 1) go one at a time, in order.
    */
   async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
     const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger }>(
       `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM ${this.t.runs} r
        WHERE r.enqueued_at IS NULL AND r.state = 'pending' AND (r.trigger <> 'once' OR r.scheduled_at <= now())
          AND NOT (r.job = ANY($2::text[]) AND EXISTS (
-           SELECT 1 FROM ${this.t.runs} a WHERE a.job = r.job AND a.id <> r.id AND a.enqueued_at IS NOT NULL
-             AND a.state IN ${ACTIVE_SQL}))
+           SELECT 1 FROM ${this.t.runs} a WHERE a.job = r.job AND a.id <> r.id
+             AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.state IN ${ACTIVE_SQL}))
        ORDER BY r.created_at, r.id LIMIT $1`,
       [limit, queuedJobs],
     );
@@ -208,12 +270,23 @@ export class FireLedger {
     return new Set(res.rows.map((r) => r.job));
   }
 
-  async setPaused(job: string, paused: boolean): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.t.jobState} (job, paused) VALUES ($1, $2)
-       ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, updated_at = now()`,
-      [job, paused],
-    );
+  /** Pause or resume without a reason; either clears an earlier pause's reason and expiry (pauses.ts). */
+  setPaused(job: string, paused: boolean): Promise<void> {
+    return setPausedFlag(this.pool, this.t, job, paused);
+  }
+
+  /** Paused jobs with why, who and until when; an expired pause is listed until the leader lifts it. */
+  pauses(): Promise<Map<string, JobPause>> {
+    return listPauses(this.pool, this.t);
+  }
+
+  pause(job: string, request: PauseRequest): Promise<JobPause> {
+    return pauseJob(this.pool, this.t, job, request);
+  }
+
+  /** Leader only: lift expired pauses under the scheduler's fence; see pauses.ts. */
+  expirePauses(nowMs: number, fence: { resource: string; token: bigint }): Promise<JobPause[]> {
+    return expirePauses(this.pool, this.t, nowMs, fence);
   }
 
   /** Active runs (pending, running, retrying) of the given jobs, and how many wait undelivered. */
@@ -351,11 +424,18 @@ export class FireLedger {
     return res.rowCount ?? 0;
   }
 
-  async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.t.elections} (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4)`,
+  /** Retry a failed or cancelled run under the leader's fence (run-retry.ts). */
+  retryRun(runId: bigint, leader: LeaderStamp): Promise<RetriedRun | undefined> {
+    return retryRun(this.pool, this.t, runId, leader);
+  }
+
+  /** A won election (a tenure); returns its id, for recording the tenure's renews and release (tenures.ts). */
+  async recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<bigint> {
+    const res = await this.pool.query<{ id: string }>(
+      `INSERT INTO ${this.t.elections} (lease_name, leader, token, backend) VALUES ($1, $2, $3, $4) RETURNING id`,
       [leaseName, leader, token.toString(), backend],
     );
+    return BigInt(res.rows[0]!.id);
   }
 }
 
@@ -363,12 +443,21 @@ function slotKey(f: { job: string; scheduledAt: Date }): string {
   return `${f.job}@${f.scheduledAt.getTime()}`;
 }
 
+function batchResult(fires: FireRequest[], rows: Omit<CommittedFire, 'hold'>[], cancelled: bigint[]): FireBatchResult {
+  const held = new Set(fires.filter((f) => f.hold).map(slotKey));
+  return {
+    committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
+    duplicates: fires.length - rows.length,
+    cancelled,
+  };
+}
+
 /** Insert the fires under the unique (job, scheduled_at) key; returns the ones inserted. */
 async function insertRuns(
   client: pg.PoolClient,
   t: Tables,
   fires: FireRequest[],
-  leader: LeaderStamp,
+  leader: CommitStamp,
 ): Promise<Omit<CommittedFire, 'hold'>[]> {
   const res = await client.query<{
     id: string;
@@ -427,3 +516,73 @@ async function advanceJobState(client: pg.PoolClient, t: Tables, fires: FireRequ
     ],
   );
 }
+
+/**
+ * One statement, one round trip: advance the leader's fence, and only if it accepted the token,
+ * insert the fires under the unique (job, scheduled_at) key and move each job's last scheduled
+ * fire forward (never back; manual triggers do not count). Returns the fires inserted; throws
+ * StaleTokenError when the fence refused (nothing was written).
+ */
+async function fenceAndInsert(
+  client: pg.PoolClient,
+  t: Tables,
+  fires: FireRequest[],
+  leader: LeaderStamp,
+): Promise<Omit<CommittedFire, 'hold'>[]> {
+  const res = await client.query<{ fenced: boolean; runs: InsertedRow[] | null }>(
+    `WITH fence AS (
+       INSERT INTO ${t.fences} AS f (resource, token) VALUES ($4, $2)
+       ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+       WHERE f.token <= EXCLUDED.token
+       RETURNING token),
+     fire AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb)
+         AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)),
+     inserted AS (
+       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
+         schedule_version, payload)
+       SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
+              CASE WHEN f.state = 'skipped' THEN now() END,
+              CASE WHEN f.state = 'skipped' THEN now() END,
+              f.error, f.schedule_version, f.payload
+       FROM fire f WHERE EXISTS (SELECT 1 FROM fence)
+       ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
+       RETURNING id, job, scheduled_at, trigger, state),
+     job_state AS (
+       INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
+       SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence) GROUP BY job
+       ON CONFLICT (job) DO UPDATE
+         SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now())
+     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+            (SELECT json_agg(json_build_array(id::text, job, scheduled_at, trigger, state)) FROM inserted) AS runs`,
+    [
+      JSON.stringify(
+        fires.map((f) => ({
+          job: f.job,
+          scheduled_at: f.scheduledAt.toISOString(),
+          trigger: f.trigger,
+          state: f.state ?? 'pending',
+          error: f.error ?? null,
+          schedule_version: f.schedule?.version ?? null,
+          payload: f.payload ?? null,
+        })),
+      ),
+      leader.token.toString(),
+      leader.replicaId,
+      leader.fenceResource,
+    ],
+  );
+  const row = res.rows[0]!;
+  if (!row.fenced)
+    throw new StaleTokenError(leader.fenceResource, leader.token, await fenceToken(client, t, leader.fenceResource));
+  return (row.runs ?? []).map(([id, job, scheduledAt, trigger, state]) => ({
+    runId: BigInt(id),
+    job,
+    scheduledAt: new Date(scheduledAt),
+    trigger,
+    state,
+  }));
+}
+
+/** An inserted run as the statement above returns it (JSON: the instant as text). */
+type InsertedRow = [id: string, job: string, scheduledAt: string, trigger: FireTrigger, state: 'pending' | 'skipped'];

@@ -10,6 +10,8 @@ export interface RunHistoryRow {
   job: string;
   scheduledAt: number;
   leaderToken: bigint;
+  /** 'schedule', 'catchup' or 'standin' (a follower committed it for a silent leader). */
+  trigger: string;
   state: string;
   /** Token of the attempt that completed the run, if any. */
   completedToken: bigint | null;
@@ -40,11 +42,12 @@ export async function runsInWindow(
     job: string;
     scheduled_at: Date;
     leader_token: string;
+    trigger: string;
     state: string;
     completed_token: string | null;
     created_at: Date;
   }>(
-    `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.state, r.created_at,
+    `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.trigger, r.state, r.created_at,
             (SELECT a.token FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
      FROM ${t.runs} r
      WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger NOT IN ('manual', 'once') AND r.job LIKE $3
@@ -56,6 +59,7 @@ export async function runsInWindow(
     job: r.job,
     scheduledAt: r.scheduled_at.getTime(),
     leaderToken: BigInt(r.leader_token),
+    trigger: r.trigger,
     state: r.state,
     completedToken: r.completed_token === null ? null : BigInt(r.completed_token),
     committedAt: r.created_at.getTime(),

@@ -13,15 +13,39 @@ export interface MemberRecord {
   jobs: readonly string[];
 }
 
-/** Insert or refresh this replica's row; last_seen on the database clock. */
+/**
+ * Insert or refresh this replica's row; last_seen on the database clock. The job names travel as
+ * one newline-separated text and are split and sorted by the server: pg's array parameter takes
+ * about a second of the event loop for a million names, a join takes milliseconds. (Job names
+ * cannot hold a newline; sorted in "C" order, the order of JavaScript's sort for them.)
+ */
 export async function upsertMember(db: Queryable, t: Tables, m: MemberRecord): Promise<void> {
+  const hasNewline = m.jobs.some((j) => j.includes('\n'));
   await db.query(
     `INSERT INTO ${t.members} (replica_id, host, pid, version, role, admin_url, jobs, started_at, last_seen)
-     VALUES ($1, $2, $3, $4, $5, $6, $7, now(), now())
+     VALUES ($1, $2, $3, $4, $5, $6,
+       ${hasNewline ? '$7::text[]' : `ARRAY(SELECT j FROM unnest(string_to_array($7::text, E'\\n')) AS j ORDER BY j COLLATE "C")`},
+       now(), now())
      ON CONFLICT (replica_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
        role = EXCLUDED.role, admin_url = EXCLUDED.admin_url, jobs = EXCLUDED.jobs, last_seen = now()`,
-    [m.replicaId, m.host, m.pid, m.version, m.role, m.adminUrl, [...m.jobs].sort()],
+    [m.replicaId, m.host, m.pid, m.version, m.role, m.adminUrl, hasNewline ? [...m.jobs].sort() : m.jobs.join('\n')],
   );
+}
+
+/**
+ * Refresh the row a full upsert wrote (role, admin URL, last_seen), leaving the rest, its job list
+ * above all (a million names is megabytes), as it is. False when the row is gone: upsert it.
+ */
+export async function touchMember(
+  db: Queryable,
+  t: Tables,
+  m: Pick<MemberRecord, 'replicaId' | 'role' | 'adminUrl'>,
+): Promise<boolean> {
+  const res = await db.query(
+    `UPDATE ${t.members} SET role = $2, admin_url = $3, last_seen = now() WHERE replica_id = $1`,
+    [m.replicaId, m.role, m.adminUrl],
+  );
+  return res.rowCount === 1;
 }
 
 export async function deleteMember(db: Queryable, t: Tables, replicaId: string): Promise<void> {

@@ -8,8 +8,9 @@ import { StaleTokenError } from '../errors.js';
 import { fenceRun } from './fences.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
-import { withTransaction, type Queryable } from './transaction.js';
+import { sqlInt, withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
+import type { FireTrigger } from './fire-ledger.js';
 
 export interface Claim {
   runId: bigint;
@@ -17,6 +18,10 @@ export interface Claim {
   scheduledAt: Date;
   attempt: number;
   token: bigint;
+  /** Why the run exists: 'catchup' for a slot fired late (reconciliation, misfire), see FireTrigger. */
+  trigger: FireTrigger;
+  /** When this attempt claimed the run, on the ledger's clock. */
+  claimedAt: Date;
   /** The run's payload (runtime schedule, one-off); undefined when it has none. */
   payload?: unknown;
   /** A one-off run's caller-supplied key. */
@@ -40,41 +45,50 @@ export class RunLedger {
    * every earlier claim of any run. A run that is already finished is not claimed: the delivery is
    * counted as a skipped attempt (a re-delivery after the work was done) and its state returned.
    */
-  claim(runId: bigint, worker: string): Promise<ClaimResult> {
-    return withTransaction(this.pool, async (client) => {
-      const res = await client.query<{
-        job: string;
-        scheduled_at: Date;
-        attempts: number;
-        claim_token: string;
-        payload: unknown;
-        once_key: string | null;
-      }>(
-        `UPDATE ${this.t.runs} SET claim_token = nextval(${this.t.executionTokenSeq}), attempts = attempts + 1,
+  async claim(runId: bigint, worker: string): Promise<ClaimResult> {
+    // One statement, so one round trip and atomic without BEGIN / COMMIT: the run's new token and
+    // its attempt row are written together or not at all.
+    const res = await this.pool.query<{
+      job: string;
+      scheduled_at: Date;
+      attempts: number;
+      claim_token: string;
+      trigger: FireTrigger;
+      claimed_at: Date;
+      payload: unknown;
+      once_key: string | null;
+    }>(
+      `WITH claimed AS (
+         UPDATE ${this.t.runs} SET claim_token = nextval(${this.t.executionTokenSeq}), attempts = attempts + 1,
            state = 'running', started_at = COALESCE(started_at, now())
          WHERE id = $1 AND state IN ${ACTIVE_SQL}
-         RETURNING job, scheduled_at, attempts, claim_token, payload, once_key`,
-        [runId.toString()],
-      );
-      const row = res.rows[0];
-      if (!row) return { status: 'finished', state: await recordSkippedDelivery(client, this.t, runId, worker) };
-      await client.query(
-        `INSERT INTO ${this.t.runAttempts} (run_id, attempt, token, worker, state) VALUES ($1, $2, $3, $4, 'running')`,
-        [runId.toString(), row.attempts, row.claim_token, worker],
-      );
-      return {
-        status: 'claimed',
-        claim: {
-          runId,
-          job: row.job,
-          scheduledAt: row.scheduled_at,
-          attempt: row.attempts,
-          token: BigInt(row.claim_token),
-          ...(row.payload === null ? {} : { payload: row.payload }),
-          ...(row.once_key === null ? {} : { onceKey: row.once_key }),
-        },
-      };
-    });
+         RETURNING id, job, scheduled_at, attempts, claim_token, trigger, clock_timestamp() AS claimed_at,
+           payload, once_key),
+       attempt AS (
+         INSERT INTO ${this.t.runAttempts} (run_id, attempt, token, worker, state)
+         SELECT id, attempts, claim_token, $2, 'running' FROM claimed)
+       SELECT job, scheduled_at, attempts, claim_token, trigger, claimed_at, payload, once_key FROM claimed`,
+      [runId.toString(), worker],
+    );
+    const row = res.rows[0];
+    if (!row) {
+      const state = await withTransaction(this.pool, (client) => recordSkippedDelivery(client, this.t, runId, worker));
+      return { status: 'finished', state };
+    }
+    return {
+      status: 'claimed',
+      claim: {
+        runId,
+        job: row.job,
+        scheduledAt: row.scheduled_at,
+        attempt: row.attempts,
+        token: BigInt(row.claim_token),
+        trigger: row.trigger,
+        claimedAt: row.claimed_at,
+        ...(row.payload === null ? {} : { payload: row.payload }),
+        ...(row.once_key === null ? {} : { onceKey: row.once_key }),
+      },
+    };
   }
 
   /** ctx.fence on the ledger's pool or inside the handler's transaction; see fences.ts. */
@@ -91,25 +105,56 @@ export class RunLedger {
    */
   async completeInTransaction<T>(claim: Claim, fn: (tx: pg.PoolClient) => Promise<T>): Promise<TransactionResult<T>> {
     let skipReason: string | undefined;
-    const outcome = await withTransaction(this.pool, async (client, rollback): Promise<TransactionResult<T>> => {
-      const row = await this.runState(claim.runId, client);
-      if (!row || row.state === 'completed') {
+    const check = `SELECT state, claim_token FROM ${this.t.runs} WHERE id = ${sqlInt(claim.runId)}`;
+    const outcome = await withTransaction(
+      this.pool,
+      async (client, rollback, { opened, commitWith }): Promise<TransactionResult<T>> => {
+        const row = runStateOf(opened);
+        if (!row || row.state === 'completed') {
+          await rollback();
+          skipReason = 'run already completed by an earlier attempt';
+          return { status: 'skipped' };
+        }
+        if (row.claimToken !== claim.token)
+          throw new StaleTokenError(`run ${claim.runId}`, claim.token, row.claimToken);
+        const value = await fn(client);
+        if (await this.completeAndCommit(claim, commitWith)) return { status: 'committed', value };
         await rollback();
-        skipReason = 'run already completed by an earlier attempt';
-        return { status: 'skipped' };
-      }
-      if (row.claimToken !== claim.token) throw new StaleTokenError(`run ${claim.runId}`, claim.token, row.claimToken);
-      const value = await fn(client);
-      if (await this.finish(claim, 'completed', undefined, client)) return { status: 'committed', value };
-      await rollback();
-      const now = await this.runState(claim.runId);
-      if (now?.state === 'completed') {
-        await this.recordSkippedAttempt(claim, 'a newer attempt completed the run first; this attempt rolled back');
-      }
-      throw new StaleTokenError(`run ${claim.runId}`, claim.token, now?.claimToken ?? null);
-    });
+        const now = await this.runState(claim.runId);
+        if (now?.state === 'completed') {
+          await this.recordSkippedAttempt(claim, 'a newer attempt completed the run first; this attempt rolled back');
+        }
+        throw new StaleTokenError(`run ${claim.runId}`, claim.token, now?.claimToken ?? null);
+      },
+      check, // BEGIN and the check in one round trip
+    );
     if (skipReason) await this.recordSkippedAttempt(claim, skipReason);
     return outcome;
+  }
+
+  /**
+   * The completion and COMMIT in one round trip. The completion is conditional on this attempt
+   * holding the newest claim; when it matches nothing the statement raises (REFUSED_COMPLETION),
+   * which aborts the transaction so COMMIT cannot commit the handler's writes. False then.
+   */
+  private async completeAndCommit(claim: Claim, commitWith: (sql: string) => Promise<unknown>): Promise<boolean> {
+    const refuse = `(${sqlText(REFUSED_COMPLETION)} || (SELECT count(*) FROM run))::int`;
+    const sql = finishStatement(this.t, {
+      runId: sqlInt(claim.runId),
+      token: sqlInt(claim.token),
+      outcome: "'completed'",
+      attempt: sqlInt(claim.attempt),
+      message: 'NULL',
+      stack: 'NULL',
+      result: `CASE WHEN EXISTS (SELECT 1 FROM run) THEN true ELSE ${refuse} > 0 END`,
+    });
+    try {
+      await commitWith(sql);
+      return true;
+    } catch (err) {
+      if (err instanceof Error && err.message.includes(REFUSED_COMPLETION)) return false;
+      throw err;
+    }
   }
 
   /**
@@ -119,28 +164,26 @@ export class RunLedger {
    */
   async finish(claim: Claim, outcome: Outcome, error?: unknown, db: Queryable = this.pool): Promise<boolean> {
     const stored = error === undefined ? null : storedError(error);
-    const res = await db.query(
-      `UPDATE ${this.t.runs} SET state = $3,
-         finished_at = CASE WHEN $3 = 'retrying' THEN NULL ELSE now() END,
-         completed_attempt = CASE WHEN $3 = 'completed' THEN $4::int ELSE completed_attempt END,
-         error = $5
-       WHERE id = $1 AND claim_token = $2 AND state IN ${ACTIVE_SQL}`,
-      [claim.runId.toString(), claim.token.toString(), outcome, claim.attempt, stored?.message ?? null],
-    );
-    const accepted = res.rowCount === 1;
-    // Only an attempt still open takes its record: a refused late call (the shutdown's interrupt
-    // after the attempt's own transaction completed the run) must not turn 'completed' into 'stale'.
-    await db.query(
-      `UPDATE ${this.t.runAttempts} SET state = $3, finished_at = now(), error = $4, error_stack = $5 WHERE run_id = $1 AND attempt = $2 AND state = 'running'`,
+    const res = await db.query<{ accepted: boolean }>(
+      finishStatement(this.t, {
+        runId: '$1',
+        token: '$2',
+        outcome: '$3',
+        attempt: '$4',
+        message: '$5',
+        stack: '$6',
+        result: 'EXISTS (SELECT 1 FROM run)',
+      }),
       [
         claim.runId.toString(),
+        claim.token.toString(),
+        outcome,
         claim.attempt,
-        accepted ? outcome : 'stale',
         stored?.message ?? null,
         stored?.stack ?? null,
       ],
     );
-    return accepted;
+    return res.rows[0]?.accepted === true;
   }
 
   /** Record that this attempt found its run already completed and did nothing. */
@@ -173,6 +216,44 @@ export class RunLedger {
       [job, scheduledAt],
     );
   }
+}
+
+/** What the refused in-transaction completion raises: a cast error naming itself. */
+const REFUSED_COMPLETION = 'cronwarden: completion refused, a newer attempt holds the run ';
+
+/** A string as an SQL literal (only ever our own constants). */
+function sqlText(s: string): string {
+  return `'${s.replaceAll("'", "''")}'`;
+}
+
+/**
+ * Record an attempt's outcome on the run (only while it holds the newest claim and the run is
+ * active) and on its attempt row (only while that is still open: a refused late call, such as the
+ * shutdown's interrupt after the attempt's own transaction completed the run, must not turn
+ * 'completed' into 'stale'), in one statement. The arguments are SQL: placeholders or literals.
+ */
+function finishStatement(
+  t: Tables,
+  a: { runId: string; token: string; outcome: string; attempt: string; message: string; stack: string; result: string },
+): string {
+  return `WITH run AS (
+      UPDATE ${t.runs} SET state = ${a.outcome},
+        finished_at = CASE WHEN ${a.outcome} = 'retrying' THEN NULL ELSE now() END,
+        completed_attempt = CASE WHEN ${a.outcome} = 'completed' THEN ${a.attempt}::int ELSE completed_attempt END,
+        error = ${a.message}
+      WHERE id = ${a.runId} AND claim_token = ${a.token} AND state IN ${ACTIVE_SQL}
+      RETURNING id),
+    attempt AS (
+      UPDATE ${t.runAttempts}
+      SET state = CASE WHEN EXISTS (SELECT 1 FROM run) THEN ${a.outcome} ELSE 'stale' END,
+        finished_at = now(), error = ${a.message}, error_stack = ${a.stack}
+      WHERE run_id = ${a.runId} AND attempt = ${a.attempt} AND state = 'running')
+    SELECT ${a.result} AS accepted`;
+}
+
+function runStateOf(res: pg.QueryResult | undefined): { state: string; claimToken: bigint | null } | null {
+  const row = res?.rows[0] as { state: string; claim_token: string | null } | undefined;
+  return row ? { state: row.state, claimToken: row.claim_token === null ? null : BigInt(row.claim_token) } : null;
 }
 
 /**

@@ -23,6 +23,7 @@
  * Raw parameterised SQL rather than drizzle: the conditional upserts read more plainly as SQL.
  */
 import pg from 'pg';
+import { ledgerConnection, type LedgerConnection } from '../db/ledger-url.js';
 import { systemClock, type Clock } from '../clock.js';
 import {
   BackendUnavailableError,
@@ -115,7 +116,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
   private readonly ownsPool: boolean;
   private readonly clock: Clock;
   private readonly timeoutMs: number;
-  private readonly listenConfig: pg.ClientConfig;
+  private readonly listenConfig: pg.ClientConfig & { Client?: typeof pg.Client };
   private readonly listeners = new Map<string, Set<() => void>>();
   private listenClient: pg.Client | undefined;
   private listenReady: Promise<void> | undefined;
@@ -144,10 +145,12 @@ export class PostgresLeaseBackend implements LeaseBackend {
     if (options.pool) {
       this.pool = options.pool;
       this.ownsPool = false;
-      this.listenConfig = { ...options.pool.options, ...bounds };
+      this.listenConfig = { ...(options.pool.options as LedgerConnection), ...bounds };
     } else if (options.connectionString) {
+      // A multi-host URL (libpq's form) gets a client that picks the read-write host.
+      const connection = ledgerConnection(options.connectionString);
       this.pool = new pg.Pool({
-        connectionString: options.connectionString,
+        ...connection,
         max: 4,
         idleTimeoutMillis: 10_000,
         allowExitOnIdle: true,
@@ -157,7 +160,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
       // or fails with BackendUnavailableError. Without a handler the error would crash the process.
       this.pool.on('error', () => {});
       this.ownsPool = true;
-      this.listenConfig = { connectionString: options.connectionString, ...bounds };
+      this.listenConfig = { ...connection, ...bounds };
     } else {
       throw new InvalidConfigError('backend.url', 'postgres needs a connectionString or a pool');
     }
@@ -305,7 +308,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
   }
 
   private async connectListener(): Promise<void> {
-    const client = new pg.Client(this.listenConfig);
+    const client = new (this.listenConfig.Client ?? pg.Client)(this.listenConfig);
     let up = false;
     client.on('notification', (msg) => {
       if (msg.channel !== LEASE_CHANNEL) return;

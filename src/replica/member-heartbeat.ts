@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { deleteMember, upsertMember } from '../ledger/members.js';
+import { deleteMember, touchMember, upsertMember } from '../ledger/members.js';
 import type { Tables } from '../db/tables.js';
 
 export interface MemberHeartbeatOptions {
@@ -29,6 +29,7 @@ export class MemberHeartbeat {
   private timer: NodeJS.Timeout | undefined;
   private beating: Promise<void> = Promise.resolve();
   private stopped = false;
+  private fullRowWritten = false;
   readonly intervalMs: number;
 
   constructor(private readonly o: MemberHeartbeatOptions) {
@@ -65,14 +66,16 @@ export class MemberHeartbeat {
   }
 
   private async write(): Promise<void> {
+    const row = { replicaId: this.o.replicaId, role: this.o.role(), adminUrl: this.o.adminUrl ?? null };
+    // The job list goes with the first write (or when the row went missing), not every beat.
+    if (this.fullRowWritten && (await touchMember(this.o.pool, this.o.tables, row))) return;
     await upsertMember(this.o.pool, this.o.tables, {
-      replicaId: this.o.replicaId,
+      ...row,
       host: hostname(),
       pid: process.pid,
       version: this.o.version,
       jobs: this.o.jobs,
-      role: this.o.role(),
-      adminUrl: this.o.adminUrl ?? null,
     });
+    this.fullRowWritten = true;
   }
 }

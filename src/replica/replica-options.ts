@@ -38,7 +38,7 @@ export interface ReplicaOptions {
   election?: Omit<ElectorOptions, 'leaseName' | 'replicaId'>;
   worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
   /**
-   * The admin HTTP (status page, JSON API, /metrics, /healthz) that `cronwarden start` serves, and
+   * The admin HTTP (console, JSON API, /metrics, /healthz) that `cronwarden start` serves, and
    * this replica's row in cw_members with the URL it advertises. Omit or `false` for neither.
    */
   admin?: ReplicaAdminOptions | false;
@@ -51,6 +51,12 @@ export interface ReplicaOptions {
    * returns within roughly the grace period plus a few seconds.
    */
   shutdownGraceMs?: number;
+  /**
+   * A follower commits a slot the leader has not committed this long after it was due (a crashed
+   * leader then costs this, not a lease TTL), under the same unique key, so a slot stays once
+   * (src/scheduler/stand-in.ts). Default 500 ms; 0 turns stand-ins off.
+   */
+  standInGraceMs?: number;
   /**
    * The leader deletes finished runs (and their attempts) older than this. Default 14 days; 0
    * keeps everything.
@@ -87,4 +93,9 @@ export interface ReplicaAdminOptions {
   url?: string;
   /** More host names the server answers to (a Service name, say). */
   allowedHosts?: string[];
+  /**
+   * Serve it from a worker thread of its own (the default, when the ledger is given as a URL), so
+   * a flood of admin connections costs that thread's event loop and not the scheduler's.
+   */
+  thread?: boolean;
 }

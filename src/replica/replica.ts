@@ -6,6 +6,7 @@ import pg from 'pg';
 import { Redis } from 'ioredis';
 import { pino, type Logger } from 'pino';
 import { AdminServer } from '../admin/server.js';
+import { AdminThread } from '../admin/admin-thread.js';
 import type { ReplicaEvents, ReplicaView } from '../admin/replica-view.js';
 import { systemClock, type Clock } from '../clock.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -28,15 +29,22 @@ import { RuntimeSchedules, withRuntimeSchedules } from '../scheduler/runtime-sch
 import { ScheduleSync } from '../scheduler/schedule-sync.js';
 import { Backfiller } from '../scheduler/backfill.js';
 import { RuntimeOps } from './runtime-ops.js';
+import { DEFAULT_STAND_IN_GRACE_MS, StandIn } from '../scheduler/stand-in.js';
+import { PauseExpiry } from '../scheduler/pause-expiry.js';
+import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { forwardEvents } from './forward-events.js';
 import { MemberHeartbeat } from './member-heartbeat.js';
+import { TenureRecord } from './tenure-record.js';
+import { RunRetrier } from '../scheduler/run-retrier.js';
+import type { RetriedRun } from '../ledger/run-retry.js';
 import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaEvents } from '../admin/replica-view.js';
 import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
+import { ledgerConnection } from '../db/ledger-url.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
@@ -76,7 +84,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   /** Clients the caller gave us stay open on stop(); ours are closed. */
   private readonly ownsPool: boolean;
   private readonly ownsRedis: boolean;
-  private admin: AdminServer | undefined;
+  private admin: AdminServer | AdminThread | undefined;
   private heartbeat: MemberHeartbeat | undefined;
   /** Where this replica's admin HTTP answers, once started (undefined without one). */
   adminUrl: string | undefined;
@@ -90,6 +98,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private readonly retention: RunRetention | undefined;
   private readonly sweeper: DeliverySweeper;
   private readonly removedJobs: RemovedJobs;
+  private readonly standIn: StandIn;
+  private readonly retrier: RunRetrier;
+  private readonly tenures: TenureRecord;
+  private readonly pauseExpiry: PauseExpiry;
   private stopped = false;
   /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
   private readonly warn: ReturnType<typeof limitedWarn>;
@@ -106,7 +118,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.startedAt = (o.clock ?? systemClock).now();
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
     this.ownsPool = !o.pool;
-    this.pool = o.pool ?? new pg.Pool({ connectionString: o.databaseUrl, max: 10, connectionTimeoutMillis: 5000 });
+    this.pool = o.pool ?? new pg.Pool({ ...ledgerConnection(o.databaseUrl!), max: 10, connectionTimeoutMillis: 5000 });
     if (this.ownsPool)
       this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool, this.schema);
@@ -175,13 +187,50 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       fenceResource,
     });
     this.runtime = this.runtimeOps(fireLedger, fenceResource);
+    this.standIn = new StandIn({
+      registry: this.registry,
+      ledger: this.ledger.fires,
+      delivery: this.delivery,
+      policies: this.fireLoop,
+      isLeading: () => this.elector.role === 'leader',
+      clock,
+      logger: this.logger,
+      replicaId: this.replicaId,
+      fenceResource,
+      graceMs: o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
+      onCommitted: (fire, latenessMs) => this.emit('fire:committed', fire, latenessMs, fire.trigger),
+    });
+    this.pauseExpiry = new PauseExpiry({
+      ledger: this.ledger.fires,
+      leadership: this.elector,
+      clock,
+      logger: this.logger,
+      fenceResource,
+      onResumed: (pause) => this.emit('pause:expired', pause),
+    });
     this.executor = new RunExecutor({
       ledger: this.ledger.runs,
       registry: this.registry,
       replicaId: this.replicaId,
       logger: this.logger,
     });
+    this.retrier = new RunRetrier({
+      ledger: this.ledger.fires,
+      delivery: this.delivery,
+      leadership: this.elector,
+      logger: this.logger,
+      replicaId: this.replicaId,
+      fenceResource,
+    });
+    this.tenures = new TenureRecord({
+      db: this.pool,
+      tables: this.ledger.tables,
+      logger: this.logger,
+      warn: this.warn,
+    });
     forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
+    this.on('lease:renewed', (lease) => this.tenures.renewed(lease));
+    this.on('lease:lost', (lease, _reason, end) => this.tenures.ended(lease, end));
   }
 
   /** Runtime schedules' changes, one-off runs and backfills, as the admin API drives them. */
@@ -255,11 +304,33 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   setPaused(job: string, paused: boolean): Promise<void> {
     return this.ledger.fires.setPaused(job, paused);
   }
+  pause(job: string, request: PauseRequest): Promise<JobPause> {
+    return this.ledger.fires.pause(job, request);
+  }
   resign(): Promise<boolean> {
     return this.elector.resign();
   }
+  retry(runId: bigint): Promise<RetriedRun> {
+    return this.retrier.retry(runId);
+  }
 
   async start(): Promise<void> {
+    // An admin thread loads its modules while the rest starts; it is closed if start-up fails.
+    this.admin = this.createAdmin();
+    try {
+      await this.startParts();
+    } catch (err) {
+      await this.admin?.close().catch(() => undefined);
+      this.admin = undefined;
+      throw err;
+    }
+    this.logger.info(
+      { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
+      'replica started',
+    );
+  }
+
+  private async startParts(): Promise<void> {
     // Before anything runs: a schema that holds another deployment's ledger is refused here.
     await this.ledger.bindNamespace(this.namespace);
     await this.ledgerClock?.start();
@@ -278,28 +349,36 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       await this.worker.start();
     }
     this.elector.start();
+    this.standIn.start();
     await this.startAdmin();
-    this.logger.info(
-      { jobs: this.registry.size, backend: this.o.backend.kind, namespace: this.namespace, schema: this.schema },
-      'replica started',
-    );
+  }
+
+  /** The admin HTTP, if configured: in a thread of its own (the default) when the ledger is a URL. */
+  private createAdmin(): AdminServer | AdminThread | undefined {
+    const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
+    if (!a) return undefined;
+    const admin = {
+      replica: this,
+      backend: this.o.backend,
+      token: a.token,
+      host: a.host,
+      port: a.port,
+      advertisedUrl: a.url,
+      allowedHosts: a.allowedHosts,
+    };
+    // A pool's settings (functions, a Client class) cannot cross to a thread: then in this one.
+    if (a.thread !== false && this.o.databaseUrl) return new AdminThread({ ...admin, databaseUrl: this.o.databaseUrl });
+    return new AdminServer({
+      ...admin,
+      // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
+      databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
+    });
   }
 
   /** The admin HTTP, if configured, and this replica's member row with the URL it advertises. */
   private async startAdmin(): Promise<void> {
     const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
-    if (a) {
-      this.admin = new AdminServer({
-        replica: this,
-        backend: this.o.backend,
-        // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
-        databaseUrl: this.o.databaseUrl ?? (this.pool as pg.Pool & { options: pg.PoolConfig }).options,
-        token: a.token,
-        host: a.host,
-        port: a.port,
-        advertisedUrl: a.url,
-        allowedHosts: a.allowedHosts,
-      });
+    if (a && this.admin) {
       const bound = await this.admin.listen();
       this.adminUrl = a.url ?? advertised(bound, a.host ?? '127.0.0.1');
     }
@@ -328,6 +407,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // The hand-over first: stop firing and release the lease, so a follower leads at once. Only
     // then the admin HTTP (whose close waits for in-flight requests) and the member row.
     this.fireLoop.stop();
+    this.standIn.stop();
     await this.elector.stop();
     await this.heartbeat?.stop();
     await this.admin?.close();
@@ -335,6 +415,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     await this.delivery.close();
     if (this.ownsRedis) await this.redis.quit().catch(() => {});
     await this.o.backend.close();
+    await this.tenures.flush();
     this.ledgerClock?.stop();
     // An abandoned handler may still hold a pooled client (e.g. inside ctx.transaction): do not
     // wait for it; exiting the process ends its session and PostgreSQL rolls its transaction back.
@@ -348,12 +429,14 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.logger.info({ token: lease.token.toString() }, 'elected leader');
     await this.ledger.fires
       .recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind)
+      .then((id) => this.tenures.elected(id, lease.token))
       .catch((err: Error) => {
         this.logger.warn({ err }, 'could not record the election');
       });
     void this.retention?.run(signal);
     void this.sweeper.run(signal);
     void this.removedJobs.run(signal);
+    void this.pauseExpiry.run(signal);
     // Runtime schedules are loaded (and listened to) before the tenure's catch-up plans them.
     this.scheduleSync = new ScheduleSync({
       pool: this.pool,

@@ -25,13 +25,42 @@
  * cached Intl formatter per zone.
  *
  * Memory: a schedule holds its two strings and a parsed pattern shared by every schedule with the
- * same expression; the pattern's field tables are shared too.
+ * same expression; the pattern's field tables are shared too, and so is the schedule itself by
+ * every job with the same expression and zone.
  */
 import { InvalidConfigError, InvalidScheduleError } from '../errors.js';
 import { nextWallMatch, parseCronPattern, type CronPattern } from './cron-pattern.js';
 
+/** What a wall-clock time repeated by a fall-back change does: fire at its first, last or both occurrences. */
+export type DstRepeat = 'first' | 'last' | 'both';
+/** What a wall-clock time skipped by a spring-forward change does: fire at the first instant after the gap, or not. */
+export type DstGap = 'shift' | 'skip';
+export interface DstPolicy {
+  repeat: DstRepeat;
+  gap: DstGap;
+}
+export const DST_REPEATS: readonly DstRepeat[] = ['first', 'last', 'both'];
+export const DST_GAPS: readonly DstGap[] = ['shift', 'skip'];
+
+const DEFAULT_DST: Readonly<DstPolicy> = Object.freeze({ repeat: 'first', gap: 'shift' });
+
+function dstPolicy(dst: Partial<DstPolicy>): Readonly<DstPolicy> {
+  const repeat = dst.repeat ?? 'first';
+  const gap = dst.gap ?? 'shift';
+  if (!DST_REPEATS.includes(repeat))
+    throw new InvalidConfigError('dstRepeat', `must be one of ${DST_REPEATS.join(', ')}, not "${String(repeat)}"`);
+  if (!DST_GAPS.includes(gap))
+    throw new InvalidConfigError('dstGap', `must be one of ${DST_GAPS.join(', ')}, not "${String(gap)}"`);
+  return repeat === 'first' && gap === 'shift' ? DEFAULT_DST : Object.freeze({ repeat, gap });
+}
+
 /** Parsed patterns, shared by every schedule with the same expression (matching is stateless). */
 const compiled = new Map<string, CronPattern>();
+/**
+ * Schedules by zone, DST policy and expression: a schedule is immutable, so a million jobs with 86,400
+ * distinct expressions hold 86,400 schedules (and no copy of each expression string).
+ */
+const schedules = new Map<string, CronSchedule>();
 
 const HOUR_MS = 3_600_000;
 /** Offsets are compared this far either side of an instant to detect a nearby DST transition. */
@@ -42,66 +71,101 @@ export class CronSchedule {
     readonly expression: string,
     readonly timezone: string,
     private readonly compiled: CronPattern,
+    /** What a repeated and a skipped wall-clock time do (see DstPolicy). */
+    readonly dst: Readonly<DstPolicy>,
   ) {}
 
-  /** Parse and validate; throws InvalidScheduleError (the expression) or InvalidConfigError naming 'timezone'. */
-  static parse(expression: string, timezone = 'UTC'): CronSchedule {
+  /**
+   * Parse and validate; throws InvalidScheduleError (the expression) or InvalidConfigError naming
+   * 'timezone'. `dst` defaults to { repeat: 'first', gap: 'shift' }.
+   */
+  static parse(expression: string, timezone = 'UTC', dst: Partial<DstPolicy> = {}): CronSchedule {
     if (typeof expression !== 'string' || expression.trim() === '') {
       throw new InvalidScheduleError(String(expression), 'must be a cron expression such as "*/5 * * * *"');
     }
     if (typeof timezone !== 'string' || timezone === '') throw badTimezone(String(timezone));
+    const policy = dstPolicy(dst);
+    const key = `${timezone} ${policy.repeat}/${policy.gap} ${expression}`;
+    const known = schedules.get(key);
+    if (known) return known;
     assertTimezone(timezone);
     let c = compiled.get(expression);
     if (!c) {
       c = parseCronPattern(expression);
       compiled.set(expression, c);
     }
-    return new CronSchedule(expression, timezone, c);
+    const schedule = new CronSchedule(expression, timezone, c, policy);
+    schedules.set(key, schedule);
+    return schedule;
   }
 
   /** The first fire time strictly after afterMs (epoch ms), or null if the schedule never fires again. */
   nextAfter(afterMs: number): number | null {
     if (isUtc(this.timezone)) return this.nextWall(afterMs);
-    const zone = this.timezone;
-    const here = transitionNear(afterMs, zone);
+    const here = transitionNear(afterMs, this.timezone);
+    const found = this.scan(afterMs, here);
+    const tr = here.transition;
+    // dstRepeat 'last' / 'both' from before a fall-back: the second pass of the repeated hour lies
+    // after every instant of the first pass, so a repeated wall time earlier than the ones scanned
+    // can still be next.
+    if (tr === null || tr.before <= tr.after || this.dst.repeat === 'first' || afterMs >= tr.at) return found;
+    const w = this.nextWall(tr.at + tr.after - 1);
+    const second = w !== null && w < tr.at + tr.before ? w - tr.after : null;
+    if (second === null || second <= afterMs) return found;
+    return found === null ? second : Math.min(found, second);
+  }
+
+  /** Walk wall-clock matches from afterMs's wall time, mapping each to its instant under the DST policy. */
+  private scan(afterMs: number, here: { offset: number; transition: Transition | null }): number | null {
     let wallFrom: number;
     if (here.transition === null) {
       wallFrom = afterMs + here.offset;
     } else {
       const { at, before, after } = here.transition;
       wallFrom = afterMs + (afterMs < at ? before : after);
-      // In the second pass of a repeated hour every wall time up to its end has already had its
-      // first occurrence: continue from the end of the repeated hour.
-      if (before > after && afterMs >= at && afterMs < at + (before - after)) wallFrom = at + before - 1;
+      // dstRepeat 'first': in the second pass of a repeated hour every wall time up to its end has
+      // already had its occurrence; continue from the end of the repeated hour.
+      const secondPass = before > after && afterMs >= at && afterMs < at + (before - after);
+      if (secondPass && this.dst.repeat === 'first') wallFrom = at + before - 1;
     }
     for (let guard = 0; guard < 1000; guard++) {
       const wall = this.nextWall(wallFrom);
       if (wall === null) return null;
-      let instant: number | null;
       const near =
         here.transition === null && wall - afterMs < NEAR_MS - 15 * HOUR_MS
           ? here // the wall time's instant lies inside the window already known to have no transition
-          : transitionNear(wall, zone);
-      if (near.transition === null) {
-        instant = wall - near.offset;
-      } else {
-        const { at, before, after } = near.transition;
-        if (wall < at + before)
-          instant = wall - before; // before the change, and first occurrences
-        else if (wall >= at + after) instant = wall - after;
-        else {
-          // Inside a spring-forward gap: the wall time does not exist.
-          instant = this.compiled.everyHour ? null : at;
-          if (instant === null || instant <= afterMs) {
-            wallFrom = at + after - 1; // skip the rest of the gap in one step
-            continue;
-          }
-        }
+          : transitionNear(wall, this.timezone);
+      const mapped = near.transition === null ? wall - near.offset : this.instantOf(wall, near.transition, afterMs);
+      if (mapped === 'gap') {
+        wallFrom = near.transition!.at + near.transition!.after - 1; // skip the rest of the gap in one step
+        continue;
       }
-      if (instant > afterMs) return instant;
+      if (mapped > afterMs) return mapped;
       wallFrom = wall;
     }
     return null;
+  }
+
+  /**
+   * The instant a wall time near a transition fires at under the DST policy, the first one after
+   * afterMs where a repeated time has two; 'gap' when a time inside a spring-forward gap does not fire
+   * (dstGap 'skip', a schedule with every hour, or its shifted instant is already past).
+   */
+  private instantOf(wall: number, tr: Transition, afterMs: number): number | 'gap' {
+    const { at, before, after } = tr;
+    if (before < after) {
+      if (wall < at + before) return wall - before;
+      if (wall >= at + after) return wall - after;
+      // Inside a spring-forward gap: the wall time does not exist.
+      if (this.dst.gap === 'skip' || this.compiled.everyHour || at <= afterMs) return 'gap';
+      return at;
+    }
+    if (wall < at + after) return wall - before;
+    if (wall >= at + before) return wall - after;
+    // A repeated wall time: first occurrence at wall - before, second at wall - after.
+    if (this.dst.repeat === 'first') return wall - before;
+    if (this.dst.repeat === 'last') return wall - after;
+    return wall - before > afterMs ? wall - before : wall - after;
   }
 
   /** Fire times t with fromMs < t <= toMs, ascending, at most `limit` (default 10,000). */
@@ -116,6 +180,26 @@ export class CronSchedule {
     return out;
   }
 
+  /**
+   * How DST touched the fire at `instant` (one this schedule returned): the first or second
+   * occurrence of a repeated wall-clock time, or a time inside a spring-forward gap shifted to the
+   * gap's end; null when no transition is near.
+   */
+  dstNote(instant: number): DstNote | null {
+    if (isUtc(this.timezone)) return null;
+    const { transition: tr } = transitionNear(instant, this.timezone);
+    if (tr === null) return null;
+    const { at, before, after } = tr;
+    if (before > after) {
+      if (instant >= at - (before - after) && instant < at) return 'repeated-first';
+      if (instant >= at && instant < at + (before - after)) return 'repeated-second';
+      return null;
+    }
+    if (instant !== at) return null;
+    const w = this.nextWall(at + before - 1);
+    return w !== null && w < at + after ? 'gap-shifted' : null;
+  }
+
   toString(): string {
     return isUtc(this.timezone) ? this.expression : `${this.expression} (${this.timezone})`;
   }
@@ -124,6 +208,14 @@ export class CronSchedule {
   private nextWall(wallMs: number): number | null {
     return nextWallMatch(this.compiled, wallMs);
   }
+}
+
+/** See CronSchedule.dstNote. */
+export type DstNote = 'repeated-first' | 'repeated-second' | 'gap-shifted';
+
+/** Offset of `timezone` from UTC at instant t, in ms (local wall time = t + offset). */
+export function zoneOffsetMs(t: number, timezone: string): number {
+  return isUtc(timezone) ? 0 : offsetAt(t, timezone);
 }
 
 function isUtc(timezone: string): boolean {

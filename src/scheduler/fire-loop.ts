@@ -7,12 +7,17 @@ import { FireQueue, type FireEntry } from './fire-queue.js';
 import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigger } from '../ledger/fire-ledger.js';
 import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
-import { planCatchUp, type CatchUpPlan } from './misfire.js';
+import type { CatchUpPlan } from './misfire.js';
+import { tracedFireCommit } from './fire-tracing.js';
+import { fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from './job-policies.js';
+import { pauseHolds } from '../ledger/pauses.js';
+import { HandOverGuard } from './hand-over-guard.js';
+import { forEachSliced } from './yielding.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
   FireLedger,
-  'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pausedJobs' | 'activeJobs'
+  'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pauses' | 'activeJobs'
 >;
 
 /** After a failed commit (a database blip), the batch's jobs are retried this soon at the latest. */
@@ -36,6 +41,8 @@ export interface FireLoopEvents {
   'fire:missed': [job: string, scheduledAt: Date[], reason: string, count: number];
   'fire:skipped': [job: string, scheduledAt: Date, reason: string];
   'enqueue:failed': [error: Error];
+  /** A tenure's reconciliation is done and the timer armed; `schedules` entries wait in the queue. */
+  'loop:armed': [schedules: number];
 }
 
 export interface FireLoopOptions {
@@ -64,8 +71,9 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Counts tenures, so a commit that outlives its tenure does not touch the next one's queue. */
   private tenure = 0;
   private ticking: Promise<void> = Promise.resolve();
-  /** Runs the fire path is handing to the queue right now: the outbox leaves them alone. */
-  private readonly handingOver = new Set<bigint>();
+  /** Runs the fire path is handing to the queue: the outbox leaves them alone. */
+  private readonly handingOver = new HandOverGuard();
+  private queued: { from: readonly ScheduledJob[]; names: string[] } | undefined;
 
   constructor(private readonly o: FireLoopOptions) {
     super();
@@ -93,21 +101,21 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     if (signal.aborted) return;
     const catchUp: FireRequest[] = [];
     const plans: { job: ScheduledJob; plan: CatchUpPlan }[] = [];
-    for (const job of this.o.registry.list()) {
-      const last = lastFired.get(job.name)?.getTime() ?? null;
-      const plan = planCatchUp({
-        schedule: job.schedule,
-        policy: job.misfire,
-        lastFiredMs: last,
-        nowMs: now,
-        catchUpWindowMs: job.catchUpWindowMs,
-        misfireGraceMs: job.misfireGraceMs,
-      });
-      plans.push({ job, plan });
-      for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
-      const next = job.schedule.nextAfter(Math.max(now, last ?? now));
-      if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
-    }
+    const tenure = this.tenure;
+    // In slices: with a million schedules this loop takes seconds, and the lease must keep renewing.
+    const current = await forEachSliced(
+      this.o.registry.list(),
+      (job) => {
+        const last = lastFired.get(job.name)?.getTime() ?? null;
+        const plan = planJobCatchUp(job, last, now);
+        if (plan.missedCount > 0) plans.push({ job, plan });
+        for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
+        const next = job.schedule.nextAfter(Math.max(now, last ?? now));
+        if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
+      },
+      () => this.running && this.tenure === tenure && !signal.aborted,
+    );
+    if (!current) return;
     if (catchUp.length > 0) {
       this.o.logger.info({ fires: catchUp.length }, 'catching up fires missed during the election');
       // A failure here ends the tenure (the elector steps down): nothing was committed, so
@@ -118,6 +126,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     if (!this.running) return;
     this.arm();
     this.scheduleOutbox();
+    this.emit('loop:armed', this.queue.size);
   }
 
   stop(): void {
@@ -197,15 +206,20 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   /** Enqueue runs that were committed but never handed to the queue (crash between the two). */
   async sweepOutbox(): Promise<number> {
     if (!this.running || !this.o.leadership.lease()) return 0;
-    const queuedJobs = this.o.registry
-      .list()
-      .filter((j) => j.overlap === 'queue')
-      .map((j) => j.name);
-    const runs = (await this.o.ledger.unenqueued(500, queuedJobs)).filter((r) => !this.handingOver.has(r.runId));
+    const queuedJobs = this.queuedJobs();
+    const runs = await this.handingOver.sweep(() => this.o.ledger.unenqueued(500, queuedJobs));
     if (runs.length === 0) return 0;
     await this.o.delivery.enqueue(runs);
     await this.o.ledger.markEnqueued(runs.map((r) => r.runId));
     return runs.length;
+  }
+
+  /** Jobs with overlap 'queue', worked out again only when the registry's list changes. */
+  private queuedJobs(): string[] {
+    const jobs = this.o.registry.list();
+    if (this.queued?.from !== jobs)
+      this.queued = { from: jobs, names: jobs.filter((j) => j.overlap === 'queue').map((j) => j.name) };
+    return this.queued.names;
   }
 
   /**
@@ -227,16 +241,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       if (!job) continue;
       // Late or several times due (a blocked loop, a wall clock jump, a failed commit): the misfire
       // policy decides.
-      const plan = planCatchUp({
-        schedule: job.schedule,
-        policy: job.misfire,
-        lastFiredMs: entry.after,
-        nowMs: now,
-        catchUpWindowMs: job.catchUpWindowMs,
-        misfireGraceMs: job.misfireGraceMs,
-      });
+      const plan = planJobCatchUp(job, entry.after, now);
       planned.push({ entry, job, plan });
-      for (const at of plan.fire) requests.push({ job: job.name, scheduledAt: new Date(at), trigger: 'schedule' });
+      for (const at of plan.fire)
+        requests.push({ job: job.name, scheduledAt: new Date(at), trigger: fireTrigger(job, at, now, 'schedule') });
     }
     this.arm(); // the other jobs keep their timer while this batch commits
     try {
@@ -310,12 +318,17 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       for (let i = 0; i < shaped.length; i += COMMIT_CHUNK) {
         let result: FireBatchResult;
         try {
-          result = await this.o.ledger.commitFires(shaped.slice(i, i + COMMIT_CHUNK), {
-            fenceResource: this.o.fenceResource,
-            token: lease.token,
-            replicaId: this.o.replicaId,
-            stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
-          });
+          const chunk = shaped.slice(i, i + COMMIT_CHUNK);
+          const leader = { token: lease.token, replicaId: this.o.replicaId, fires: chunk.length };
+          const commit = tracedFireCommit(leader, () =>
+            this.o.ledger.commitFires(chunk, {
+              fenceResource: this.o.fenceResource,
+              token: lease.token,
+              replicaId: this.o.replicaId,
+              stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
+            }),
+          );
+          result = await this.handingOver.committing(commit, (r) => toDeliver(r).map((f) => f.runId));
         } catch (err) {
           if (!(err instanceof StaleTokenError)) throw err;
           this.o.logger.error({ token: lease.token, highest: err.highest }, 'fence refused our fires: stepping down');
@@ -365,18 +378,22 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       );
       this.emit('fire:skipped', fire.job, fire.scheduledAt, reason);
     }
-    const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);
+    const deliver = toDeliver(result);
     if (deliver.length === 0) return;
-    for (const f of deliver) this.handingOver.add(f.runId);
+    let delivered = false;
     try {
       await this.o.delivery.enqueue(deliver);
       await this.o.ledger.markEnqueued(deliver.map((f) => f.runId));
+      delivered = true;
     } catch (err) {
       // Committed is committed: the outbox sweep delivers these later.
       this.emit('enqueue:failed', err as Error);
       this.o.logger.warn({ err, runs: deliver.length }, 'enqueue failed; the outbox will retry');
     } finally {
-      for (const f of deliver) this.handingOver.delete(f.runId);
+      this.handingOver.ended(
+        deliver.map((f) => f.runId),
+        delivered,
+      );
     }
   }
 
@@ -384,19 +401,20 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
    * Shape the requests by the pause and overlap policies. Skipped fires are recorded in the ledger
    * (state 'skipped'); they are logged and emitted once committed, with the reason kept here.
    * Overlap 'replace' only marks the request: the ledger cancels the running runs inside the
-   * commit, after the fence accepted our token.
+   * commit, after the fence accepted our token. Public for the stand-in (stand-in.ts), which must
+   * apply the same rules to the slots it commits for a silent leader.
    */
-  private async applyPolicies(
+  async applyPolicies(
     requests: FireRequest[],
   ): Promise<{ fires: FireRequest[]; skips: Map<string, { reason: string; level: 'info' | 'warn' }> }> {
-    const paused = await this.o.ledger.pausedJobs();
+    const pauses = await this.o.ledger.pauses();
     const guarded = [...new Set(requests.map((r) => r.job))].filter((name) => {
       const overlap = this.o.registry.get(name)?.overlap ?? 'allow';
       return overlap !== 'allow' && overlap !== 'replace';
     });
     const active = await this.o.ledger.activeJobs(guarded);
-    const busy = new Map<string, { active: boolean; held: boolean }>();
-    for (const [job, a] of active) busy.set(job, { active: a.ids.length > 0, held: a.held > 0 });
+    const busy = new Map<string, { active: boolean; waiting: number }>();
+    for (const [job, a] of active) busy.set(job, { active: a.ids.length > 0, waiting: a.held });
     const out: FireRequest[] = [];
     const skips = new Map<string, { reason: string; level: 'info' | 'warn' }>();
     for (const r of requests) {
@@ -406,11 +424,13 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         skips.set(fireKey(r.job, r.scheduledAt), { reason, level });
         out.push({ ...r, state: 'skipped', error: reason });
       };
-      if (paused.has(r.job) && r.trigger !== 'manual') {
-        skip('job is paused', 'info');
+      // Slots at or after a pause's `until` fire, whether or not the leader has lifted it yet.
+      const pause = pauses.get(r.job);
+      if (pause && r.trigger !== 'manual' && pauseHolds(pause, r.scheduledAt)) {
+        skip(pauseReason(pause), 'info');
         continue;
       }
-      const state = busy.get(r.job) ?? { active: false, held: false };
+      const state = busy.get(r.job) ?? { active: false, waiting: 0 };
       switch (job.overlap) {
         case 'allow':
           out.push(r);
@@ -418,13 +438,16 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         case 'skip':
           if (state.active) skip('overlap "skip": previous run still active', 'warn');
           else out.push(r);
-          busy.set(r.job, { active: true, held: false });
+          busy.set(r.job, { active: true, waiting: 0 });
           break;
         case 'queue':
           if (!state.active) out.push(r);
-          else if (!state.held) out.push({ ...r, hold: true });
-          else skip('overlap "queue": one run already waiting', 'warn');
-          busy.set(r.job, { active: true, held: state.active || state.held });
+          else if (state.waiting < job.overlapQueueMax) out.push({ ...r, hold: true });
+          else skip(queueFullReason(job.overlapQueueMax), 'warn');
+          busy.set(r.job, {
+            active: true,
+            waiting: state.active ? Math.min(state.waiting + 1, job.overlapQueueMax) : 0,
+          });
           break;
         case 'replace':
           out.push({ ...r, replace: true });
@@ -433,6 +456,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     }
     return { fires: out, skips };
   }
+}
+
+/** The committed fires the fire path hands to the queue itself (held ones wait in the outbox). */
+function toDeliver(result: FireBatchResult): CommittedFire[] {
+  return result.committed.filter((f) => f.state === 'pending' && !f.hold);
 }
 
 function fireKey(job: string, scheduledAt: Date): string {

@@ -12,18 +12,18 @@ export interface FireEntry {
   after: number;
 }
 
-export class FireQueue {
-  private heap: FireEntry[] = [];
+export class FireQueue<E extends { at: number } = FireEntry> {
+  private heap: E[] = [];
 
   get size(): number {
     return this.heap.length;
   }
 
-  peek(): FireEntry | undefined {
+  peek(): E | undefined {
     return this.heap[0];
   }
 
-  push(entry: FireEntry): void {
+  push(entry: E): void {
     const h = this.heap;
     h.push(entry);
     let i = h.length - 1;
@@ -36,7 +36,7 @@ export class FireQueue {
     h[i] = entry;
   }
 
-  pop(): FireEntry | undefined {
+  pop(): E | undefined {
     const h = this.heap;
     const top = h[0];
     const last = h.pop();
@@ -59,14 +59,14 @@ export class FireQueue {
   }
 
   /** Remove and return every entry due at or before `now`. */
-  popDue(now: number): FireEntry[] {
-    const due: FireEntry[] = [];
+  popDue(now: number): E[] {
+    const due: E[] = [];
     while (this.heap.length > 0 && this.heap[0]!.at <= now) due.push(this.pop()!);
     return due;
   }
 
   /** Remove the entries of `jobs` (one pass, then re-heapify); returns each one's `after`. */
-  remove(jobs: ReadonlySet<string>): Map<string, number> {
+  remove(this: FireQueue<FireEntry>, jobs: ReadonlySet<string>): Map<string, number> {
     const removed = new Map<string, number>();
     const kept: FireEntry[] = [];
     for (const e of this.heap) {

@@ -34,6 +34,11 @@ export interface CatchUpInput {
   misfireGraceMs: number;
   /** Upper bound on fires returned, so a long backlog cannot flood the queue. Default 1,000. */
   maxFires?: number;
+  /**
+   * The job's maxCatchUp: at most this many late instants fire (the newest; on-time ones do not
+   * count); the older late ones are missed. Default: no bound beyond maxFires.
+   */
+  maxCatchUp?: number;
 }
 
 /** Missed instants listed in a plan, oldest first; the rest are only counted. */
@@ -46,7 +51,8 @@ const COUNT_BUDGET = 100_000;
  * - An instant within misfireGraceMs of now is on time: it fires whatever the policy.
  * - Older ones follow the policy: 'all' fires those within catchUpWindowMs of now, 'latest' only
  *   the newest of those (and none if an on-time instant fires anyway), 'skip' none.
- * - At most maxFires fire, the newest; the older excess is missed.
+ * - At most maxCatchUp late instants fire, the newest, all at once (not spread); the older late
+ *   ones are missed. Then at most maxFires fire in all, the newest; the older excess is missed.
  * - A job that never fired (lastFiredMs null) catches nothing up: it starts from now.
  * Cost is bounded whatever the outage: only the newest instants are enumerated in full (found by
  * bisection from now backwards), older ones are listed up to a limit and then counted.
@@ -76,6 +82,8 @@ export function planCatchUp(input: CatchUpInput): CatchUpPlan {
       chosen = [];
       break;
   }
+  const maxLate = Math.max(0, input.maxCatchUp ?? Infinity);
+  if (chosen.length > maxLate) chosen = chosen.slice(chosen.length - maxLate);
   const fireSet = new Set([...chosen, ...onTime]);
   let fire = newest.filter((t) => fireSet.has(t));
   if (fire.length > cap) fire = fire.slice(fire.length - cap); // keep the newest; the oldest are missed

@@ -3,6 +3,8 @@ export interface DeliverableRun {
   runId: bigint;
   job: string;
   scheduledAt: Date;
+  /** The trace context of the fire that committed it (W3C traceparent), when traced. */
+  traceparent?: string;
 }
 
 export interface RunDelivery {

@@ -132,6 +132,9 @@ export function runtimeJob(id: string, versions: readonly ScheduleVersion[]): Ru
     overlap: spec.overlap,
     catchUpWindowMs: spec.catchUpWindowMs,
     misfireGraceMs: spec.misfireGraceMs,
+    // A job from code's defaults (define-job.ts): runtime schedules do not choose these yet.
+    maxCatchUp: 1000,
+    overlapQueueMax: 1,
   };
 }
 

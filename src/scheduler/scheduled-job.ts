@@ -22,6 +22,18 @@ export interface ScheduledJob {
   readonly catchUpWindowMs: number;
   /** A fire later than this counts as a misfire and the misfire policy applies. */
   readonly misfireGraceMs: number;
+  /**
+   * At most this many late slots fire in one catch-up (the most recent ones, at once); older ones
+   * in the window are reported missed. On-time slots do not count.
+   */
+  readonly maxCatchUp: number;
+  /** Overlap 'queue': at most this many runs wait behind the active one; more are recorded skipped. */
+  readonly overlapQueueMax: number;
+}
+
+/** A job from code: its schedule is one cron expression with its DST policy. */
+export interface CodeJob extends ScheduledJob {
+  readonly schedule: CronSchedule;
 }
 
 /** The jobs the leader fires, by name (JobRegistry is the implementation). */

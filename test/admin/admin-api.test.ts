@@ -104,7 +104,7 @@ describe('read routes', () => {
     assert.equal(yearly.lastRun, null);
   });
 
-  it('GET /api/runs pages newest first with attempts, filters by job and state', async () => {
+  it('GET /api/runs pages newest first, filters by job and state; GET /api/runs/:id has the attempts', async () => {
     await waitUntil(
       async () =>
         (await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'tick' AND state = 'completed'")).rowCount! >= 2,
@@ -114,36 +114,38 @@ describe('read routes', () => {
     const run = page1.runs[0];
     assert.equal(run.job, 'tick');
     assert.equal(run.state, 'completed');
-    assert.equal(run.completedAttempt, 1);
+    assert.equal(run.attemptCount, 1);
     assert.equal(run.skippedAttempts, 0);
-    assert.equal(run.attempts.length, 1);
-    assert.equal(run.attempts[0].state, 'completed');
-    assert.match(run.attempts[0].token, /^[0-9]+$/);
-    assert.equal(page1.nextBefore, run.id);
+    assert.match(page1.nextCursor, /^[0-9]+\.[0-9]+$/);
     const page2 = await json(
-      await fetch(`${leader.url}/api/runs?job=tick&state=completed&limit=1&before=${page1.nextBefore}`),
+      await fetch(`${leader.url}/api/runs?job=tick&state=completed&limit=1&cursor=${page1.nextCursor}`),
     );
     assert.equal(page2.runs.length, 1);
-    assert.ok(BigInt(page2.runs[0].id) < BigInt(run.id));
+    assert.ok(page2.runs[0].scheduledAt < run.scheduledAt, 'older on the next page');
+    const detail = await json(await fetch(`${leader.url}/api/runs/${run.id}`));
+    assert.equal(detail.completedAttempt, 1);
+    assert.equal(detail.attempts.length, 1);
+    assert.equal(detail.attempts[0].state, 'completed');
+    assert.match(detail.attempts[0].token, /^[0-9]+$/);
     const none = await json(await fetch(`${leader.url}/api/runs?job=yearly&state=failed`));
-    assert.deepEqual(none, { runs: [], nextBefore: null });
+    assert.deepEqual(none, { runs: [], nextCursor: null });
   });
 
-  it('GET /api/runs orders run ids as numbers, and paging with before= never repeats a row', async () => {
+  it('GET /api/runs orders runs of one instant by id as numbers, and paging never repeats a row', async () => {
     // Enough rows that their ids cross a digit (9 → 10 … 99 → 100 as text would sort wrongly).
     await db.pool.query(
-      `INSERT INTO cw_runs (job, scheduled_at, leader_token, leader_id, state)
-       SELECT 'ordering', now() - n * interval '1 second', 1, 'test', 'completed' FROM generate_series(1, 95) AS n`,
+      `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state)
+       SELECT 'ordering', date_trunc('second', now()), 'manual', 1, 'test', 'completed' FROM generate_series(1, 95) AS n`,
     );
     const seen: bigint[] = [];
-    let before: string | null = null;
+    let cursor: string | null = null;
     do {
       const page = (await json(
-        await fetch(`${leader.url}/api/runs?job=ordering&limit=7${before ? `&before=${before}` : ''}`),
-      )) as { runs: { id: string }[]; nextBefore: string | null };
+        await fetch(`${leader.url}/api/runs?job=ordering&limit=7${cursor ? `&cursor=${cursor}` : ''}`),
+      )) as { runs: { id: string }[]; nextCursor: string | null };
       seen.push(...page.runs.map((r) => BigInt(r.id)));
-      before = page.nextBefore;
-    } while (before !== null && seen.length < 200);
+      cursor = page.nextCursor;
+    } while (cursor !== null && seen.length < 200);
     assert.equal(seen.length, 95, 'every row once');
     for (let i = 1; i < seen.length; i++)
       assert.ok(seen[i]! < seen[i - 1]!, `newest first by number: ${seen.slice(0, 15).join(', ')}`);
@@ -243,7 +245,7 @@ describe('read routes', () => {
     }
   });
 
-  it('GET / serves the status page', async () => {
+  it('GET / serves the console page', async () => {
     const res = await fetch(`${follower.url}/`);
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /text\/html/);
@@ -256,7 +258,7 @@ describe('bad requests', () => {
     ['/api/runs?limit=abc', 'limit'],
     ['/api/runs?limit=0', 'limit'],
     ['/api/runs?state=exploded', 'state'],
-    ['/api/runs?before=-3', 'before'],
+    ['/api/runs?cursor=-3', 'cursor'],
     ['/api/elections?limit=100000', 'limit'],
   ] as const) {
     it(`GET ${path} is 400 naming ${field}`, async () => {
@@ -310,7 +312,12 @@ describe('mutations', () => {
   it('pause and resume work on any replica and show in /api/jobs', async () => {
     const res = await post(follower, '/api/jobs/tick/pause', ADMIN_TOKEN);
     assert.equal(res.status, 200);
-    assert.deepEqual(await json(res), { job: 'tick', paused: true });
+    const body = await json(res);
+    // No body: paused until resumed, by "admin" (see test/admin/job-policies-api.test.ts for reason and until).
+    assert.deepEqual(
+      [body.job, body.paused, body.pausedBy, body.pausedReason, body.pausedUntil],
+      ['tick', true, 'admin', null, null],
+    );
     assert.equal(await paused('tick'), true);
     const jobs = await json(await fetch(`${leader.url}/api/jobs`));
     assert.equal(jobs.jobs.find((j: { name: string }) => j.name === 'tick').paused, true);

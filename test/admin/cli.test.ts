@@ -61,7 +61,8 @@ class StartedReplica extends EventedChild<Log> {
   }
 
   /** The first log line with message `msg` from index `since` on. */
-  waitForLog(msg: string, timeoutMs = 20_000, since = 0): Promise<Log> {
+  // Generous: in a source checkout each replica loads its TypeScript twice (main and admin thread).
+  waitForLog(msg: string, timeoutMs = 60_000, since = 0): Promise<Log> {
     return this.waitFor((l) => l.msg === msg, timeoutMs, since);
   }
 
@@ -149,11 +150,55 @@ describe('cronwarden CLI against running replicas', () => {
   it('pause and resume change the ledger', async () => {
     const p = await cli(['pause', 'tick', '--url', urls.get(follower)!]);
     assert.equal(p.code, 0, p.stderr);
-    assert.equal(p.stdout, 'tick: paused\n');
+    assert.match(p.stdout, /^tick: paused by admin( \([^)]+\))? until resumed\n$/);
     assert.equal((await db.pool.query("SELECT paused FROM cw_job_state WHERE job = 'tick'")).rows[0].paused, true);
     const r = await cli(['resume', 'tick', '--url', urls.get(leader)!]);
     assert.equal(r.code, 0, r.stderr);
     assert.equal((await db.pool.query("SELECT paused FROM cw_job_state WHERE job = 'tick'")).rows[0].paused, false);
+  });
+
+  it('pause --reason --until records who, why and until; status shows them; a past until is refused', async () => {
+    const until = new Date(Math.ceil((Date.now() + 3_600_000) / 1000) * 1000).toISOString();
+    const p = await cli([
+      'pause',
+      'tick',
+      '--reason',
+      'ledger migration',
+      '--until',
+      until,
+      '--url',
+      urls.get(follower)!,
+    ]);
+    assert.equal(p.code, 0, p.stderr);
+    assert.match(
+      p.stdout,
+      new RegExp(`^tick: paused by admin( \\([^)]+\\))? until ${until.replace(/[.]/g, '\\.')}: ledger migration\n$`),
+    );
+    const row = await db.pool.query("SELECT paused_reason, paused_until FROM cw_job_state WHERE job = 'tick'");
+    assert.deepEqual([row.rows[0].paused_reason, row.rows[0].paused_until.toISOString()], ['ledger migration', until]);
+    const status = await cli(['status', '--url', urls.get(leader)!]);
+    assert.match(
+      status.stdout,
+      new RegExp(`^PAUSED$[\\s\\S]*^tick\\s+admin.*${until.replace(/[.]/g, '\\.')}\\s+ledger migration$`, 'm'),
+    );
+    const past = await cli(['pause', 'tick', '--until', '2001-01-01T00:00:00Z', '--url', urls.get(leader)!]);
+    assert.equal(past.code, 2);
+    assert.match(past.stderr, /^cronwarden: .*until: must be in the future/);
+    assert.equal((await cli(['resume', 'tick', '--url', urls.get(leader)!])).code, 0);
+  });
+
+  it('next lists upcoming fires with their offsets', async () => {
+    const { code, stdout, stderr } = await cli(['next', 'yearly', '--count', '2', '--url', urls.get(follower)!]);
+    assert.equal(code, 0, stderr);
+    const year = new Date().getUTCFullYear() + 1;
+    assert.match(stdout, /^yearly {2}0 0 1 1 \* {2}Europe\/Berlin {2}dstRepeat first, dstGap shift$/m);
+    assert.match(
+      stdout,
+      new RegExp(`^${year - 1}-12-31T23:00:00\\.000Z  ${year}-01-01T00:00:00\\+01:00  \\+01:00$`, 'm'),
+    );
+    assert.equal(stdout.trim().split('\n').length, 4, stdout);
+    const bad = await cli(['next', 'yearly', '--count', '0', '--url', urls.get(follower)!]);
+    assert.equal(bad.code, 2);
   });
 
   it('errors are one line with exit 2 for usage (unknown job, no/wrong token) and 1 for an unreachable replica', async () => {
@@ -178,7 +223,7 @@ describe('cronwarden CLI against running replicas', () => {
   });
 
   it('--help works on every command', async () => {
-    for (const cmd of ['start', 'status', 'trigger', 'pause', 'resume', 'resign', 'migrate']) {
+    for (const cmd of ['start', 'status', 'trigger', 'pause', 'resume', 'next', 'resign', 'migrate']) {
       const { code, stdout } = await cli([cmd, '--help']);
       assert.equal(code, 0, cmd);
       assert.match(stdout, new RegExp(`^Usage: cronwarden ${cmd}`), cmd);

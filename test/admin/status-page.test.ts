@@ -1,5 +1,5 @@
 /**
- * The status page in headless Chromium (Debian's chromium through playwright-core): it loads,
+ * The console's overview in headless Chromium (Debian's chromium through playwright-core): it loads,
  * shows the current leader with its token, TTL countdown, members and jobs, and follows a failover
  * when the leader replica stops.
  */
@@ -61,7 +61,7 @@ it(
     page.on('pageerror', (err) => errors.push(err.message));
     const res = await page.goto(`${other.url}/`);
     assert.equal(res?.status(), 200);
-    assert.equal(await page.title(), 'cronwarden status');
+    assert.equal(await page.title(), 'cronwarden console');
 
     const text = (id: string) => page.locator(`#${id}`).innerText();
     await page.waitForFunction(
@@ -85,7 +85,9 @@ it(
     const jobs = await page.locator('#jobs tbody').innerText();
     assert.match(jobs, /tick/);
     assert.match(jobs, /Europe\/Berlin/);
+    await page.click('#nav-runs');
     await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length > 0, null, { timeout: 10_000 });
+    await page.click('#nav-overview');
     assert.match(await text('self'), new RegExp(`^${other.replica.replicaId} \\(`));
 
     await leader.stop();

@@ -4,6 +4,7 @@ import { pino } from 'pino';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
 import { Replica } from '../../src/replica/replica.js';
+import type { JobDefinition } from '../../src/jobs/define-job.js';
 import type { ElectorRole } from '../../src/scheduler/elector.js';
 
 export const SHARED_REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -31,6 +32,7 @@ export class Cluster {
     private readonly databaseUrl: string,
     readonly schema?: string,
     readonly namespace = `adm${randomUUID().slice(0, 8)}`,
+    private readonly jobs: () => JobDefinition[] = testJobs,
   ) {}
 
   async add(id: string): Promise<Node> {
@@ -42,7 +44,7 @@ export class Cluster {
       backend,
       databaseUrl: this.databaseUrl,
       redisUrl: SHARED_REDIS_URL,
-      jobs: testJobs(),
+      jobs: this.jobs(),
       election: { ttlMs: 3000 },
       shutdownGraceMs: 1000,
       // The replica serves the admin HTTP and keeps its member row, as `cronwarden start` does.

@@ -9,10 +9,11 @@ import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { EventEmitter } from 'node:events';
 import { pino } from 'pino';
-import { listRuns } from '../../src/ledger/admin-reads.js';
+import { runDetail } from '../../src/ledger/run-reads.js';
 import { tablesIn } from '../../src/db/tables.js';
 import { ReplicaMetrics } from '../../src/admin/metrics.js';
 import type { ReplicaEvents } from '../../src/admin/replica-view.js';
+import { systemClock } from '../../src/clock.js';
 import { EventedChild } from '../support/evented-child.js';
 import { effectDelivery, effectsSuite } from '../support/effect-runs.js';
 import type { EffectMode } from '../fixtures/effect-job.js';
@@ -95,6 +96,10 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       role: 'follower' as const,
       hostOffsetMs: () => undefined,
       logger: pino({ level: 'silent' }),
+      ttlMs: 10_000,
+      clock: systemClock,
+      jobs: () => [],
+      job: () => undefined,
     });
     const text = await new ReplicaMetrics(stub, env.db.pool, tablesIn(env.db.schema)).exposition();
     const byOutcome = new Map<string, number>();
@@ -136,9 +141,8 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       );
 
       // Issue 6: the admin view shows the attempts, which one completed, and the skipped re-deliveries.
-      const { runs } = await listRuns(env.db.pool, tablesIn(env.db.schema), { job: 'effect', limit: 100 });
-      const view = runs.find((r) => r.id === runId.toString());
-      assert.ok(view, 'the run is listed');
+      const view = await runDetail(env.db.pool, tablesIn(env.db.schema), runId);
+      assert.ok(view, 'the run is found');
       assert.equal(view.state, 'completed');
       assert.equal(view.completedAttempt, 1);
       assert.ok(view.skippedAttempts >= 1, `skippedAttempts ${view.skippedAttempts}`);

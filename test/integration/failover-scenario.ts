@@ -3,7 +3,9 @@
  * backend, PostgreSQL and Redis; jobs fire every second; the leader is stopped gracefully, then the
  * next leader is killed with SIGKILL. Afterwards the ledger must hold exactly one completed run per
  * job per second of the window, leader tokens must never decrease in commit order, and every run's
- * transactional effect must exist exactly once.
+ * transactional effect must exist exactly once. While the killed leader's lease runs out, the
+ * followers stand in (src/scheduler/stand-in.ts): the slots due in that gap get their first effect
+ * within the stand-in grace plus normal lateness, not a TTL later.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
@@ -21,6 +23,13 @@ export interface ScenarioReport {
   leaders: number;
   gracefulHandoverMs: number;
   crashHandoverMs: number;
+  /** Slots due between the kill (plus 1 s, whose runs the dead worker may hold) and the next election. */
+  crashGapSlots: number;
+  /** Their first effect, after the slot: p50 / max in ms. */
+  crashGapFirstEffectP50Ms: number;
+  crashGapFirstEffectMaxMs: number;
+  /** Runs in the whole window committed by a follower standing in. */
+  standInFires: number;
 }
 
 export async function runFailoverScenario(
@@ -28,11 +37,11 @@ export async function runFailoverScenario(
   options: { jobs?: number; ttlMs?: number; phaseMs?: number } = {},
 ): Promise<ScenarioReport> {
   const jobs = options.jobs ?? 3;
-  const ttlMs = options.ttlMs ?? 2000;
+  const ttlMs = options.ttlMs ?? 5000;
   const phaseMs = options.phaseMs ?? 10_000;
   const db = await createTestDatabase();
   await db.pool.query(
-    'CREATE TABLE cw_test_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)',
+    'CREATE TABLE cw_test_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())',
   );
   const namespace = `t${randomUUID().slice(0, 8)}`;
   const replicas = ['r1', 'r2', 'r3'].map(
@@ -49,7 +58,7 @@ export async function runFailoverScenario(
       }),
   );
   try {
-    const first = await waitForLeader(replicas, 20_000);
+    const first = await waitForLeader(replicas, 60_000); // three processes loading under a busy host
     await sleep(phaseMs);
     const t0 = await scalar<Date>(db.pool, 'SELECT min(scheduled_at) FROM cw_runs');
     assert.ok(t0, 'no fire committed in the first phase');
@@ -67,6 +76,7 @@ export async function runFailoverScenario(
     second.signal('SIGKILL');
     const third = await waitForLeader(replicas, ttlMs * 5, [first, second]);
     const crashHandoverMs = Date.now() - killAt;
+    const gap = [new Date(killAt + 1000), new Date(Date.now() - 500)];
     await sleep(phaseMs);
     // The window must cover 30 s whatever the hand-overs took (it ends 2 s before now).
     const windowEnd = t0.getTime() + 30_000 + 2000 + 1000;
@@ -104,7 +114,35 @@ export async function runFailoverScenario(
     const leaders = new Set(history.runs.map((r) => r.leaderToken)).size;
     assert.ok(leaders >= 3, `expected at least three leader tenures in the ledger, saw ${leaders}`);
     const runs = await scalar<number>(db.pool, `SELECT count(*)::int FROM cw_runs WHERE ${inWindow}`, [t0, t1]);
-    return { seconds, runs: runs ?? 0, leaders: leaders ?? 0, gracefulHandoverMs, crashHandoverMs };
+    const firstEffects = await db.pool.query<{ ms: number }>(
+      `SELECT extract(epoch FROM min(at) - scheduled_at)::float * 1000 AS ms FROM cw_test_effects
+       WHERE scheduled_at BETWEEN $1 AND $2 GROUP BY job, scheduled_at ORDER BY 1`,
+      gap,
+    );
+    const lateness = firstEffects.rows.map((r) => r.ms);
+    const standInFires = await scalar<number>(
+      db.pool,
+      `SELECT count(*)::int FROM cw_runs WHERE ${inWindow} AND trigger = 'standin'`,
+      [t0, t1],
+    );
+    // The crash costs the stand-in grace (500 ms) plus normal lateness, not the lease's TTL.
+    assert.ok((standInFires ?? 0) > 0, 'no follower stood in for the killed leader');
+    assert.ok(lateness.length >= jobs * 2, `only ${lateness.length} slots fell between the kill and the election`);
+    assert.ok(
+      (lateness.at(-1) ?? Infinity) < ttlMs * 0.6,
+      `a slot in the crash gap got its first effect ${lateness.at(-1)} ms late (TTL ${ttlMs} ms)`,
+    );
+    return {
+      seconds,
+      runs: runs ?? 0,
+      leaders: leaders ?? 0,
+      gracefulHandoverMs,
+      crashHandoverMs,
+      crashGapSlots: lateness.length,
+      crashGapFirstEffectP50Ms: Math.round(lateness[Math.floor(lateness.length / 2)] ?? NaN),
+      crashGapFirstEffectMaxMs: Math.round(lateness.at(-1) ?? NaN),
+      standInFires: standInFires ?? 0,
+    };
   } finally {
     for (const r of replicas) r.signal('SIGKILL');
     await Promise.all(replicas.map((r) => r.exited));

@@ -78,6 +78,8 @@ describe('Ledger (real PostgreSQL)', () => {
       scheduledAt: at(50),
       attempt: 1,
       token: (await ledger.runs.runState(id(job)))!.claimToken!,
+      trigger: 'schedule',
+      claimedAt: new Date(),
     });
     assert.ok(await ledger.runs.finish(await claimOf('done'), 'completed'));
     assert.ok(await ledger.runs.finish(await claimOf('failed'), 'failed', 'boom'));

@@ -54,11 +54,20 @@ describe('the packed package in a consumer (npm i --omit=dev of the tarball)', (
     );
   });
 
-  it('installs with no engine warning and without tsx, esbuild or etcd3; size reported', async () => {
+  it('installs with no engine warning and without tsx, esbuild, etcd3 or pino-pretty; size reported', async () => {
     assert.equal(install.code, 0, install.stderr);
     const output = install.stdout + install.stderr;
     assert.doesNotMatch(output, /EBADENGINE|Unsupported engine|engine/i, output);
-    for (const name of ['tsx', 'esbuild', '@esbuild', 'etcd3', '@grpc/grpc-js', 'protobufjs', 'typescript']) {
+    for (const name of [
+      'tsx',
+      'esbuild',
+      '@esbuild',
+      'etcd3',
+      '@grpc/grpc-js',
+      'protobufjs',
+      'typescript',
+      'pino-pretty',
+    ]) {
       assert.ok(!installed(name), `${name} is not installed for a consumer`);
     }
     assert.ok(installed('cronwarden') && installed('@types/pg'), 'cronwarden and the types its API needs');

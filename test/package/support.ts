@@ -59,7 +59,7 @@ export function scratchDirInRepo(prefix: string): string {
 }
 
 /** The files `npm pack` needs to build and pack: the package's own sources, no tests. */
-const PACK_INPUTS = [
+export const PACK_INPUTS = [
   'package.json',
   'README.md',
   'LICENSE',
@@ -81,13 +81,13 @@ export interface Packed {
 }
 
 /** `npm pack` a copy of the checkout into a new directory (prepack builds dist/ in the copy). */
-export async function packPackage(): Promise<Packed> {
+export async function packPackage(timeoutMs = 180_000): Promise<Packed> {
   const work = scratchDirInRepo('pack');
   const copy = join(work, 'cronwarden');
   for (const input of PACK_INPUTS) cpSync(join(repoRoot, input), join(copy, input), { recursive: true });
   const out = join(work, 'out');
   mkdirSync(out);
-  const r = await run('npm', ['pack', '--json', '--pack-destination', out], { cwd: copy, timeoutMs: 180_000 });
+  const r = await run('npm', ['pack', '--json', '--pack-destination', out], { cwd: copy, timeoutMs });
   if (r.code !== 0) throw new Error(`npm pack failed (${r.code}): ${r.stderr.slice(-3000)}`);
   const report = JSON.parse(r.stdout.slice(r.stdout.indexOf('['))) as { filename: string; files: { path: string }[] }[];
   const tarballs = readdirSync(out);

@@ -50,7 +50,11 @@ function anchors(): Anchor[] {
   return out;
 }
 
-export function runDifferential(count: number, seed: number): DifferentialResult {
+export function runDifferential(
+  count: number,
+  seed: number,
+  dst: { repeat: 'first' | 'last' | 'both'; gap: 'shift' | 'skip' } = { repeat: 'first', gap: 'shift' },
+): DifferentialResult {
   const rnd = prng(seed);
   const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
   const all = anchors();
@@ -81,7 +85,7 @@ export function runDifferential(count: number, seed: number): DifferentialResult
     const anchor = pick(byZone.get(pick(ZONES))!);
     let schedule: CronSchedule;
     try {
-      schedule = CronSchedule.parse(expr, anchor.zone);
+      schedule = CronSchedule.parse(expr, anchor.zone, dst);
     } catch (err) {
       if (err instanceof InvalidScheduleError && /never fire/.test(err.message) && oracleNeverFires(spec))
         result.refusedAsNeverFiring++;
@@ -97,7 +101,7 @@ export function runDifferential(count: number, seed: number): DifferentialResult
       (rnd() < 0.5 ? 0 : Math.floor(rnd() * 1000));
     const to = from + 3 * DAY;
     anchor.timeline ??= buildTimeline(anchor.zone, anchor.at - 2 * DAY - 4 * HOUR, anchor.at + 4 * DAY);
-    const expected = oracleFiresInZone(spec, anchor.timeline, from, to, FIRES_PER_WINDOW);
+    const expected = oracleFiresInZone(spec, anchor.timeline, from, to, FIRES_PER_WINDOW, dst);
     const got: number[] = [];
     for (let t: number | null = from; got.length < FIRES_PER_WINDOW;) {
       t = schedule.nextAfter(t);

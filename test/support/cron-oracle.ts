@@ -249,6 +249,7 @@ export function oracleFiresInZone(
   fromMs: number,
   toMs: number,
   limit: number,
+  dst: { repeat: 'first' | 'last' | 'both'; gap: 'shift' | 'skip' } = { repeat: 'first', gap: 'shift' },
 ): number[] {
   const out: number[] = [];
   const secs = [...spec.seconds].sort((a, b) => a - b);
@@ -272,17 +273,26 @@ export function oracleFiresInZone(
     if (t > toMs) break;
     const w = tl.wall[i]!;
     let madeUp = false;
-    if (i > 0 && w - tl.wall[i - 1]! > 60_000 && !everyHour) {
+    if (i > 0 && w - tl.wall[i - 1]! > 60_000 && !everyHour && dst.gap === 'shift') {
       for (let skipped = tl.wall[i - 1]! + 60_000; skipped < w; skipped += 60_000)
         if (minuteMatches(skipped)) madeUp = true;
     }
-    if (w <= maxWall) continue; // a repeated minute: its first occurrence has fired already
-    maxWall = w;
+    const repeated = w <= maxWall;
+    maxWall = Math.max(maxWall, w);
+    // dstRepeat: 'first' fires a repeated minute at its first occurrence, 'last' at its last one
+    // (none of the next three hours of instants shows the same wall time), 'both' at each.
+    if (dst.repeat === 'first' && repeated) continue;
+    if (dst.repeat === 'last' && occursAgain(tl, i, w)) continue;
     const here = minuteMatches(w) ? secs.map((s) => t + s * 1000) : [];
     if (madeUp && here[0] !== t) here.unshift(t);
     for (const f of here) if (f > fromMs && f <= toMs && out.length < limit) out.push(f);
   }
   return out;
+}
+
+function occursAgain(tl: Timeline, i: number, w: number): boolean {
+  for (let j = i + 1; j < Math.min(tl.wall.length, i + 180); j++) if (tl.wall[j] === w) return true;
+  return false;
 }
 
 /** Instants (whole minutes) where the zone's offset changes in [fromMs, toMs), found by an hourly scan. */

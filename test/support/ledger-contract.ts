@@ -26,6 +26,9 @@ export type ContractFireLedger = Pick<
   | 'lastFired'
   | 'pausedJobs'
   | 'setPaused'
+  | 'pauses'
+  | 'pause'
+  | 'expirePauses'
   | 'activeJobs'
 >;
 
@@ -579,6 +582,83 @@ const fireSide: Scenario[] = [
       assert.deepEqual(await mine(), [a, b]);
       await c.l.fires.setPaused(a, false);
       assert.deepEqual(await mine(), [b]);
+    },
+  },
+  {
+    name: 'pauses: reason, who and until kept; expired ones lifted under the fence, exactly once',
+    async run(c) {
+      const [a, b, forever] = [c.job('a'), c.job('b'), c.job('forever')];
+      const mine = async () =>
+        [...(await c.l.fires.pauses()).values()]
+          .filter((p) => p.job.startsWith(c.ns))
+          .sort((x, y) => x.job.localeCompare(y.job));
+      const stored = await c.l.fires.pause(a, { reason: 'migration', by: 'admin (ops)', until: at(30) });
+      assert.deepEqual(
+        [stored.job, stored.reason, stored.by, stored.until?.toISOString()],
+        [a, 'migration', 'admin (ops)', at(30).toISOString()],
+      );
+      assert.ok(stored.at instanceof Date);
+      await c.l.fires.pause(b, { reason: null, by: 'admin', until: at(60) });
+      await c.l.fires.pause(forever, { reason: 'broken', by: 'admin', until: null });
+      assert.deepEqual(
+        (await mine()).map((p) => [p.job, p.until?.toISOString() ?? null]),
+        [
+          [a, at(30).toISOString()],
+          [b, at(60).toISOString()],
+          [forever, null],
+        ],
+      );
+      assert.deepEqual([...(await c.l.fires.pausedJobs())].filter((j) => j.startsWith(c.ns)).sort(), [a, b, forever]);
+      const fence = { resource: c.resource('scheduler'), token: 7n };
+      const lifted = (await c.l.fires.expirePauses(at(30).getTime(), fence)).filter((p) => p.job.startsWith(c.ns));
+      assert.deepEqual(
+        lifted.map((p) => [p.job, p.reason, p.by]),
+        [[a, 'migration', 'admin (ops)']],
+        'until is inclusive',
+      );
+      assert.deepEqual(
+        (await c.l.fires.expirePauses(at(30).getTime(), fence)).filter((p) => p.job.startsWith(c.ns)),
+        [],
+        'once',
+      );
+      await c.l.fires.advanceFence(fence.resource, 8n);
+      assert.ok((await rejection(c.l.fires.expirePauses(at(90).getTime(), fence))) instanceof StaleTokenError);
+      assert.deepEqual(
+        (await mine()).map((p) => p.job),
+        [b, forever],
+        'a refused leader lifts nothing',
+      );
+      await c.l.fires.setPaused(forever, false);
+      await c.l.fires.setPaused(b, true); // a plain pause drops the earlier reason and expiry
+      assert.deepEqual(
+        (await mine()).map((p) => [p.job, p.reason, p.until]),
+        [[b, null, null]],
+      );
+    },
+  },
+  {
+    name: "a queued job's waiting runs are released one at a time, oldest first",
+    async run(c) {
+      const job = c.job();
+      const { committed } = await commit(c, [
+        { job, scheduledAt: at(20), trigger: 'schedule' },
+        { job, scheduledAt: at(21), trigger: 'schedule', hold: true },
+        { job, scheduledAt: at(22), trigger: 'schedule', hold: true },
+      ]);
+      const [first, second, third] = committed.map((r) => r.runId);
+      await c.l.fires.markEnqueued([first!]);
+      const released = async () =>
+        (await c.l.fires.unenqueued(10_000, [job])).filter((r) => r.job === job).map((r) => r.runId);
+      assert.deepEqual(await released(), []);
+      assert.equal(await c.l.runs.finish(await claim(c, first!), 'completed'), true);
+      assert.deepEqual(await released(), [second], 'only the oldest waiting run');
+      await c.l.fires.markEnqueued([second!]);
+      assert.deepEqual(await released(), []);
+      const late = await claim(c, second!);
+      assert.equal(late.trigger, 'schedule');
+      assert.ok(late.claimedAt instanceof Date);
+      assert.equal(await c.l.runs.finish(late, 'completed'), true);
+      assert.deepEqual(await released(), [third]);
     },
   },
   {

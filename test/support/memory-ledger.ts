@@ -7,7 +7,14 @@
  */
 import { StaleTokenError } from '../../src/errors.js';
 import type { FireLoopLedger } from '../../src/scheduler/fire-loop.js';
-import type { CommittedFire, FireBatchResult, FireRequest, FireTrigger } from '../../src/ledger/ledger.js';
+import type {
+  CommittedFire,
+  FireBatchResult,
+  FireRequest,
+  FireTrigger,
+  JobPause,
+  PauseRequest,
+} from '../../src/ledger/ledger.js';
 
 export interface MemoryRun {
   id: bigint;
@@ -24,6 +31,10 @@ export class MemoryLedger implements FireLoopLedger {
   readonly runs: MemoryRun[] = [];
   readonly fences = new Map<string, bigint>();
   readonly paused = new Set<string>();
+  /** Reason, who, since and until of the jobs in `paused` that were paused with them. */
+  readonly pauseInfo = new Map<string, JobPause>();
+  /** Test hook: the clock `pause` stamps `at` with. */
+  now: () => number = () => Date.now();
   /** Test hook: the next `failCommits` commits throw `commitError` and write nothing (rolled back). */
   failCommits = 0;
   /** Test hook: the next `failAfterCommits` commits write everything, then throw (the reply is lost). */
@@ -124,6 +135,22 @@ export class MemoryLedger implements FireLoopLedger {
     return { committed, duplicates: fires.length - committed.length, cancelled };
   }
 
+  /** As the SQL: the fence's current token, nothing before any leader raised it, no 'replace'. */
+  async commitStandInFires(
+    fires: FireRequest[],
+    standIn: { fenceResource: string; replicaId: string },
+  ): Promise<FireBatchResult> {
+    const token = this.fences.get(standIn.fenceResource);
+    const accepted = fires.filter((f) => !f.replace);
+    if (token === undefined || accepted.length === 0) return { committed: [], duplicates: 0, cancelled: [] };
+    return this.commitFires(accepted, { ...standIn, token, stillLeading: () => true });
+  }
+
+  async lastFiredOf(jobs: readonly string[]): Promise<Map<string, Date>> {
+    const all = await this.lastFired();
+    return new Map([...all].filter(([job]) => jobs.includes(job)));
+  }
+
   async markEnqueued(runIds: bigint[]): Promise<void> {
     for (const r of this.runs) if (runIds.includes(r.id)) r.enqueued = true;
   }
@@ -135,7 +162,7 @@ export class MemoryLedger implements FireLoopLedger {
         (r) =>
           !(
             queuedJobs.includes(r.job) &&
-            this.runs.some((a) => a.job === r.job && a.id !== r.id && a.enqueued && isActive(a))
+            this.runs.some((a) => a.job === r.job && a.id !== r.id && (a.enqueued || a.id < r.id) && isActive(a))
           ),
       )
       .slice(0, limit)
@@ -166,6 +193,31 @@ export class MemoryLedger implements FireLoopLedger {
   async setPaused(job: string, paused: boolean): Promise<void> {
     if (paused) this.paused.add(job);
     else this.paused.delete(job);
+    this.pauseInfo.delete(job);
+  }
+
+  async pauses(): Promise<Map<string, JobPause>> {
+    const none = { reason: null, by: null, at: null, until: null };
+    return new Map([...this.paused].map((job) => [job, this.pauseInfo.get(job) ?? { job, ...none }]));
+  }
+
+  async pause(job: string, request: PauseRequest): Promise<JobPause> {
+    const pause: JobPause = { job, ...request, at: new Date(this.now()) };
+    this.paused.add(job);
+    this.pauseInfo.set(job, pause);
+    return pause;
+  }
+
+  async expirePauses(nowMs: number, fence: { resource: string; token: bigint }): Promise<JobPause[]> {
+    await this.advanceFence(fence.resource, fence.token);
+    const lifted: JobPause[] = [];
+    for (const [job, pause] of this.pauseInfo) {
+      if (pause.until === null || pause.until.getTime() > nowMs || !this.paused.has(job)) continue;
+      lifted.push(pause);
+      this.paused.delete(job);
+      this.pauseInfo.delete(job);
+    }
+    return lifted;
   }
 
   async activeJobs(jobs: string[]): Promise<Map<string, { ids: bigint[]; held: number }>> {

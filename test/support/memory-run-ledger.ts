@@ -10,7 +10,7 @@
 import type pg from 'pg';
 import { StaleTokenError, SupersededError } from '../../src/errors.js';
 import type { ExecutorLedger } from '../../src/jobs/run-executor.js';
-import type { Claim, ClaimResult, Outcome, TransactionResult } from '../../src/ledger/ledger.js';
+import type { Claim, ClaimResult, FireTrigger, Outcome, TransactionResult } from '../../src/ledger/ledger.js';
 import { slotOf, slotToken } from '../../src/ledger/slot-token.js';
 import { storedError } from '../../src/ledger/stored-text.js';
 import { isActive, type MemoryLedger, type MemoryRun } from './memory-ledger.js';
@@ -80,7 +80,15 @@ export class MemoryRunLedger implements ExecutorLedger {
     book.attemptRows.push({ attempt: book.attempts, token, worker, state: 'running', error: null, errorStack: null });
     return {
       status: 'claimed',
-      claim: { runId, job: run.job, scheduledAt: run.scheduledAt, attempt: book.attempts, token },
+      claim: {
+        runId,
+        job: run.job,
+        scheduledAt: run.scheduledAt,
+        attempt: book.attempts,
+        token,
+        trigger: run.trigger as FireTrigger,
+        claimedAt: new Date(this.fires.now()),
+      },
     };
   }
 

@@ -286,6 +286,17 @@ describe('exactly-once checker', () => {
     const at5 = (job: string) => history.runs.find((r) => r.job === job && r.scheduledAt === T + 5000)!;
     at5('a').state = 'pending';
     at5('b').state = 'superseded';
+    history.runs.find((r) => r.job === 'b' && r.scheduledAt === T + 2000)!.trigger = 'standin';
+    const a2 = history.runs.find((r) => r.job === 'a' && r.scheduledAt === T + 2000)!;
+    const logged = (loggedAt: number) => ({
+      runId: a2.id,
+      token: 102n,
+      outcome: 'committed' as const,
+      job: 'a',
+      scheduledAt: T + 2000,
+      loggedAt,
+    });
+    history.attemptLog = [logged(T + 2500), logged(T + 2300)];
     assert.deepEqual(countWindow(history, { expected }, T + 2000, T + 4000), {
       expected: 4,
       committed: 4,
@@ -294,6 +305,9 @@ describe('exactly-once checker', () => {
       superseded: 0,
       unsettled: 0,
       writtenOnce: 3,
+      standIn: 1,
+      commitLateMs: { p50: 40, p99: 40, max: 40 },
+      firstEffectLateMs: { p50: 300, p99: 300, max: 300 },
     });
     assert.deepEqual(countWindow(history, { expected }, T + 5000, T + 6000), {
       expected: 2,
@@ -303,6 +317,9 @@ describe('exactly-once checker', () => {
       superseded: 1,
       unsettled: 1,
       writtenOnce: 0,
+      standIn: 0,
+      commitLateMs: { p50: 40, p99: 40, max: 40 },
+      firstEffectLateMs: null,
     });
   });
 });

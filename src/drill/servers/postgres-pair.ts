@@ -33,10 +33,15 @@ export interface PostgresPair {
   /** The `cronwarden` database on the current primary. */
   readonly url: string;
   /**
+   * The `cronwarden` database on whichever of the pair's two ports is read-write: libpq's
+   * multi-host URL with target_session_attrs=read-write. It stays true across failovers.
+   */
+  readonly multiHostUrl: string;
+  /**
    * kill -9 the primary, promote the standby, build a new standby from the new primary and wait
    * until it streams (synchronously, unless the pair is asynchronous). Returns what happened.
    */
-  failover(options?: { lagMs?: number; onPromoted?: (port: number) => void }): Promise<string>;
+  failover(options?: { lagMs?: number }): Promise<string>;
   cleanup(): Promise<void>;
 }
 
@@ -54,8 +59,12 @@ async function sql<T extends pg.QueryResultRow>(port: number, text: string): Pro
   }
 }
 
-/** A standby of the primary on `primaryPort`: a base backup streamed into a fresh directory, then started. */
-async function startStandby(primaryPort: number): Promise<PostgresNode> {
+/**
+ * A standby of the primary on `primaryPort`: a base backup streamed into a fresh directory, then
+ * started on `port` (a free one by default; after a failover, the dead primary's, so the pair keeps
+ * the same two ports and one multi-host URL names it for good).
+ */
+async function startStandby(primaryPort: number, port?: number): Promise<PostgresNode> {
   const dir = scratchDir('pg-standby');
   const dataDir = join(dir, 'data');
   const user = postgresUser();
@@ -69,14 +78,14 @@ async function startStandby(primaryPort: number): Promise<PostgresNode> {
   });
   // -R wrote standby.signal and a primary_conninfo; this later line names the standby for the primary.
   appendFileSync(join(dataDir, 'postgresql.auto.conf'), `primary_conninfo = '${conninfo}'\n`);
-  const port = await freePort();
+  const listen = port ?? (await freePort());
   const server = new PostgresServerProcess(
-    postgresSpec({ label: 'postgres-standby', dir, dataDir, port }),
+    postgresSpec({ label: 'postgres-standby', dir, dataDir, port: listen }),
     dir,
     dataDir,
   );
   await server.start();
-  return { port, server, dir };
+  return { port: listen, server, dir };
 }
 
 /** Wait until the primary streams to the standby in the wanted mode ('sync' or 'async'). */
@@ -126,6 +135,7 @@ export async function startPostgresPair(options: { synchronous: boolean }): Prom
     get url() {
       return `postgres://postgres@127.0.0.1:${primary.port}/cronwarden`;
     },
+    multiHostUrl: `postgres://postgres@127.0.0.1:${nodes[0]!.port},127.0.0.1:${nodes[1]!.port}/cronwarden?target_session_attrs=read-write`,
     async failover(o = {}) {
       // Lag on purpose: the standby stops streaming (an empty primary_conninfo, reloaded), so for
       // lagMs an asynchronous primary commits what the standby never gets; a synchronous one
@@ -139,14 +149,14 @@ export async function startPostgresPair(options: { synchronous: boolean }): Prom
       }
       await primary.server.kill();
       removeDir(primary.dir);
+      const freed = primary.port;
       const promoted = standby;
       await sql(promoted.port, 'SELECT pg_promote(true, 30)');
       // Until a new standby streams, a synchronous primary would wait for it on every commit.
       await setSynchronous(promoted.port, false);
       primary = promoted;
-      o.onPromoted?.(promoted.port);
       const started = Date.now();
-      standby = await startStandby(primary.port);
+      standby = await startStandby(primary.port, freed);
       await setSynchronous(primary.port, options.synchronous);
       await waitForStreaming(primary.port, mode);
       return `kill -9 of the ledger's primary, standby promoted (${mode}${o.lagMs ? `, standby cut off ${o.lagMs} ms before the kill` : ''}); new standby streaming after ${Date.now() - started} ms`;

@@ -1,0 +1,319 @@
+/**
+ * The admin HTTP in a worker thread of its own (node:worker_threads): accepting and parsing
+ * thousands of admin connections then costs that thread's event loop, not the one that fires,
+ * renews the lease and runs handlers. The worker runs the same AdminServer over a copy of this
+ * replica's view, which the main thread keeps fresh by message:
+ * - state (role, lease, offsets) on every change and every HEARTBEAT_MS; /healthz in the worker
+ *   fails when that heartbeat is older than `stallLimitMs`, so a wedged main loop still fails
+ *   liveness;
+ * - the replica's events, for the metrics;
+ * - calls the worker cannot answer alone (trigger, pause, resign, runtime schedule changes, one-off
+ *   runs and backfills, the lease backend, the ledger ping) are forwarded here and answered by message.
+ */
+import { existsSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import type { Lease, LeaseBackend } from '../locks/lease.js';
+import type { ElectorRole } from '../scheduler/elector.js';
+import type { DstPolicy } from '../scheduler/cron-schedule.js';
+import type { PauseRequest } from '../ledger/pauses.js';
+import type { BackfillRequest } from '../scheduler/backfill.js';
+import { InvalidArgumentError } from '../errors.js';
+import type { MisfirePolicy, OverlapPolicy } from '../scheduler/scheduled-job.js';
+import type { ReplicaEvents, ReplicaView } from './replica-view.js';
+import type { AdminServerOptions } from './server.js';
+
+/** How often the main thread tells the admin thread it is alive, with its state. */
+export const HEARTBEAT_MS = 250;
+
+/** The replica's events the metrics count, forwarded to the admin thread. */
+export const forwardedEvents = [
+  'role:changed',
+  'lease:acquired',
+  'lease:renewed',
+  'lease:lost',
+  'fire:committed',
+  'fire:duplicate',
+  'fire:refused',
+  'fire:missed',
+  'fire:skipped',
+  'enqueue:failed',
+  'backend:error',
+] as const satisfies readonly (keyof ReplicaEvents)[];
+
+export interface ThreadJob {
+  name: string;
+  schedule: string;
+  timezone: string;
+  misfire: MisfirePolicy;
+  overlap: OverlapPolicy;
+  catchUpWindowMs: number;
+  misfireGraceMs: number;
+  maxCatchUp: number;
+  overlapQueueMax: number;
+  dst: DstPolicy;
+}
+
+/** What the admin thread starts from (workerData). */
+export interface AdminThreadInit {
+  server: Omit<AdminServerOptions, 'replica' | 'backend' | 'databaseUrl'>;
+  databaseUrl: string;
+  identity: Pick<
+    ReplicaView,
+    'replicaId' | 'namespace' | 'schema' | 'leaseName' | 'startedAt' | 'backendKind' | 'ttlMs'
+  >;
+  jobs: ThreadJob[];
+  /** Whether the replica serves runtime schedules (ReplicaView.runtime). */
+  runtime: boolean;
+  log: { level: string; bindings: Record<string, unknown> };
+  stallLimitMs: number;
+  state: ThreadState;
+}
+
+/** The replica's changing state, as of when it was posted. */
+export interface ThreadState {
+  role: ElectorRole;
+  leadingSince: number | undefined;
+  /** The lease while leading within its deadline, and how long it stays valid from now. */
+  lease: (Omit<Lease, 'deadline'> & { validForMs: number }) | undefined;
+  hostOffsetMs: number | undefined;
+  /** The scheduler clock minus this host's wall clock. */
+  clockOffsetMs: number;
+}
+
+export type CallOp = 'current' | 'ping' | 'trigger' | 'setPaused' | 'pause' | 'resign' | 'retry' | RuntimeCallOp;
+
+/** ReplicaView.runtime's methods, forwarded by name. */
+export type RuntimeCallOp =
+  'runtime.create' | 'runtime.update' | 'runtime.setPaused' | 'runtime.delete' | 'runtime.once' | 'runtime.backfill';
+
+/** An error as it crosses to the admin thread: its class by name, and its plain fields. */
+export interface ThreadError {
+  name: string;
+  message: string;
+  code?: string;
+  fields?: Record<string, unknown>;
+  /** An InvalidArgumentError (or subclass) the admin thread has no class for: still a 400. */
+  invalidArgument?: boolean;
+}
+
+export type ToThread =
+  | { type: 'state'; state: ThreadState }
+  | { type: 'event'; name: (typeof forwardedEvents)[number]; args: unknown[] }
+  | { type: 'reply'; id: number; ok: true; value: unknown }
+  | { type: 'reply'; id: number; ok: false; error: ThreadError }
+  | { type: 'close' };
+
+export type FromThread =
+  | { type: 'listening'; url: string }
+  | { type: 'failed'; error: { name: string; message: string } }
+  | { type: 'call'; id: number; op: CallOp; args: unknown[] }
+  | { type: 'closed' };
+
+export interface AdminThreadOptions extends Omit<AdminServerOptions, 'replica' | 'backend' | 'databaseUrl'> {
+  replica: ReplicaView;
+  backend: Pick<LeaseBackend, 'current'>;
+  /** A connection URL: a pool's settings may hold functions, which cannot cross to a thread. */
+  databaseUrl: string;
+  /** /healthz fails when the main thread has posted nothing for this long (default 5 s). */
+  stallLimitMs?: number;
+}
+
+function workerEntry(): { code: string } {
+  const js = fileURLToPath(new URL('./admin-worker.js', import.meta.url));
+  const url = new URL(existsSync(js) ? './admin-worker.js' : './admin-worker.ts', import.meta.url).href;
+  // The source checkout runs TypeScript through tsx, which a worker registers for itself.
+  const load = existsSync(js)
+    ? `import(${JSON.stringify(url)})`
+    : `import('tsx/esm/api').then(({ register }) => { register(); return import(${JSON.stringify(url)}); })`;
+  return { code: `${load}.catch((err) => { throw err; });` };
+}
+
+/** The main thread's side: starts the worker, feeds it, answers its calls. */
+export class AdminThread {
+  private readonly worker: Worker;
+  private readonly beat: NodeJS.Timeout;
+  private readonly listeners: [keyof ReplicaEvents, (...args: unknown[]) => void][] = [];
+  private listening: Promise<string>;
+  private closed: Promise<void> | undefined;
+  private exited = false;
+
+  constructor(private readonly o: AdminThreadOptions) {
+    const r = o.replica;
+    const { replica: _r, backend: _b, databaseUrl, stallLimitMs, ...server } = o;
+    const init: AdminThreadInit = {
+      server,
+      databaseUrl,
+      identity: {
+        replicaId: r.replicaId,
+        namespace: r.namespace,
+        schema: r.schema,
+        leaseName: r.leaseName,
+        startedAt: r.startedAt,
+        backendKind: r.backendKind,
+        ttlMs: r.ttlMs,
+      },
+      jobs: r.jobs().map((j) => ({
+        name: j.name,
+        schedule: j.schedule.expression,
+        timezone: j.schedule.timezone,
+        misfire: j.misfire,
+        overlap: j.overlap,
+        catchUpWindowMs: j.catchUpWindowMs,
+        misfireGraceMs: j.misfireGraceMs,
+        maxCatchUp: j.maxCatchUp,
+        overlapQueueMax: j.overlapQueueMax,
+        dst: { ...j.schedule.dst },
+      })),
+      runtime: r.runtime !== undefined,
+      log: { level: r.logger.level, bindings: r.logger.bindings() },
+      stallLimitMs: stallLimitMs ?? 5000,
+      state: this.state(),
+    };
+    this.worker = new Worker(workerEntry().code, { eval: true, workerData: init });
+    this.listening = new Promise((resolve, reject) => {
+      this.worker.on('message', (m: FromThread) => {
+        if (m.type === 'listening') resolve(m.url);
+        else if (m.type === 'failed') reject(Object.assign(new Error(m.error.message), { name: m.error.name }));
+        else if (m.type === 'call') void this.answer(m.id, m.op, m.args);
+      });
+      this.worker.once('exit', (code) => {
+        this.exited = true;
+        reject(new Error(`the admin thread exited (${code}) before it listened`));
+      });
+    });
+    this.listening.catch(() => {}); // listen() reports it
+    this.worker.on('error', (err) => r.logger.error({ err }, 'admin thread failed'));
+    this.forwardEvents();
+    this.beat = setInterval(() => this.post({ type: 'state', state: this.state() }), HEARTBEAT_MS);
+  }
+
+  /** Resolves to the base URL once the worker listens. */
+  listen(): Promise<string> {
+    return this.listening;
+  }
+
+  close(): Promise<void> {
+    this.closed ??= (async () => {
+      clearInterval(this.beat);
+      for (const [name, fn] of this.listeners) this.o.replica.off(name, fn);
+      if (this.exited) return;
+      const done = new Promise<void>((resolve) => {
+        this.worker.on('message', (m: FromThread) => m.type === 'closed' && resolve());
+        this.worker.once('exit', () => resolve());
+      });
+      this.post({ type: 'close' });
+      // Closing waits for in-flight requests; a wedged one does not hold the replica's stop.
+      const timer = setTimeout(() => void this.worker.terminate(), 10_000);
+      await done;
+      clearTimeout(timer);
+      await this.worker.terminate();
+    })();
+    return this.closed;
+  }
+
+  private state(): ThreadState {
+    const r = this.o.replica;
+    const lease = r.lease();
+    const now = r.clock.monotonic();
+    return {
+      role: r.role,
+      leadingSince: r.leadingSince,
+      lease: lease && {
+        name: lease.name,
+        holder: lease.holder,
+        token: lease.token,
+        ttlMs: lease.ttlMs,
+        safetyMarginMs: lease.safetyMarginMs,
+        validForMs: lease.deadline - now,
+      },
+      hostOffsetMs: r.hostOffsetMs(),
+      clockOffsetMs: r.clock.now() - Date.now(),
+    };
+  }
+
+  private post(message: ToThread): void {
+    if (this.exited) return;
+    try {
+      this.worker.postMessage(message);
+    } catch (err) {
+      // A value that cannot be cloned (an event argument holding a function): the metrics miss it.
+      this.o.replica.logger.debug({ err }, 'admin thread: message not sent');
+    }
+  }
+
+  private forwardEvents(): void {
+    for (const name of forwardedEvents) {
+      const fn = (...args: unknown[]) => {
+        // The state first, so a role change is seen by /healthz and /api/lease with its event.
+        this.post({ type: 'state', state: this.state() });
+        this.post({ type: 'event', name, args });
+      };
+      this.o.replica.on(name, fn);
+      this.listeners.push([name, fn]);
+    }
+  }
+
+  private async answer(id: number, op: CallOp, args: unknown[]): Promise<void> {
+    try {
+      const value = await this.call(op, args);
+      this.post({ type: 'reply', id, ok: true, value });
+    } catch (err) {
+      const e = err as Error & { code?: unknown };
+      const code = typeof e.code === 'string' ? e.code : undefined;
+      // Plain fields only (a run's state, a token): the routes answer with them.
+      const fields = Object.fromEntries(
+        Object.entries(e).filter(([, v]) => ['string', 'number', 'bigint', 'boolean'].includes(typeof v) || v === null),
+      );
+      const invalidArgument = err instanceof InvalidArgumentError;
+      this.post({
+        type: 'reply',
+        id,
+        ok: false,
+        error: { name: e.name, message: e.message, code, fields, invalidArgument },
+      });
+    }
+  }
+
+  private call(op: CallOp, args: unknown[]): Promise<unknown> {
+    const r = this.o.replica;
+    switch (op) {
+      case 'current':
+        return this.o.backend.current(args[0] as string);
+      case 'ping':
+        return r.pingLedger();
+      case 'trigger':
+        return r.trigger(args[0] as string);
+      case 'setPaused':
+        return r.setPaused(args[0] as string, args[1] as boolean);
+      case 'resign':
+        return r.resign();
+      case 'retry':
+        return r.retry(args[0] as bigint);
+      case 'pause':
+        return r.pause(args[0] as string, args[1] as PauseRequest);
+      default:
+        return this.runtimeCall(op, args);
+    }
+  }
+
+  private runtimeCall(op: RuntimeCallOp, args: unknown[]): Promise<unknown> {
+    const rt = this.o.replica.runtime;
+    if (!rt) return Promise.reject(new Error('runtime schedules are not served here'));
+    const [id, a1, a2] = args as [string, unknown, unknown];
+    switch (op) {
+      case 'runtime.create':
+        return rt.create(id, a1, a2 as string);
+      case 'runtime.update':
+        return rt.update(id, a1, a2 as string);
+      case 'runtime.setPaused':
+        return rt.setPaused(id, a1 as boolean, a2 as string);
+      case 'runtime.delete':
+        return rt.delete(id, a1 as string);
+      case 'runtime.once':
+        return rt.once(id, a1 as { at: Date; key: string; payload: unknown });
+      case 'runtime.backfill':
+        return rt.backfill(args[0] as BackfillRequest);
+    }
+  }
+}

@@ -1,0 +1,189 @@
+/**
+ * The admin thread's entry (see admin-thread.ts): the AdminServer over a view of the replica that
+ * the main thread keeps fresh by message.
+ */
+import { EventEmitter } from 'node:events';
+import { parentPort, workerData } from 'node:worker_threads';
+import { pino, type Logger } from 'pino';
+import { systemClock, type Clock } from '../clock.js';
+import {
+  InvalidArgumentError,
+  NotLeaderError,
+  RunNotFoundError,
+  RunNotRetryableError,
+  ScheduleExistsError,
+  ScheduleNotFoundError,
+  StaleTokenError,
+} from '../errors.js';
+import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
+import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
+import type { RetriedRun } from '../ledger/run-retry.js';
+import type { JobPause, PauseRequest } from '../ledger/pauses.js';
+import type { CommittedFire } from '../ledger/fire-ledger.js';
+import type { Lease, LeaseRecord } from '../locks/lease.js';
+import { CronSchedule } from '../scheduler/cron-schedule.js';
+import type { CodeJob } from '../scheduler/scheduled-job.js';
+import type { AdminThreadInit, CallOp, FromThread, ThreadError, ThreadState, ToThread } from './admin-thread.js';
+import type { ReplicaEvents, ReplicaView, RuntimeAdmin } from './replica-view.js';
+import { AdminServer } from './server.js';
+
+const port = parentPort!;
+const init = workerData as AdminThreadInit;
+const send = (m: FromThread) => port.postMessage(m);
+
+/** The replica as the main thread last described it; what it cannot answer alone it asks for. */
+class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
+  readonly replicaId = init.identity.replicaId;
+  readonly namespace = init.identity.namespace;
+  readonly schema = init.identity.schema;
+  readonly leaseName = init.identity.leaseName;
+  readonly startedAt = init.identity.startedAt;
+  readonly backendKind = init.identity.backendKind;
+  readonly ttlMs = init.identity.ttlMs;
+  readonly logger: Logger = pino({ name: 'cronwarden', level: init.log.level }).child(init.log.bindings);
+  readonly clock: Clock = { ...systemClock, now: () => Date.now() + this.current.clockOffsetMs };
+  private readonly jobList: CodeJob[] = init.jobs.map((j) => ({
+    ...j,
+    schedule: CronSchedule.parse(j.schedule, j.timezone, j.dst),
+  }));
+  private current: ThreadState = init.state;
+  /** Monotonic time (this thread's) of the last state received, and the lease deadline on it. */
+  private heardAt = performance.now();
+  private leaseDeadline = 0;
+  private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
+  private nextId = 1;
+  readonly runtime: RuntimeAdmin | undefined = init.runtime ? remoteRuntime(this) : undefined;
+
+  constructor() {
+    super();
+    this.update(init.state);
+  }
+
+  update(state: ThreadState): void {
+    this.current = state;
+    this.heardAt = performance.now();
+    this.leaseDeadline = state.lease ? this.heardAt + state.lease.validForMs : 0;
+  }
+
+  settle(m: Extract<ToThread, { type: 'reply' }>): void {
+    const p = this.pending.get(m.id);
+    if (!p) return;
+    this.pending.delete(m.id);
+    if (m.ok) return p.resolve(m.value);
+    p.reject(reviveError(m.error));
+  }
+
+  call<T>(op: CallOp, ...args: unknown[]): Promise<T> {
+    const id = this.nextId++;
+    return new Promise<T>((resolve, reject) => {
+      this.pending.set(id, { resolve: resolve, reject });
+      send({ type: 'call', id, op, args });
+    });
+  }
+
+  get role() {
+    return this.current.role;
+  }
+  get leadingSince() {
+    return this.current.leadingSince;
+  }
+  lease(): Lease | undefined {
+    const l = this.current.lease;
+    if (!l || performance.now() >= this.leaseDeadline) return undefined;
+    const { validForMs: _v, ...rest } = l;
+    return { ...rest, deadline: this.leaseDeadline };
+  }
+  stalled(): string | undefined {
+    const silentMs = performance.now() - this.heardAt;
+    if (silentMs <= init.stallLimitMs) return undefined;
+    return `the scheduler's event loop has not answered for ${Math.round(silentMs)} ms`;
+  }
+  jobs(): readonly CodeJob[] {
+    return this.jobList;
+  }
+  job(name: string): CodeJob | undefined {
+    return this.jobList.find((j) => j.name === name);
+  }
+  hostOffsetMs() {
+    return this.current.hostOffsetMs;
+  }
+  pingLedger(): Promise<void> {
+    return this.call('ping');
+  }
+  trigger(job: string): Promise<CommittedFire> {
+    return this.call('trigger', job);
+  }
+  setPaused(job: string, paused: boolean): Promise<void> {
+    return this.call('setPaused', job, paused);
+  }
+  resign(): Promise<boolean> {
+    return this.call('resign');
+  }
+  retry(runId: bigint): Promise<RetriedRun> {
+    return this.call('retry', runId);
+  }
+  pause(job: string, request: PauseRequest): Promise<JobPause> {
+    return this.call('pause', job, request);
+  }
+}
+
+/** ReplicaView.runtime over messages: each call runs on the main thread. */
+function remoteRuntime(view: RemoteView): RuntimeAdmin {
+  return {
+    create: (id: string, input: unknown, actor: string) =>
+      view.call<StoredSchedule>('runtime.create', id, input, actor),
+    update: (id: string, input: unknown, actor: string) =>
+      view.call<StoredSchedule>('runtime.update', id, input, actor),
+    setPaused: (id: string, paused: boolean, actor: string) =>
+      view.call<StoredSchedule>('runtime.setPaused', id, paused, actor),
+    delete: (id: string, actor: string) => view.call<StoredSchedule>('runtime.delete', id, actor),
+    once: (job: string, o: { at: Date; key: string; payload: unknown }) => view.call<OnceRun>('runtime.once', job, o),
+    backfill: (r: BackfillRequest) => view.call<BackfillStep>('runtime.backfill', r),
+  };
+}
+
+/** The errors the routes tell apart by class, rebuilt with their fields so `instanceof` holds here too. */
+const errorClasses: Record<string, { prototype: Error }> = {
+  NotLeaderError,
+  RunNotFoundError,
+  RunNotRetryableError,
+  StaleTokenError,
+  ScheduleNotFoundError,
+  ScheduleExistsError,
+  InvalidArgumentError,
+};
+
+function reviveError(e: ThreadError): Error {
+  const known = errorClasses[e.name] ?? (e.invalidArgument ? InvalidArgumentError : undefined);
+  const proto = known?.prototype ?? Error.prototype;
+  const err = Object.create(proto) as Error;
+  return Object.assign(err, e.fields, { name: e.name, message: e.message, code: e.code });
+}
+
+async function main(): Promise<void> {
+  const view = new RemoteView();
+  const server = new AdminServer({
+    ...init.server,
+    replica: view,
+    backend: { current: (name: string) => view.call<LeaseRecord | null>('current', name) },
+    databaseUrl: init.databaseUrl,
+  });
+  // Started while the replica already leads (its events passed): the metrics start from its state.
+  const lease = view.lease();
+  if (view.role === 'leader') view.emit('role:changed', 'leader');
+  if (lease) view.emit('lease:acquired', lease);
+  port.on('message', (m: ToThread) => {
+    if (m.type === 'state') view.update(m.state);
+    else if (m.type === 'event') (view.emit as (n: string, ...a: unknown[]) => boolean)(m.name, ...m.args);
+    else if (m.type === 'reply') view.settle(m);
+    else if (m.type === 'close') void server.close().finally(() => send({ type: 'closed' }));
+  });
+  try {
+    send({ type: 'listening', url: await server.listen() });
+  } catch (err) {
+    const e = err as Error;
+    send({ type: 'failed', error: { name: e.name, message: e.message } });
+  }
+}
+
+void main();

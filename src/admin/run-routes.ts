@@ -1,0 +1,166 @@
+/**
+ * The console's run routes: the whole ledger paged newest first (keyset cursor), one run with
+ * every attempt, the per-minute history, and retrying a failed run (token, leader only, fenced).
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type pg from 'pg';
+import { z } from 'zod';
+import { NotLeaderError, RunNotFoundError, RunNotRetryableError, StaleTokenError } from '../errors.js';
+import { runStates } from '../db/schema.js';
+import type { Tables } from '../db/tables.js';
+import { pageRuns, runDetail, type RunCursor, type RunPageFilter } from '../ledger/run-reads.js';
+import { minuteHistory } from '../ledger/job-stats.js';
+import { boundText } from './guards.js';
+import { HttpError, parse } from './http-error.js';
+import type { ReplicaView } from './replica-view.js';
+
+export interface RunRoutesContext {
+  app: FastifyInstance;
+  pool: Pick<pg.Pool, 'query'>;
+  tables: Tables;
+  replica: ReplicaView;
+  capped: <T>(
+    handler: (req: FastifyRequest, reply: FastifyReply) => Promise<T>,
+  ) => (req: FastifyRequest, reply: FastifyReply) => Promise<T>;
+  requireToken: (req: FastifyRequest) => Promise<void>;
+  notLeader: () => Promise<never>;
+}
+
+const MAX_BIGINT = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
+const runId = z
+  .string()
+  .regex(/^[1-9][0-9]{0,18}$/, 'must be a run id')
+  .refine((v) => BigInt(v) <= MAX_BIGINT, `must be a run id (at most ${MAX_BIGINT})`);
+const instant = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO date and time');
+const CURSOR = /^(-?[0-9]{1,19})\.([1-9][0-9]{0,18})$/;
+const KEY_HELP = 'a run id (digits) or an idempotency key (job@2026-01-01T00:00:00.000Z)';
+
+const runsQuery = z.object({
+  job: z.string().min(1).max(200, 'must be at most 200 characters').optional(),
+  state: z.enum(runStates, `must be one of ${runStates.join(', ')}`).optional(),
+  trigger: z.enum(['schedule', 'catchup', 'manual'], 'must be one of schedule, catchup, manual').optional(),
+  from: instant.optional(),
+  to: instant.optional(),
+  q: z.string().trim().min(1).max(300, 'must be at most 300 characters').optional(),
+  limit: z.coerce
+    .number()
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(500, 'must be at most 500')
+    .default(50),
+  cursor: z.string().regex(CURSOR, 'must be the nextCursor of an earlier page').optional(),
+});
+const historyQuery = z.object({
+  minutes: z.coerce
+    .number()
+    .int('must be a whole number')
+    .min(5, 'must be at least 5')
+    .max(24 * 60, 'must be at most 1440 (24 hours)')
+    .default(180),
+  job: z.string().min(1).max(200).optional(),
+});
+
+export const encodeCursor = (c: RunCursor | null) => (c === null ? null : `${c.scheduledUs}.${c.id}`);
+
+function decodeCursor(v: string | undefined): RunCursor | undefined {
+  const m = v === undefined ? null : CURSOR.exec(v);
+  return m ? { scheduledUs: BigInt(m[1]!), id: BigInt(m[2]!) } : undefined;
+}
+
+/** ?q=: a run id, or an idempotency key `job@instant` (the key handlers get: job-context.ts). */
+function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot'> {
+  if (q === undefined) return {};
+  if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(z.object({ q: runId }), { q }).q) };
+  const at = q.lastIndexOf('@');
+  const when = at > 0 ? Date.parse(q.slice(at + 1)) : NaN;
+  if (Number.isNaN(when)) throw new HttpError(400, 'bad_request', `q: must be ${KEY_HELP}`);
+  return { slot: { job: q.slice(0, at), scheduledAt: new Date(when) } };
+}
+
+export function runRoutes(c: RunRoutesContext): void {
+  runReads(c);
+  retryRoute(c);
+}
+
+/** Open reads, each under the read cap. */
+function runReads(c: RunRoutesContext): void {
+  const { app, pool, tables } = c;
+
+  app.get(
+    '/api/runs',
+    c.capped(async (req) => {
+      const q = parse(runsQuery, req.query);
+      // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
+      const page = await pageRuns(pool, tables, {
+        job: q.job,
+        state: q.state,
+        trigger: q.trigger,
+        from: q.from === undefined ? undefined : new Date(q.from),
+        to: q.to === undefined ? undefined : new Date(q.to),
+        ...search(q.q),
+        limit: q.limit,
+        cursor: decodeCursor(q.cursor),
+      });
+      // Handler text is served bounded, whatever the ledger holds.
+      return {
+        runs: page.runs.map((r) => ({ ...r, error: boundText(r.error) })),
+        nextCursor: encodeCursor(page.nextCursor),
+      };
+    }),
+  );
+
+  app.get(
+    '/api/runs/:id',
+    c.capped(async (req) => {
+      const { id } = parse(z.object({ id: runId }), req.params);
+      const run = await runDetail(pool, tables, BigInt(id));
+      if (!run) throw new HttpError(404, 'unknown_run', new RunNotFoundError(BigInt(id)).message);
+      return {
+        ...run,
+        error: boundText(run.error),
+        idempotencyKey: `${run.job}@${run.scheduledAt}`,
+        attempts: run.attempts.map((a) => ({ ...a, error: boundText(a.error), errorStack: boundText(a.errorStack) })),
+      };
+    }),
+  );
+
+  app.get(
+    '/api/history',
+    c.capped(async (req) => {
+      const q = parse(historyQuery, req.query);
+      return minuteHistory(pool, tables, q.minutes, q.job);
+    }),
+  );
+}
+
+/** Retry a failed run: token, leader only; refusals are 404 / 409 with a code saying which. */
+function retryRoute(c: RunRoutesContext): void {
+  c.app.post('/api/runs/:id/retry', { onRequest: c.requireToken }, async (req) => {
+    const { id } = parse(z.object({ id: runId }), req.params);
+    if (c.replica.role !== 'leader') return c.notLeader();
+    try {
+      const run = await c.replica.retry(BigInt(id));
+      c.replica.logger.info({ runId: id, job: run.job }, 'admin: run retried');
+      return {
+        retried: true,
+        runId: id,
+        job: run.job,
+        scheduledAt: run.scheduledAt.toISOString(),
+        previousState: run.previousState,
+        leader: c.replica.replicaId,
+      };
+    } catch (err) {
+      if (err instanceof NotLeaderError) return c.notLeader();
+      if (err instanceof RunNotFoundError) throw new HttpError(404, 'unknown_run', err.message);
+      if (err instanceof RunNotRetryableError)
+        throw new HttpError(409, 'not_retryable', err.message, { state: err.state });
+      if (err instanceof StaleTokenError)
+        throw new HttpError(
+          409,
+          'fenced',
+          `refused by the fence, nothing changed: ${err.message}; a newer leader exists`,
+        );
+      throw err;
+    }
+  });
+}

@@ -1,0 +1,217 @@
+/**
+ * The console's reads of runs: the whole ledger paged newest first with a keyset cursor, and one
+ * run with every attempt. Order is (scheduled_at DESC, id DESC): the instant the run was for, not
+ * when its row was made (a catch-up after a failover commits old instants late). The cursor is
+ * the last row's (scheduled_at in microseconds, id): a run inserted while someone pages (a new
+ * fire, or a catch-up of an older instant) can never repeat or hide a row already there.
+ */
+import type pg from 'pg';
+import type { Tables } from '../db/tables.js';
+
+type Db = Pick<pg.Pool, 'query'>;
+
+/** Where a page starts: after this (scheduled instant in µs since the epoch, run id). */
+export interface RunCursor {
+  scheduledUs: bigint;
+  id: bigint;
+}
+
+export interface RunPageFilter {
+  job?: string;
+  state?: string;
+  trigger?: string;
+  /** Scheduled at or after. */
+  from?: Date;
+  /** Scheduled before. */
+  to?: Date;
+  /** Exactly this run. */
+  id?: bigint;
+  /** The run with this idempotency key (job + scheduled instant). */
+  slot?: { job: string; scheduledAt: Date };
+  limit: number;
+  cursor?: RunCursor;
+}
+
+export interface RunSummary {
+  id: string;
+  job: string;
+  scheduledAt: string;
+  trigger: string;
+  leaderToken: string;
+  leaderId: string;
+  state: string;
+  createdAt: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+  attemptCount: number;
+  skippedAttempts: number;
+  error: string | null;
+  /** From the scheduled instant to the first attempt's start (null until one started). */
+  latenessMs: number | null;
+  /** The newest attempt's run time, if it finished. */
+  durationMs: number | null;
+  /** Worker of the newest attempt. */
+  worker: string | null;
+  /** The runtime schedule version that fired it (null: a job from code). */
+  scheduleVersion: number | null;
+  /** A one-off run's key. */
+  onceKey: string | null;
+}
+
+interface RunRow {
+  id: string;
+  job: string;
+  scheduled_at: Date;
+  sched_us: string;
+  trigger: string;
+  leader_token: string;
+  leader_id: string;
+  state: string;
+  created_at: Date;
+  enqueued_at: Date | null;
+  started_at: Date | null;
+  finished_at: Date | null;
+  attempts: number;
+  completed_attempt: number | null;
+  skipped_attempts: number;
+  error: string | null;
+  lateness_ms: number | null;
+  duration_ms: number | null;
+  worker: string | null;
+  schedule_version: number | null;
+  once_key: string | null;
+}
+
+const RUN_COLUMNS = (t: Tables) => `r.id::text, r.job, r.scheduled_at,
+  (extract(epoch FROM r.scheduled_at) * 1000000)::bigint::text AS sched_us, r.trigger, r.leader_token::text,
+  r.leader_id, r.state, r.created_at, r.enqueued_at, r.started_at, r.finished_at, r.attempts, r.completed_attempt,
+  r.skipped_attempts, r.error, (extract(epoch FROM r.started_at - r.scheduled_at) * 1000)::float8 AS lateness_ms,
+  last.duration_ms, last.worker, r.schedule_version, r.once_key
+  FROM ${t.runs} r LEFT JOIN LATERAL (
+    SELECT (extract(epoch FROM a.finished_at - a.started_at) * 1000)::float8 AS duration_ms, a.worker
+    FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state <> 'skipped' ORDER BY a.attempt DESC LIMIT 1) last ON true`;
+
+const iso = (d: Date | null) => d?.toISOString() ?? null;
+const ms = (v: number | null) => (v === null ? null : Math.round(v));
+
+function summary(r: RunRow): RunSummary {
+  return {
+    id: r.id,
+    job: r.job,
+    scheduledAt: r.scheduled_at.toISOString(),
+    trigger: r.trigger,
+    leaderToken: r.leader_token,
+    leaderId: r.leader_id,
+    state: r.state,
+    createdAt: r.created_at.toISOString(),
+    startedAt: iso(r.started_at),
+    finishedAt: iso(r.finished_at),
+    attemptCount: r.attempts,
+    skippedAttempts: r.skipped_attempts,
+    error: r.error,
+    latenessMs: ms(r.lateness_ms),
+    durationMs: ms(r.duration_ms),
+    worker: r.worker,
+    scheduleVersion: r.schedule_version,
+    onceKey: r.once_key,
+  };
+}
+
+/** One page of runs, newest first; nextCursor is null on the last page (none after it). */
+export async function pageRuns(
+  db: Db,
+  t: Tables,
+  f: RunPageFilter,
+): Promise<{ runs: RunSummary[]; nextCursor: RunCursor | null }> {
+  const res = await db.query<RunRow>(
+    `SELECT ${RUN_COLUMNS(t)}
+     WHERE ($1::text IS NULL OR r.job = $1) AND ($2::text IS NULL OR r.state = $2) AND ($3::text IS NULL OR r.trigger = $3)
+       AND ($4::timestamptz IS NULL OR r.scheduled_at >= $4) AND ($5::timestamptz IS NULL OR r.scheduled_at < $5)
+       AND ($6::bigint IS NULL OR r.id = $6)
+       AND ($7::bigint IS NULL OR (r.scheduled_at, r.id) < (timestamptz 'epoch' + $7::bigint * interval '1 microsecond', $8::bigint))
+     ORDER BY r.scheduled_at DESC, r.id DESC LIMIT $9`,
+    [
+      f.slot?.job ?? f.job ?? null,
+      f.state ?? null,
+      f.trigger ?? null,
+      f.slot?.scheduledAt ?? f.from ?? null,
+      f.slot ? new Date(f.slot.scheduledAt.getTime() + 1) : (f.to ?? null),
+      f.id?.toString() ?? null,
+      f.cursor?.scheduledUs.toString() ?? null,
+      f.cursor?.id.toString() ?? null,
+      f.limit + 1, // one more than asked: whether there is a next page at all
+    ],
+  );
+  const rows = res.rows.slice(0, f.limit);
+  const last = rows[rows.length - 1];
+  return {
+    runs: rows.map(summary),
+    nextCursor: res.rows.length > f.limit && last ? { scheduledUs: BigInt(last.sched_us), id: BigInt(last.id) } : null,
+  };
+}
+
+export interface AttemptDetail {
+  attempt: number;
+  token: string;
+  worker: string;
+  /** running | completed | failed | retrying | cancelled | superseded | skipped | stale */
+  state: string;
+  startedAt: string;
+  finishedAt: string | null;
+  durationMs: number | null;
+  error: string | null;
+  errorStack: string | null;
+}
+
+export interface RunDetail extends RunSummary {
+  enqueuedAt: string | null;
+  completedAttempt: number | null;
+  /** From the scheduled instant to the leader's commit of the fire. */
+  commitLatenessMs: number;
+  /**
+   * Every attempt in order, re-deliveries that found the run already settled included (state
+   * 'skipped', counted in skippedAttempts): they did nothing, and the console shows them as such.
+   */
+  attempts: AttemptDetail[];
+}
+
+/** A run with every attempt, or null when the ledger has no such run. */
+export async function runDetail(db: Db, t: Tables, id: bigint): Promise<RunDetail | null> {
+  const res = await db.query<RunRow>(`SELECT ${RUN_COLUMNS(t)} WHERE r.id = $1`, [id.toString()]);
+  const r = res.rows[0];
+  if (!r) return null;
+  const att = await db.query<{
+    attempt: number;
+    token: string;
+    worker: string;
+    state: string;
+    started_at: Date;
+    finished_at: Date | null;
+    duration_ms: number | null;
+    error: string | null;
+    error_stack: string | null;
+  }>(
+    `SELECT attempt, token::text, worker, state, started_at, finished_at, error, error_stack,
+            (extract(epoch FROM finished_at - started_at) * 1000)::float8 AS duration_ms
+     FROM ${t.runAttempts} WHERE run_id = $1 ORDER BY attempt`,
+    [id.toString()],
+  );
+  const attempts: AttemptDetail[] = att.rows.map((a) => ({
+    attempt: a.attempt,
+    token: a.token,
+    worker: a.worker,
+    state: a.state,
+    startedAt: a.started_at.toISOString(),
+    finishedAt: iso(a.finished_at),
+    durationMs: ms(a.duration_ms),
+    error: a.error,
+    errorStack: a.error_stack,
+  }));
+  return {
+    ...summary(r),
+    enqueuedAt: iso(r.enqueued_at),
+    completedAttempt: r.completed_attempt,
+    commitLatenessMs: r.created_at.getTime() - r.scheduled_at.getTime(),
+    attempts,
+  };
+}

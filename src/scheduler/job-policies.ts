@@ -1,0 +1,43 @@
+/**
+ * The policies a job chooses, as the fire loop applies them: catch-up bounded in time (the
+ * window) and count (maxCatchUp), pause with a reason and an expiry, and the bounded overlap queue.
+ * Pure functions, so each rule is tested on its own (test/unit/job-policies.test.ts).
+ */
+import type { FireTrigger } from '../ledger/fire-ledger.js';
+import type { JobPause } from '../ledger/pauses.js';
+import { planCatchUp, type CatchUpPlan } from './misfire.js';
+import type { ScheduledJob } from './scheduled-job.js';
+
+/** What to fire for `job`'s instants in (lastFiredMs, nowMs], under its misfire policy, window and maxCatchUp. */
+export function planJobCatchUp(job: ScheduledJob, lastFiredMs: number | null, nowMs: number): CatchUpPlan {
+  return planCatchUp({
+    schedule: job.schedule,
+    policy: job.misfire,
+    lastFiredMs,
+    nowMs,
+    catchUpWindowMs: job.catchUpWindowMs,
+    misfireGraceMs: job.misfireGraceMs,
+    maxCatchUp: job.maxCatchUp,
+  });
+}
+
+/**
+ * 'catchup' for an instant fired later than the job's misfire grace (the handler sees
+ * ctx.isCatchUp), else `onTime`. After an election every fire of the reconciliation is 'catchup'.
+ */
+export function fireTrigger(job: ScheduledJob, atMs: number, nowMs: number, onTime: FireTrigger): FireTrigger {
+  return nowMs - atMs > job.misfireGraceMs ? 'catchup' : onTime;
+}
+
+/** The reason a skipped fire records for a pause: who, why and until when. */
+export function pauseReason(pause: Pick<JobPause, 'reason' | 'by' | 'until'>): string {
+  const parts = ['job is paused'];
+  if (pause.by) parts.push(`by ${pause.by}`);
+  if (pause.until) parts.push(`until ${pause.until.toISOString()}`);
+  return pause.reason ? `${parts.join(' ')}: ${pause.reason}` : parts.join(' ');
+}
+
+/** The reason a fire is skipped when overlap 'queue' already has `max` runs waiting. */
+export function queueFullReason(max: number): string {
+  return `overlap "queue": ${max} run${max === 1 ? '' : 's'} already waiting (overlapQueueMax ${max})`;
+}

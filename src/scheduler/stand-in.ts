@@ -1,0 +1,156 @@
+/**
+ * Stand-in followers: a leader that crashed keeps its lease until the lease expires (a TTL), and
+ * every slot due meanwhile would wait for the next leader's catch-up. The ledger already holds the
+ * key that makes a fire exactly once, the unique (job, scheduled_at), so a follower may commit an
+ * overdue slot itself: whoever commits first wins, the other insert is a no-op (DBOS fires from
+ * every process on the same principle; River, Oban and Kubernetes leave the gap).
+ *
+ * Rules, so a stand-in fire means the same as the leader's:
+ * - only a slot overdue by `graceMs` (default 500 ms, far above a healthy leader's commit lateness)
+ *   and later than the job's last committed slot: one indexed read of cw_job_state per check;
+ * - only while the slot is still on time for its job (within its misfire grace): older slots are
+ *   the next leader's catch-up, under the job's misfire policy;
+ * - the same pause and overlap rules as the leader (FireLoop.applyPolicies); overlap 'replace' jobs
+ *   are left to the leader, since cancelling other runs needs its fence;
+ * - committed with the scheduler fence's current token, read under a share lock on the fence row, so
+ *   tokens on committed runs never decrease (I3); nothing while no leader ever raised the fence.
+ * Retention, the outbox and re-delivery sweeps, catch-up after an election and 'replace' stay the
+ * leader's. A healthy cluster's followers commit nothing: `trigger = 'standin'` counts what they did.
+ */
+import type { Logger } from 'pino';
+import type { Clock, TimerHandle } from '../clock.js';
+import { limitedWarn } from '../once-per-kind.js';
+import type { CommittedFire, FireLedger, FireRequest } from '../ledger/fire-ledger.js';
+import type { FireLoop } from './fire-loop.js';
+import { FireQueue } from './fire-queue.js';
+import type { RunDelivery } from './run-delivery.js';
+import type { ScheduledJobs } from './scheduled-job.js';
+
+/** How long past a slot a follower waits for the leader's commit before it commits the slot itself. */
+export const DEFAULT_STAND_IN_GRACE_MS = 500;
+
+export interface StandInOptions {
+  registry: ScheduledJobs;
+  ledger: Pick<FireLedger, 'lastFiredOf' | 'commitStandInFires' | 'markEnqueued'>;
+  delivery: Pick<RunDelivery, 'enqueue'>;
+  /** The leader's pause and overlap rules, applied to the stand-in's slots too. */
+  policies: Pick<FireLoop, 'applyPolicies'>;
+  /** True while this replica leads: the leader fires, its stand-in rests. */
+  isLeading: () => boolean;
+  clock: Clock;
+  logger: Logger;
+  replicaId: string;
+  fenceResource: string;
+  /** 0 turns stand-ins off. */
+  graceMs: number;
+  onCommitted?: (fire: CommittedFire, latenessMs: number) => void;
+}
+
+interface Check {
+  /** When to look: the slot plus the grace. */
+  at: number;
+  job: string;
+  slot: number;
+}
+
+export class StandIn {
+  private readonly queue = new FireQueue<Check>();
+  private timer: TimerHandle | undefined;
+  private running = false;
+  private checking: Promise<void> = Promise.resolve();
+  /** A crashed leader makes every follower stand in each second until the next election: say it rarely. */
+  private readonly warn: ReturnType<typeof limitedWarn>;
+
+  constructor(private readonly o: StandInOptions) {
+    this.warn = limitedWarn(o.logger, () => o.clock.monotonic(), 10_000);
+  }
+
+  start(): void {
+    if (this.running || this.o.graceMs <= 0) return;
+    this.running = true;
+    const now = this.o.clock.now();
+    for (const job of this.o.registry.list()) {
+      if (job.overlap === 'replace') continue;
+      this.pushNext(job.name, now);
+    }
+    this.arm();
+  }
+
+  stop(): void {
+    this.running = false;
+    this.timer?.cancel();
+    this.timer = undefined;
+    this.queue.clear();
+  }
+
+  /** Look at every slot whose grace has run out. Called by the timer; safe to call at any time. */
+  check(): Promise<void> {
+    this.checking = this.checking
+      .then(() => this.checkDue())
+      .catch((err: Error) => {
+        this.o.logger.warn({ err }, 'stand-in check failed; the leader or the next check fires the slots');
+      });
+    return this.checking;
+  }
+
+  private pushNext(job: string, afterMs: number): void {
+    const slot = this.o.registry.get(job)?.schedule.nextAfter(afterMs);
+    if (slot === null || slot === undefined) return;
+    this.queue.push({ at: slot + this.o.graceMs, job, slot });
+  }
+
+  private arm(): void {
+    this.timer?.cancel();
+    const next = this.queue.peek();
+    if (!this.running || !next) return;
+    this.timer = this.o.clock.setTimer(() => void this.check(), next.at - this.o.clock.now());
+  }
+
+  private async checkDue(): Promise<void> {
+    if (!this.running) return;
+    const now = this.o.clock.now();
+    const due = this.queue.popDue(now);
+    // Each job moves on to its next slot after the newest one that is already overdue.
+    for (const c of due) this.pushNext(c.job, Math.max(c.slot, now - this.o.graceMs));
+    this.arm();
+    if (due.length === 0 || this.o.isLeading()) return;
+    const onTime = due.filter((c) => {
+      const job = this.o.registry.get(c.job);
+      return job !== undefined && now - c.slot <= job.misfireGraceMs;
+    });
+    if (onTime.length === 0) return;
+    const last = await this.o.ledger.lastFiredOf([...new Set(onTime.map((c) => c.job))]);
+    const missing = onTime.filter((c) => (last.get(c.job)?.getTime() ?? -Infinity) < c.slot);
+    if (missing.length === 0 || this.o.isLeading()) return;
+    await this.commit(missing.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
+  }
+
+  private async commit(requests: FireRequest[]): Promise<void> {
+    const { fires } = await this.o.policies.applyPolicies(requests);
+    const result = await this.o.ledger.commitStandInFires(fires, {
+      fenceResource: this.o.fenceResource,
+      replicaId: this.o.replicaId,
+    });
+    if (result.committed.length === 0) return;
+    const now = this.o.clock.now();
+    this.warn(
+      'stand-in',
+      {
+        fires: result.committed.length,
+        jobs: [...new Set(result.committed.map((f) => f.job))].slice(0, 10),
+        first: result.committed[0]?.scheduledAt.toISOString(),
+      },
+      'the leader did not commit overdue slots: committed them as a stand-in',
+    );
+    for (const fire of result.committed) this.o.onCommitted?.(fire, now - fire.scheduledAt.getTime());
+    const deliver = result.committed.filter((f) => f.state === 'pending' && !f.hold);
+    if (deliver.length === 0) return;
+    try {
+      await this.o.delivery.enqueue(deliver);
+      await this.o.ledger.markEnqueued(deliver.map((f) => f.runId));
+    } catch (err) {
+      // Committed is committed: the (next) leader's outbox hands these over.
+      this.o.logger.warn({ err, runs: deliver.length }, "stand-in enqueue failed; the leader's outbox will retry");
+    }
+  }
+}

@@ -1,0 +1,199 @@
+/**
+ * The operator console in headless Chromium (Debian's chromium through playwright-core), against
+ * in-process replicas with a real ledger, Redis and BullMQ: the overview after a failover, paging
+ * a job's 1,000 runs, a failed run's stack, entering the token and retrying a failed run until it
+ * completes with one effect row, and a hostile job name shown as text. Screenshots for a person
+ * to look at go to test-output/console/ (CRONWARDEN_TEST_OUTPUT overrides the folder).
+ */
+import { after, before, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdir, mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { ADMIN_TOKEN, Cluster, firstLeader, json, type Node } from './support.js';
+import { consoleJobs, createUserTables, effectRows, insertHistory, setFailing, until } from './console-support.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
+const OUTPUT = process.env.CRONWARDEN_TEST_OUTPUT ?? join(process.cwd(), 'test-output', 'console');
+const HOSTILE = '<img src=x onerror="window.__pwned=1">';
+
+let db: TestDatabase;
+let cluster: Cluster;
+let browser: BrowserContext;
+let profile: string;
+let leader: Node;
+const pageErrors: string[] = [];
+
+before(async () => {
+  db = await createTestDatabase();
+  await createUserTables(db);
+  await mkdir(OUTPUT, { recursive: true });
+  cluster = new Cluster(db.url, db.schema, undefined, consoleJobs);
+  profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
+  browser = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1500, height: 1000 },
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
+  });
+});
+after(async () => {
+  await browser?.close();
+  await cluster.stopAll();
+  await db.drop();
+  await rm(profile, { recursive: true, force: true });
+});
+
+async function open(node: Node, hash = ''): Promise<Page> {
+  const page = await browser.newPage();
+  page.on('pageerror', (err) => pageErrors.push(err.message));
+  const res = await page.goto(`${node.url}/${hash}`);
+  assert.equal(res?.status(), 200);
+  return page;
+}
+
+const textOf = (page: Page, selector: string) => page.locator(selector).innerText();
+
+it(
+  'the overview after a failover: the new leader, its higher token, and the handover',
+  { timeout: 90_000 },
+  async () => {
+    const a = await cluster.add('ui-a');
+    const b = await cluster.add('ui-b');
+    const first = await firstLeader([a.replica, b.replica]);
+    const old = first === a.replica ? a : b;
+    leader = old === a ? b : a;
+    const page = await open(leader);
+    assert.equal(await page.title(), 'cronwarden console');
+    await page.waitForFunction((id) => document.getElementById('holder')?.textContent === id, old.replica.replicaId, {
+      timeout: 15_000,
+    });
+    const token = BigInt(await textOf(page, '#token'));
+    await old.stop();
+    await page.waitForFunction(
+      (id) => document.getElementById('holder')?.textContent === id,
+      leader.replica.replicaId,
+      {
+        timeout: 15_000,
+      },
+    );
+    assert.ok(BigInt(await textOf(page, '#token')) > token, 'a new tenure has a higher token');
+    await page.waitForFunction(
+      (id) => (document.querySelector('#elections tbody tr')?.textContent ?? '').includes(id),
+      leader.replica.replicaId,
+      { timeout: 15_000 },
+    );
+    const row = await textOf(page, '#elections tbody tr:first-child');
+    assert.match(row, /previous leader released/);
+    assert.match(row, new RegExp(old.replica.replicaId));
+    const jobs = await textOf(page, '#jobs tbody');
+    assert.match(jobs, /at 00:00 every year on January 1/);
+    assert.match(jobs, /\d{4}-01-01 00:00:00 \+01:00/, 'next fires in the job zone with its offset');
+    assert.match(jobs, /every 2 seconds/);
+    await page.screenshot({ path: join(OUTPUT, 'overview-after-failover.png'), fullPage: true });
+    await page.close();
+  },
+);
+
+it('pages through a job with 1,000 runs, newest first, each run once', { timeout: 90_000 }, async () => {
+  await insertHistory(db, 'bulk', 1000, new Date(Date.UTC(2026, 0, 15, 12, 0)));
+  const page = await open(leader, '#runs?job=bulk');
+  const firstIds = async () => {
+    await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length > 0, null, { timeout: 10_000 });
+    return page.$$eval('#runs tbody tr td:first-child', (cells) => cells.map((c) => c.textContent ?? ''));
+  };
+  const seen: string[] = [];
+  for (let p = 1; p <= 20; p++) {
+    await page.waitForFunction((n) => document.getElementById('page-info')?.textContent?.startsWith(`page ${n} `), p, {
+      timeout: 10_000,
+    });
+    const ids = await firstIds();
+    assert.equal(ids.length, 50, `page ${p}`);
+    seen.push(...ids);
+    if (p === 1) {
+      assert.match(await textOf(page, '#runs tbody tr:first-child'), /2026-01-15 12:00:00/);
+      await page.screenshot({ path: join(OUTPUT, 'runs.png'), fullPage: false });
+    }
+    if (p < 20) await page.click('#older');
+  }
+  assert.equal(await page.isDisabled('#older'), true, 'the last page has no older one');
+  assert.equal(new Set(seen).size, 1000, 'each of the 1,000 runs once');
+  await page.click('#newer');
+  await page.waitForFunction(() => document.getElementById('page-info')?.textContent?.startsWith('page 19 '));
+  await page.close();
+});
+
+it(
+  'shows a failed run with its stack; with the token entered, retrying completes it with one effect',
+  {
+    timeout: 90_000,
+  },
+  async () => {
+    await setFailing(db, true);
+    const trig = await fetch(`${leader.url}/api/jobs/flaky/trigger`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    });
+    const runId = (await json(trig)).runId as string;
+    await until(async () => {
+      const r = await db.pool.query<{ state: string }>('SELECT state FROM cw_runs WHERE id = $1', [runId]);
+      return r.rows[0]?.state === 'failed';
+    }, 'the run fails');
+
+    const page = await open(leader, `#run/${runId}`);
+    await page.waitForSelector('#attempts pre.stack', { timeout: 10_000 });
+    assert.match(await textOf(page, '#attempts pre.stack'), /reportServiceRefused/);
+    assert.match(await textOf(page, '#attempts tbody'), /report service refused the upload/);
+    assert.match(await textOf(page, '#run-title'), /failed/);
+    await page.screenshot({ path: join(OUTPUT, 'failed-run.png'), fullPage: true });
+
+    await setFailing(db, false);
+    await page.click('#retry');
+    assert.match(await textOf(page, '#notice'), /admin token/, 'without a token the page asks for it');
+    await page.fill('#token-input', ADMIN_TOKEN);
+    await page.click('#token-set');
+    assert.equal(await textOf(page, '#token-state'), 'admin token set (this tab)');
+    await page.click('#retry');
+    await page.waitForFunction(() => /completed/.test(document.getElementById('run-title')?.textContent ?? ''), null, {
+      timeout: 20_000,
+    });
+    await page.waitForFunction(() => document.querySelectorAll('#attempts tbody tr').length === 2, null, {
+      timeout: 10_000,
+    });
+    assert.equal(await effectRows(db, runId), 1, 'exactly one effect row');
+    assert.ok(!page.url().includes(ADMIN_TOKEN), 'the token is never in the URL');
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('cronwarden.adminToken')), ADMIN_TOKEN);
+    await page.screenshot({ path: join(OUTPUT, 'retried-run.png'), fullPage: true });
+    await page.goto(`${leader.url}/#overview`);
+    await page.waitForFunction(() => document.querySelectorAll('#jobs tbody tr').length > 0, null, { timeout: 10_000 });
+    await page.screenshot({ path: join(OUTPUT, 'overview.png'), fullPage: false });
+    await page.goto(`${leader.url}/#history`);
+    await page.waitForFunction(() => document.querySelectorAll('#charts svg').length >= 3, null, { timeout: 10_000 });
+    assert.match(await textOf(page, '#charts'), /flaky[\s\S]*fires \(blue\)/);
+    await page.screenshot({ path: join(OUTPUT, 'history.png'), fullPage: false });
+    await page.close();
+  },
+);
+
+it('renders a hostile job name and error as text, never as HTML', { timeout: 60_000 }, async () => {
+  const { rows } = await db.pool.query<{ id: string }>(
+    `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, finished_at, error)
+     VALUES ($1, now(), 'manual', 1, 'old-version', 'failed', now(), $2) RETURNING id::text`,
+    [HOSTILE, `<b>bold</b>${HOSTILE}`],
+  );
+  const id = rows[0]!.id;
+  const page = await open(leader, `#runs?job=${encodeURIComponent(HOSTILE)}`);
+  await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length === 1, null, { timeout: 10_000 });
+  assert.equal(await textOf(page, '#runs tbody tr td:nth-child(2)'), HOSTILE);
+  await page.goto(`${leader.url}/#run/${id}`);
+  await page.waitForFunction(() => (document.getElementById('run-title')?.textContent ?? '').includes('<img'), null, {
+    timeout: 10_000,
+  });
+  assert.match(await textOf(page, '#run-fields'), /<b>bold<\/b><img src=x/);
+  assert.equal(await page.locator('main img, main b:text("bold")').count(), 0, 'no element was made from the text');
+  assert.equal(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned), undefined);
+  await page.close();
+  assert.deepEqual(pageErrors, []);
+});

@@ -1,0 +1,98 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { pino } from 'pino';
+import { defineJob } from '../../src/jobs/define-job.js';
+import { JobRegistry } from '../../src/jobs/job-registry.js';
+import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import { FireLoop } from '../../src/scheduler/fire-loop.js';
+import type { DeliverableRun } from '../../src/scheduler/run-delivery.js';
+import type { Lease } from '../../src/locks/lease.js';
+import { ManualClock } from '../support/manual-clock.js';
+import { createTestDatabase } from '../support/postgres-database.js';
+import { SHARED_REDIS_URL } from './failover-scenario.js';
+
+describe('outbox and fire path (real PostgreSQL and BullMQ)', () => {
+  it('the outbox never re-enqueues a run the fire path is handing over: 1,500 due per tick, sweeping all along', async () => {
+    const db = await createTestDatabase();
+    const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
+    const jobs = 1500;
+    const ticks = 3;
+    const registry = new JobRegistry(
+      Array.from({ length: jobs }, (_, i) => defineJob({ name: `j${i}`, schedule: '* * * * * *', handler: () => {} })),
+    );
+    const ledger = new Ledger(db.pool);
+    const real = new BullmqDelivery({
+      connection: redis,
+      namespace: `ho${randomUUID().slice(0, 8)}`,
+      registry,
+      ledger,
+    });
+    // The real delivery, counting how often each run is handed to BullMQ.
+    const handed = new Map<bigint, number>();
+    const delivery = {
+      enqueue: async (runs: DeliverableRun[]) => {
+        for (const r of runs) handed.set(r.runId, (handed.get(r.runId) ?? 0) + 1);
+        await real.enqueue(runs);
+      },
+      cancel: (ids: bigint[]) => real.cancel(ids),
+    };
+    const base = Date.UTC(2026, 0, 1);
+    const clock = new ManualClock(base - 500);
+    const lease: Lease = {
+      name: 'l',
+      holder: 'me',
+      token: 1n,
+      ttlMs: 10_000,
+      safetyMarginMs: 1000,
+      deadline: Infinity,
+    };
+    const loop = new FireLoop({
+      registry,
+      ledger: ledger.fires,
+      delivery,
+      leadership: { lease: () => lease, stepDown: () => {} },
+      clock,
+      logger: pino({ level: 'silent' }),
+      replicaId: 'me',
+      fenceResource: 'scheduler/test',
+      outboxIntervalMs: 3_600_000, // the test sweeps by hand, back to back
+    });
+    const tenure = new AbortController();
+    let sweeping = true;
+    let sweeps = 0;
+    let swept = 0;
+    try {
+      await loop.lead(tenure.signal);
+      const sweeper = (async () => {
+        while (sweeping) {
+          swept += await loop.sweepOutbox();
+          sweeps++;
+          await new Promise((r) => setImmediate(r));
+        }
+      })();
+      for (let t = 0; t < ticks; t++) {
+        await clock.advance(1000);
+        await loop.tick();
+      }
+      sweeping = false;
+      await sweeper;
+      assert.ok(sweeps >= ticks, `the outbox swept while the fire path handed over (${sweeps} sweeps)`);
+      assert.equal(handed.size, jobs * ticks, 'every fire was handed to BullMQ');
+      const twice = [...handed].filter(([, n]) => n > 1).length;
+      assert.equal(twice, 0, `${twice} runs were handed to BullMQ more than once`);
+      assert.equal(swept, 0, 'the outbox re-enqueued nothing');
+      const left = await ledger.fires.unenqueued(10, []);
+      assert.deepEqual(left, [], 'no committed run is left unenqueued');
+    } finally {
+      sweeping = false;
+      tenure.abort();
+      await real.queue.obliterate({ force: true }).catch(() => {});
+      await real.close();
+      await redis.quit();
+      await db.drop();
+    }
+  });
+});

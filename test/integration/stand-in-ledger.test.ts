@@ -1,0 +1,85 @@
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { Ledger } from '../../src/ledger/ledger.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+/** The stand-in's commit on real PostgreSQL: one row per slot however many race, tokens in commit order. */
+describe('Stand-in commits (real PostgreSQL)', () => {
+  let db: TestDatabase;
+  let ledger: Ledger;
+  const FENCE = 'scheduler/s';
+  const standIn = (id: string) => ({ fenceResource: FENCE, replicaId: id });
+  const leader = (token: bigint) => ({ fenceResource: FENCE, token, replicaId: 'leader', stillLeading: () => true });
+  const at = (s: number) => new Date(Date.UTC(2026, 2, 1, 0, 0, s));
+  const fire = (job: string, s: number) => ({ job, scheduledAt: at(s), trigger: 'standin' as const });
+
+  before(async () => {
+    db = await createTestDatabase();
+    ledger = new Ledger(db.pool);
+  });
+  after(async () => {
+    await db.drop();
+  });
+
+  it('commits nothing before any leader raised the fence', async () => {
+    const r = await ledger.fires.commitStandInFires([fire('a', 1)], standIn('f1'));
+    assert.equal(r.committed.length, 0);
+    const n = await db.pool.query("SELECT count(*)::int AS n FROM cw_runs WHERE job = 'a'");
+    assert.equal(n.rows[0].n, 0);
+  });
+
+  it("carries the fence's token, moves the job state, and the leader's later fire of the slot is a duplicate", async () => {
+    await ledger.fires.advanceFence(FENCE, 9n);
+    const r = await ledger.fires.commitStandInFires([fire('b', 2)], standIn('f1'));
+    assert.equal(r.committed.length, 1);
+    const row = await db.pool.query("SELECT leader_token::text AS t, leader_id, trigger FROM cw_runs WHERE job = 'b'");
+    assert.deepEqual(row.rows, [{ t: '9', leader_id: 'f1', trigger: 'standin' }]);
+    assert.equal((await ledger.fires.lastFiredOf(['b', 'nope'])).get('b')?.toISOString(), at(2).toISOString());
+    const late = await ledger.fires.commitFires([{ job: 'b', scheduledAt: at(2), trigger: 'schedule' }], leader(9n));
+    assert.equal(late.duplicates, 1);
+  });
+
+  it('many followers and the leader racing for the same slots commit each slot once', async () => {
+    await ledger.fires.advanceFence(FENCE, 10n);
+    const slots = Array.from({ length: 20 }, (_, i) => fire('c', 100 + i));
+    const results = await Promise.all([
+      ...['f1', 'f2', 'f3', 'f4'].map((id) => ledger.fires.commitStandInFires(slots, standIn(id))),
+      ledger.fires.commitFires(
+        slots.map((s) => ({ ...s, trigger: 'schedule' as const })),
+        leader(10n),
+      ),
+    ]);
+    assert.equal(
+      results.reduce((n, r) => n + r.committed.length, 0),
+      20,
+      'the inserts that won add up to the slots',
+    );
+    const rows = await db.pool.query(
+      "SELECT count(*)::int AS n, count(DISTINCT scheduled_at)::int AS d FROM cw_runs WHERE job = 'c'",
+    );
+    assert.deepEqual(rows.rows[0], { n: 20, d: 20 });
+  });
+
+  it('a new leader raising the fence while stand-ins commit: tokens never decrease in commit (id) order', async () => {
+    await ledger.fires.advanceFence(FENCE, 11n);
+    const work: Promise<unknown>[] = [];
+    for (let i = 0; i < 30; i++) {
+      work.push(ledger.fires.commitStandInFires([fire('d', 200 + i)], standIn(`f${i % 3}`)));
+      if (i === 15)
+        work.push(ledger.fires.commitFires([{ job: 'e', scheduledAt: at(1), trigger: 'schedule' }], leader(12n)));
+    }
+    await Promise.all(work);
+    const rows = await db.pool.query<{ t: string }>(
+      "SELECT leader_token::text AS t FROM cw_runs WHERE job IN ('d', 'e') ORDER BY id",
+    );
+    const tokens = rows.rows.map((r) => BigInt(r.t));
+    for (let i = 1; i < tokens.length; i++)
+      assert.ok(tokens[i]! >= tokens[i - 1]!, `token went back: ${tokens.join(',')}`);
+    assert.ok(tokens.includes(12n));
+  });
+
+  it('refuses overlap "replace" fires: cancelling other runs needs the leader\'s fence', async () => {
+    const r = await ledger.fires.commitStandInFires([{ ...fire('g', 1), replace: true }], standIn('f1'));
+    assert.equal(r.committed.length, 0);
+  });
+});

@@ -1,0 +1,169 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { pino } from 'pino';
+import { ManualClock } from '../support/manual-clock.js';
+import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
+import { JobRegistry } from '../../src/jobs/job-registry.js';
+import type { DeliverableRun } from '../../src/scheduler/run-delivery.js';
+import type { Lease } from '../../src/locks/lease.js';
+import { FireLoop } from '../../src/scheduler/fire-loop.js';
+import { StandIn } from '../../src/scheduler/stand-in.js';
+import { MemoryLedger } from '../support/memory-ledger.js';
+
+const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
+const FENCE = 'scheduler/l';
+
+/**
+ * One ledger, a leader's fire loop and a follower's stand-in on one driven clock. `leaderAlive`
+ * false is a leader that crashed holding its lease: its fire loop stops, nobody else leads yet.
+ */
+function setup(jobs: Partial<JobOptions>[], o: { graceMs?: number; fenceRaised?: boolean } = {}) {
+  const clock = new ManualClock(T0 + 100);
+  const ledger = new MemoryLedger();
+  if (o.fenceRaised !== false) ledger.fences.set(FENCE, 7n);
+  const delivered: DeliverableRun[] = [];
+  const delivery = { enqueue: async (runs: DeliverableRun[]) => void delivered.push(...runs), cancel: async () => {} };
+  const registry = new JobRegistry(
+    jobs.map((j, i) => defineJob({ name: `job${i}`, schedule: '* * * * * *', handler: () => {}, ...j })),
+  );
+  const logger = pino({ level: 'silent' });
+  const lease: Lease = { name: 'l', holder: 'a', token: 7n, ttlMs: 10_000, safetyMarginMs: 1000, deadline: Infinity };
+  const leader = new FireLoop({
+    registry,
+    ledger,
+    delivery,
+    leadership: { lease: () => lease, stepDown: () => {} },
+    clock,
+    logger,
+    replicaId: 'a',
+    fenceResource: FENCE,
+  });
+  let followerLeads = false;
+  const standIn = new StandIn({
+    registry,
+    ledger,
+    delivery,
+    policies: leader,
+    isLeading: () => followerLeads,
+    clock,
+    logger,
+    replicaId: 'b',
+    fenceResource: FENCE,
+    graceMs: o.graceMs ?? 500,
+  });
+  const abort = new AbortController();
+  return {
+    clock,
+    ledger,
+    delivered,
+    standIn,
+    lead: () => leader.lead(abort.signal),
+    crashLeader: () => abort.abort(),
+    promoteFollower: () => (followerLeads = true),
+  };
+}
+
+const slots = (ledger: MemoryLedger, job = 'job0') =>
+  ledger.of(job).map((r) => ({ at: (r.scheduledAt.getTime() - T0) / 1000, trigger: r.trigger }));
+
+describe('StandIn (driven clock)', () => {
+  it('commits nothing while the leader commits on time', async () => {
+    const t = setup([{}, { schedule: '*/2 * * * * *' }]);
+    await t.lead();
+    t.standIn.start();
+    await t.clock.advance(10_000);
+    assert.equal(t.ledger.runs.filter((r) => r.trigger === 'standin').length, 0);
+    assert.equal(t.ledger.of('job0').length, 10);
+  });
+
+  it('after a leader crash, commits each overdue slot once, grace after it is due, and delivers it', async () => {
+    const t = setup([{}]);
+    await t.lead();
+    t.standIn.start();
+    await t.clock.advance(2_000); // the leader fires 1 s and 2 s
+    t.crashLeader();
+    await t.clock.advance(5_000); // no leader for 5 s
+    assert.deepEqual(slots(t.ledger), [
+      { at: 1, trigger: 'schedule' },
+      { at: 2, trigger: 'schedule' },
+      ...[3, 4, 5, 6].map((at) => ({ at, trigger: 'standin' })),
+    ]);
+    // The slot at 7 s is due at 7.1 s + grace: not yet.
+    const standIns = t.ledger.runs.filter((r) => r.trigger === 'standin');
+    assert.ok(
+      standIns.every((r) => r.leaderToken === 7n),
+      'stand-in fires carry the fence token',
+    );
+    assert.deepEqual(
+      t.delivered.filter((d) => standIns.some((r) => r.id === d.runId)).length,
+      standIns.length,
+      'every stand-in fire is handed to the queue',
+    );
+  });
+
+  it('a slot the leader committed late (but within the grace) is not raced', async () => {
+    const t = setup([{}], { graceMs: 500 });
+    t.standIn.start();
+    // No leader loop: commit by hand 300 ms late, as a slow leader would.
+    await t.clock.advance(1_200);
+    await t.ledger.commitFires([{ job: 'job0', scheduledAt: new Date(T0 + 1000), trigger: 'schedule' }], {
+      fenceResource: FENCE,
+      token: 7n,
+      replicaId: 'a',
+      stillLeading: () => true,
+    });
+    await t.clock.advance(400); // past 1 s + grace
+    assert.deepEqual(slots(t.ledger), [{ at: 1, trigger: 'schedule' }]);
+  });
+
+  it('rests while its own replica leads, and while no leader has ever raised the fence', async () => {
+    const t = setup([{}]);
+    t.promoteFollower();
+    t.standIn.start();
+    await t.clock.advance(3_000);
+    assert.equal(t.ledger.runs.length, 0);
+    const u = setup([{}], { fenceRaised: false });
+    u.standIn.start();
+    await u.clock.advance(3_000);
+    assert.equal(u.ledger.runs.length, 0, 'nobody to stand in for');
+  });
+
+  it('keeps pause and overlap rules, and leaves overlap "replace" jobs to the leader', async () => {
+    const t = setup([{ overlap: 'skip' }, {}, { overlap: 'replace' }]);
+    await t.ledger.setPaused('job1', true);
+    t.standIn.start();
+    await t.clock.advance(3_000);
+    assert.deepEqual(
+      t.ledger.of('job0').map((r) => r.state),
+      ['pending', 'skipped'],
+      'overlap skip: the first run is still active, so the second slot is skipped, as the leader would',
+    );
+    assert.ok(
+      t.ledger.of('job1').every((r) => r.state === 'skipped'),
+      'paused: recorded skipped',
+    );
+    assert.equal(t.ledger.of('job2').length, 0, "'replace' needs the leader's fence");
+  });
+
+  it("never fires a slot older than the job's misfire grace: that is the next leader's catch-up", async () => {
+    const t = setup([{ misfireGraceMs: 200 }], { graceMs: 500 });
+    t.standIn.start();
+    await t.clock.advance(5_000);
+    assert.equal(t.ledger.runs.length, 0);
+  });
+
+  it('stops firing when stopped, and 0 grace turns it off', async () => {
+    const t = setup([{}], { graceMs: 0 });
+    t.standIn.start();
+    await t.clock.advance(3_000);
+    assert.equal(t.ledger.runs.length, 0);
+    const u = setup([{}]);
+    u.standIn.start();
+    await u.clock.advance(2_000);
+    u.standIn.stop();
+    const n = u.ledger.runs.length;
+    await u.clock.advance(3_000);
+    assert.equal(u.ledger.runs.length, n);
+    assert.ok(n > 0);
+  });
+});
