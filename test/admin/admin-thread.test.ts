@@ -91,7 +91,8 @@ describe('admin HTTP in a worker thread', () => {
     const post = (path: string, token?: string) =>
       fetch(`${url}${path}`, { method: 'POST', headers: token ? { authorization: `Bearer ${token}` } : {} });
     assert.equal((await post('/api/jobs/yearly/pause')).status, 401);
-    assert.deepEqual(await json(await post('/api/jobs/yearly/pause', ADMIN_TOKEN)), { job: 'yearly', paused: true });
+    const paused = await json(await post('/api/jobs/yearly/pause', ADMIN_TOKEN));
+    assert.deepEqual([paused.job, paused.paused, paused.pausedBy], ['yearly', true, 'admin']);
     assert.equal((await replica.ledger.fires.pausedJobs()).has('yearly'), true);
     await post('/api/jobs/yearly/resume', ADMIN_TOKEN);
     const fired = await json(await post('/api/jobs/yearly/trigger', ADMIN_TOKEN));
