@@ -12,6 +12,7 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   effects: async () => (await import('./effects.js')).benchEffects(),
   'cron-differential': async () => (await import('./cron-differential.js')).benchCronDifferential(),
   'admin-flood': async () => (await import('./admin-flood.js')).benchAdminFlood(),
+  'runtime-schedules': async () => (await import('./runtime-schedules.js')).benchRuntimeSchedules(),
   // Takes options after its name: `npm run bench -- kill-leader --duration 120 --kill-every 20`.
   'kill-leader': async () => (await import('./kill-leader.js')).benchKillLeader(process.argv.slice(2)),
   speed: async () => (await import('./speed.js')).benchSpeed(),

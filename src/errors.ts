@@ -225,6 +225,19 @@ export class AccessDeniedError extends CronwardenError {
   }
 }
 
+/** A runtime schedule that does not exist (or was deleted). */
+export class ScheduleNotFoundError extends InvalidArgumentError {
+  constructor(readonly scheduleId: string) {
+    super(`no runtime schedule "${scheduleId}"`);
+  }
+}
+
+/** A runtime schedule created under an id that is already in use. */
+export class ScheduleExistsError extends InvalidArgumentError {
+  constructor(readonly scheduleId: string) {
+    super(`runtime schedule "${scheduleId}" already exists; update it instead`);
+  }
+}
 /** A run id the ledger does not hold (never fired, or deleted by retention). */
 export class RunNotFoundError extends CronwardenError {
   readonly retryable = false;

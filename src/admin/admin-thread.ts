@@ -7,8 +7,8 @@
  *   fails when that heartbeat is older than `stallLimitMs`, so a wedged main loop still fails
  *   liveness;
  * - the replica's events, for the metrics;
- * - calls the worker cannot answer alone (trigger, pause, resign, the lease backend, the ledger
- *   ping) are forwarded here and answered by message.
+ * - calls the worker cannot answer alone (trigger, pause, resign, runtime schedule changes, one-off
+ *   runs and backfills, the lease backend, the ledger ping) are forwarded here and answered by message.
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +17,8 @@ import type { Lease, LeaseBackend } from '../locks/lease.js';
 import type { ElectorRole } from '../scheduler/elector.js';
 import type { DstPolicy } from '../scheduler/cron-schedule.js';
 import type { PauseRequest } from '../ledger/pauses.js';
+import type { BackfillRequest } from '../scheduler/backfill.js';
+import { InvalidArgumentError } from '../errors.js';
 import type { MisfirePolicy, OverlapPolicy } from '../scheduler/scheduled-job.js';
 import type { ReplicaEvents, ReplicaView } from './replica-view.js';
 import type { AdminServerOptions } from './server.js';
@@ -61,6 +63,8 @@ export interface AdminThreadInit {
     'replicaId' | 'namespace' | 'schema' | 'leaseName' | 'startedAt' | 'backendKind' | 'ttlMs'
   >;
   jobs: ThreadJob[];
+  /** Whether the replica serves runtime schedules (ReplicaView.runtime). */
+  runtime: boolean;
   log: { level: string; bindings: Record<string, unknown> };
   stallLimitMs: number;
   state: ThreadState;
@@ -77,7 +81,11 @@ export interface ThreadState {
   clockOffsetMs: number;
 }
 
-export type CallOp = 'current' | 'ping' | 'trigger' | 'setPaused' | 'pause' | 'resign' | 'retry';
+export type CallOp = 'current' | 'ping' | 'trigger' | 'setPaused' | 'pause' | 'resign' | 'retry' | RuntimeCallOp;
+
+/** ReplicaView.runtime's methods, forwarded by name. */
+export type RuntimeCallOp =
+  'runtime.create' | 'runtime.update' | 'runtime.setPaused' | 'runtime.delete' | 'runtime.once' | 'runtime.backfill';
 
 /** An error as it crosses to the admin thread: its class by name, and its plain fields. */
 export interface ThreadError {
@@ -85,6 +93,8 @@ export interface ThreadError {
   message: string;
   code?: string;
   fields?: Record<string, unknown>;
+  /** An InvalidArgumentError (or subclass) the admin thread has no class for: still a 400. */
+  invalidArgument?: boolean;
 }
 
 export type ToThread =
@@ -155,6 +165,7 @@ export class AdminThread {
         overlapQueueMax: j.overlapQueueMax,
         dst: { ...j.schedule.dst },
       })),
+      runtime: r.runtime !== undefined,
       log: { level: r.logger.level, bindings: r.logger.bindings() },
       stallLimitMs: stallLimitMs ?? 5000,
       state: this.state(),
@@ -254,7 +265,13 @@ export class AdminThread {
       const fields = Object.fromEntries(
         Object.entries(e).filter(([, v]) => ['string', 'number', 'bigint', 'boolean'].includes(typeof v) || v === null),
       );
-      this.post({ type: 'reply', id, ok: false, error: { name: e.name, message: e.message, code, fields } });
+      const invalidArgument = err instanceof InvalidArgumentError;
+      this.post({
+        type: 'reply',
+        id,
+        ok: false,
+        error: { name: e.name, message: e.message, code, fields, invalidArgument },
+      });
     }
   }
 
@@ -275,6 +292,28 @@ export class AdminThread {
         return r.retry(args[0] as bigint);
       case 'pause':
         return r.pause(args[0] as string, args[1] as PauseRequest);
+      default:
+        return this.runtimeCall(op, args);
+    }
+  }
+
+  private runtimeCall(op: RuntimeCallOp, args: unknown[]): Promise<unknown> {
+    const rt = this.o.replica.runtime;
+    if (!rt) return Promise.reject(new Error('runtime schedules are not served here'));
+    const [id, a1, a2] = args as [string, unknown, unknown];
+    switch (op) {
+      case 'runtime.create':
+        return rt.create(id, a1, a2 as string);
+      case 'runtime.update':
+        return rt.update(id, a1, a2 as string);
+      case 'runtime.setPaused':
+        return rt.setPaused(id, a1 as boolean, a2 as string);
+      case 'runtime.delete':
+        return rt.delete(id, a1 as string);
+      case 'runtime.once':
+        return rt.once(id, a1 as { at: Date; key: string; payload: unknown });
+      case 'runtime.backfill':
+        return rt.backfill(args[0] as BackfillRequest);
     }
   }
 }

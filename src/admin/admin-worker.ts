@@ -6,15 +6,25 @@ import { EventEmitter } from 'node:events';
 import { parentPort, workerData } from 'node:worker_threads';
 import { pino, type Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
-import { NotLeaderError, RunNotFoundError, RunNotRetryableError, StaleTokenError } from '../errors.js';
+import {
+  InvalidArgumentError,
+  NotLeaderError,
+  RunNotFoundError,
+  RunNotRetryableError,
+  ScheduleExistsError,
+  ScheduleNotFoundError,
+  StaleTokenError,
+} from '../errors.js';
+import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
+import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { Lease, LeaseRecord } from '../locks/lease.js';
 import { CronSchedule } from '../scheduler/cron-schedule.js';
-import type { ScheduledJob } from '../scheduler/scheduled-job.js';
+import type { CodeJob } from '../scheduler/scheduled-job.js';
 import type { AdminThreadInit, CallOp, FromThread, ThreadError, ThreadState, ToThread } from './admin-thread.js';
-import type { ReplicaEvents, ReplicaView } from './replica-view.js';
+import type { ReplicaEvents, ReplicaView, RuntimeAdmin } from './replica-view.js';
 import { AdminServer } from './server.js';
 
 const port = parentPort!;
@@ -32,7 +42,7 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   readonly ttlMs = init.identity.ttlMs;
   readonly logger: Logger = pino({ name: 'cronwarden', level: init.log.level }).child(init.log.bindings);
   readonly clock: Clock = { ...systemClock, now: () => Date.now() + this.current.clockOffsetMs };
-  private readonly jobList: ScheduledJob[] = init.jobs.map((j) => ({
+  private readonly jobList: CodeJob[] = init.jobs.map((j) => ({
     ...j,
     schedule: CronSchedule.parse(j.schedule, j.timezone, j.dst),
   }));
@@ -42,6 +52,7 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   private leaseDeadline = 0;
   private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
   private nextId = 1;
+  readonly runtime: RuntimeAdmin | undefined = init.runtime ? remoteRuntime(this) : undefined;
 
   constructor() {
     super();
@@ -87,10 +98,10 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
     if (silentMs <= init.stallLimitMs) return undefined;
     return `the scheduler's event loop has not answered for ${Math.round(silentMs)} ms`;
   }
-  jobs(): readonly ScheduledJob[] {
+  jobs(): readonly CodeJob[] {
     return this.jobList;
   }
-  job(name: string): ScheduledJob | undefined {
+  job(name: string): CodeJob | undefined {
     return this.jobList.find((j) => j.name === name);
   }
   hostOffsetMs() {
@@ -116,16 +127,35 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   }
 }
 
+/** ReplicaView.runtime over messages: each call runs on the main thread. */
+function remoteRuntime(view: RemoteView): RuntimeAdmin {
+  return {
+    create: (id: string, input: unknown, actor: string) =>
+      view.call<StoredSchedule>('runtime.create', id, input, actor),
+    update: (id: string, input: unknown, actor: string) =>
+      view.call<StoredSchedule>('runtime.update', id, input, actor),
+    setPaused: (id: string, paused: boolean, actor: string) =>
+      view.call<StoredSchedule>('runtime.setPaused', id, paused, actor),
+    delete: (id: string, actor: string) => view.call<StoredSchedule>('runtime.delete', id, actor),
+    once: (job: string, o: { at: Date; key: string; payload: unknown }) => view.call<OnceRun>('runtime.once', job, o),
+    backfill: (r: BackfillRequest) => view.call<BackfillStep>('runtime.backfill', r),
+  };
+}
+
 /** The errors the routes tell apart by class, rebuilt with their fields so `instanceof` holds here too. */
 const errorClasses: Record<string, { prototype: Error }> = {
   NotLeaderError,
   RunNotFoundError,
   RunNotRetryableError,
   StaleTokenError,
+  ScheduleNotFoundError,
+  ScheduleExistsError,
+  InvalidArgumentError,
 };
 
 function reviveError(e: ThreadError): Error {
-  const proto = errorClasses[e.name]?.prototype ?? Error.prototype;
+  const known = errorClasses[e.name] ?? (e.invalidArgument ? InvalidArgumentError : undefined);
+  const proto = known?.prototype ?? Error.prototype;
   const err = Object.create(proto) as Error;
   return Object.assign(err, e.fields, { name: e.name, message: e.message, code: e.code });
 }

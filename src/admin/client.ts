@@ -61,11 +61,11 @@ export class AdminClient {
   }
 
   /** POST a mutation; follows a 409 not_leader to the leader once. Returns the body and who answered. */
-  async mutate<T>(path: string, body?: object): Promise<{ body: T; via: string }> {
+  async mutate<T>(path: string, body?: unknown, method = 'POST'): Promise<{ body: T; via: string }> {
     if (!this.o.token)
       throw new AdminRequestError(401, 'CRONWARDEN_ADMIN_TOKEN: is required for this command (the admin bearer token)');
     try {
-      return { body: await this.call<T>(this.baseUrl, 'POST', path, body), via: this.baseUrl };
+      return { body: await this.call<T>(this.baseUrl, method, path, body), via: this.baseUrl };
     } catch (err) {
       if (!(err instanceof NotLeaderResponse)) throw err;
       if (!err.leaderAdminUrl)
@@ -75,7 +75,7 @@ export class AdminClient {
         );
       const leaderUrl = await this.trustedLeaderUrl(err.leaderAdminUrl, err.leader);
       try {
-        return { body: await this.call<T>(leaderUrl, 'POST', path, body), via: leaderUrl };
+        return { body: await this.call<T>(leaderUrl, method, path, body), via: leaderUrl };
       } catch (again) {
         if (again instanceof NotLeaderResponse)
           throw new AdminRequestError(409, `leadership is moving (${leaderUrl} is no longer the leader); try again`);
@@ -112,19 +112,19 @@ export class AdminClient {
     return target;
   }
 
-  private async call<T>(base: string, method: string, path: string, payload?: object): Promise<T> {
+  private async call<T>(base: string, method: string, path: string, payload?: unknown): Promise<T> {
     let res: Response;
-    const headers: Record<string, string> =
-      method === 'POST' && this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
+    const mutation = method !== 'GET';
+    const headers: Record<string, string> = mutation && this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
     if (payload !== undefined) headers['content-type'] = 'application/json';
-    if (method === 'POST' && this.o.user) headers['x-cronwarden-user'] = this.o.user;
+    if (mutation && this.o.user) headers['x-cronwarden-user'] = this.o.user;
     try {
       res = await fetch(`${base}${path}`, {
         method,
         headers,
         body: payload === undefined ? undefined : JSON.stringify(payload),
         // A redirect is not followed: the token goes to no URL the operator did not name.
-        redirect: method === 'POST' ? 'error' : 'follow',
+        redirect: mutation ? 'error' : 'follow',
         signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000),
       });
     } catch (err) {

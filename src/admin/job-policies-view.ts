@@ -3,7 +3,7 @@
  * the body of POST /api/jobs/:name/pause, and the preview of GET /api/jobs/:name/next.
  */
 import { z } from 'zod';
-import type { ScheduledJob } from '../scheduler/scheduled-job.js';
+import type { CodeJob } from '../scheduler/scheduled-job.js';
 import { pauseHolds, type JobPause, type PauseRequest } from '../ledger/pauses.js';
 import { previewFires, type PreviewEntry } from '../scheduler/schedule-preview.js';
 
@@ -74,7 +74,7 @@ export function pauseFields(pause: JobPause | undefined, nowMs: number) {
 }
 
 /** The policies a job chose, with their defaults filled in. */
-export function policyFields(j: ScheduledJob) {
+export function policyFields(j: CodeJob) {
   return {
     dstRepeat: j.schedule.dst.repeat,
     dstGap: j.schedule.dst.gap,
@@ -94,7 +94,7 @@ const previewQuery = z.object({
 });
 
 /** The body of GET /api/jobs/:name/next: the next fires, each marked if a pause would skip it. */
-export function previewBody(j: ScheduledJob, query: unknown, nowMs: number, pause: JobPause | undefined) {
+export function previewBody(j: CodeJob, query: unknown, nowMs: number, pause: JobPause | undefined) {
   const q = previewQuery.safeParse(query ?? {});
   if (!q.success) {
     const issue = q.error.issues[0]!;

@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { handlerOf } from '../scheduler/runtime-schedules.js';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
 import { activeRunCounts, attemptsFinishedSince, jobHealth } from '../ledger/admin-reads.js';
@@ -274,15 +275,15 @@ export class ReplicaMetrics {
     replica.on('lease:lost', (_lease, reason) => lease.lost.inc({ reason: reasonClass(reason) }));
     replica.on('fire:committed', (fire, latenessMs, trigger) => {
       if (fire.state === 'skipped') return; // counted by fire:skipped
-      fires.fires.inc({ job: fire.job, trigger });
+      fires.fires.inc({ job: handlerOf(fire.job), trigger });
       fires.lateness.observe({ trigger }, Math.max(0, latenessMs) / 1000);
       const grace = replica.job(fire.job)?.misfireGraceMs;
       if (trigger !== 'manual' && grace !== undefined && latenessMs > grace) fires.late.inc({ job: fire.job });
     });
     replica.on('fire:duplicate', (count) => fires.duplicates.inc(count));
     replica.on('fire:refused', () => fires.refused.inc());
-    replica.on('fire:missed', (job, _dates, _reason, count) => fires.missed.inc({ job }, count));
-    replica.on('fire:skipped', (job) => fires.skipped.inc({ job }));
+    replica.on('fire:missed', (job, _dates, _reason, count) => fires.missed.inc({ job: handlerOf(job) }, count));
+    replica.on('fire:skipped', (job) => fires.skipped.inc({ job: handlerOf(job) }));
     replica.on('enqueue:failed', () => fires.enqueueFailed.inc());
     replica.on('backend:error', () => backendErrors.inc());
   }
@@ -311,8 +312,8 @@ export class ReplicaMetrics {
       const key = `${row.runId}/${row.attempt}`;
       if (this.counted.has(key)) continue;
       this.counted.set(key, row.finishedAt.getTime());
-      this.attempts.inc({ job: row.job, outcome: row.state });
-      this.durations.observe({ job: row.job, outcome: row.state }, Math.max(0, row.seconds));
+      this.attempts.inc({ job: handlerOf(row.job), outcome: row.state });
+      this.durations.observe({ job: handlerOf(row.job), outcome: row.state }, Math.max(0, row.seconds));
       if (row.finishedAt > this.watermark) this.watermark = row.finishedAt;
     }
     for (const [key, at] of this.counted) if (at <= this.watermark.getTime() - 5000) this.counted.delete(key);

@@ -7,12 +7,14 @@ import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
+import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
+import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
 import type { FireLoopEvents } from '../scheduler/fire-loop.js';
-import type { ScheduledJob } from '../scheduler/scheduled-job.js';
+import type { CodeJob } from '../scheduler/scheduled-job.js';
 
 /** The leader lifted an expired pause (once across replicas). */
 export interface PauseEvents {
@@ -41,8 +43,8 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'o
   /** The lease while leading and within its local deadline. */
   lease(): Lease | undefined;
   /** The jobs this replica defines. */
-  jobs(): readonly ScheduledJob[];
-  job(name: string): ScheduledJob | undefined;
+  jobs(): readonly CodeJob[];
+  job(name: string): CodeJob | undefined;
   /**
    * Why the replica's scheduler cannot be vouched for (its event loop silent too long), for
    * /healthz served from another thread; undefined when it can.
@@ -61,4 +63,19 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'o
   resign(): Promise<boolean>;
   /** Retry a failed or cancelled run (leader only, fenced like a fire). */
   retry(runId: bigint): Promise<RetriedRun>;
+  /** Runtime schedules, one-off runs and backfill; absent on a view without them. */
+  readonly runtime?: RuntimeAdmin;
+}
+
+/** The admin API's mutations of runtime schedules, one-off runs and backfills. */
+export interface RuntimeAdmin {
+  create(id: string, input: unknown, actor: string): Promise<StoredSchedule>;
+  /** A partial input laid over the current version. */
+  update(id: string, input: unknown, actor: string): Promise<StoredSchedule>;
+  setPaused(id: string, paused: boolean, actor: string): Promise<StoredSchedule>;
+  delete(id: string, actor: string): Promise<StoredSchedule>;
+  /** Leader only (NotLeaderError otherwise). */
+  once(job: string, o: { at: Date; key: string; payload: unknown }): Promise<OnceRun>;
+  /** Leader only (NotLeaderError otherwise). */
+  backfill(r: BackfillRequest): Promise<BackfillStep>;
 }

@@ -26,6 +26,7 @@ import {
 } from './guards.js';
 import { ReplicaMetrics } from './metrics.js';
 import { HttpError, parse } from './http-error.js';
+import { runtimeRoutes } from './runtime-routes.js';
 import { electedAt, lastRuns, listElections, listMembers, memberAdminUrl } from '../ledger/admin-reads.js';
 import { jobStats, type JobStats } from '../ledger/job-stats.js';
 import { runRoutes } from './run-routes.js';
@@ -307,6 +308,14 @@ export class AdminServer {
       capped: (handler) => this.capped(handler),
       requireToken: this.requireToken,
       notLeader: () => this.notLeader(),
+    });
+    runtimeRoutes({
+      app: this.app,
+      replica: this.o.replica,
+      reads: this.reads,
+      requireToken: this.requireToken,
+      notLeader: () => this.notLeader(),
+      capped: (h) => this.capped(h),
     });
   }
 

@@ -6,6 +6,7 @@ import { registerMigrate } from './migrate-command.js';
 import { registerStart } from './start-command.js';
 import { registerStatus } from './status-command.js';
 import { registerControl } from './control-command.js';
+import { registerRuntime } from './runtime-command.js';
 import { registerRuns } from './runs-command.js';
 import { registerNext } from './next-command.js';
 
@@ -31,6 +32,7 @@ registerDrill(program);
 registerStart(program);
 registerStatus(program);
 registerControl(program);
+registerRuntime(program);
 registerRuns(program);
 registerNext(program);
 

@@ -34,6 +34,16 @@ interface Job {
   lastRun: { scheduledAt: string; state: string; trigger: string } | null;
 }
 
+interface Schedule {
+  id: string;
+  job: string;
+  schedule: string;
+  timezone: string;
+  version: number;
+  paused: boolean;
+  nextFireAt: string | null;
+}
+
 export function registerStatus(program: Command): void {
   adminOptions(
     program
@@ -43,15 +53,18 @@ export function registerStatus(program: Command): void {
     .option('--json', 'print the raw JSON')
     .action(async (opts: { url: string; timeoutMs: string; json?: boolean }) => {
       const client = clientFrom(opts);
-      const [lease, members, jobs] = await Promise.all([
+      const [lease, members, jobs, schedules] = await Promise.all([
         client.get<Lease>('/api/lease'),
         client.get<{ members: Member[]; agreement?: MemberAgreement }>('/api/members'),
         client.get<{ jobs: Job[] }>('/api/jobs'),
+        // A replica older than runtime schedules has no such route: show none rather than fail.
+        client
+          .get<{ schedules: Schedule[] }>(`/api/schedules?limit=${SCHEDULES_SHOWN}`)
+          .catch(() => ({ schedules: [] })),
       ]);
       if (opts.json) {
-        process.stdout.write(
-          `${JSON.stringify({ lease, members: members.members, agreement: members.agreement, jobs: jobs.jobs }, null, 2)}\n`,
-        );
+        const all = { lease, ...members, jobs: jobs.jobs, schedules: schedules.schedules };
+        process.stdout.write(`${JSON.stringify(all, null, 2)}\n`);
         return;
       }
       const out: string[] = [];
@@ -76,24 +89,54 @@ export function registerStatus(program: Command): void {
         ),
       );
       out.push(...disagreement(members.agreement));
-      out.push('', 'JOBS');
-      out.push(
-        ...table(
-          ['JOB', 'SCHEDULE', 'TZ', 'NEXT FIRE', 'LAST RUN', 'OUTCOME', 'PAUSED'],
-          jobs.jobs.map((j) => [
-            j.name,
-            j.schedule,
-            j.timezone,
-            j.nextFireAt ?? '-',
-            j.lastRun?.scheduledAt ?? '-',
-            j.lastRun ? `${j.lastRun.state} (${j.lastRun.trigger})` : '-',
-            j.paused ? 'yes' : 'no',
-          ]),
-        ),
-      );
+      out.push(...jobLines(jobs.jobs));
       out.push(...pauses(jobs.jobs));
+      out.push(...scheduleLines(schedules.schedules));
       process.stdout.write(`${out.join('\n')}\n`);
     });
+}
+
+function jobLines(jobs: Job[]): string[] {
+  return [
+    '',
+    'JOBS',
+    ...table(
+      ['JOB', 'SCHEDULE', 'TZ', 'NEXT FIRE', 'LAST RUN', 'OUTCOME', 'PAUSED'],
+      jobs.map((j) => [
+        j.name,
+        j.schedule,
+        j.timezone,
+        j.nextFireAt ?? '-',
+        j.lastRun?.scheduledAt ?? '-',
+        j.lastRun ? `${j.lastRun.state} (${j.lastRun.trigger})` : '-',
+        j.paused ? 'yes' : 'no',
+      ]),
+    ),
+  ];
+}
+
+const SCHEDULES_SHOWN = 50;
+
+/** Runtime schedules (the first 50 by id; `cronwarden schedule list` shows them all). */
+function scheduleLines(schedules: Schedule[]): string[] {
+  if (schedules.length === 0) return [];
+  const more = schedules.length === SCHEDULES_SHOWN ? ` (first ${SCHEDULES_SHOWN}; see cronwarden schedule list)` : '';
+  return [
+    '',
+    `RUNTIME SCHEDULES${more}`,
+    ...table(
+      ['ID', 'JOB', 'SCHEDULE', 'TZ', 'VERSION', 'NEXT FIRE', 'PAUSED'],
+      schedules.map((s) => [
+        s.id,
+        s.job,
+        s.schedule,
+        s.timezone,
+        String(s.version),
+        s.nextFireAt ?? '-',
+        s.paused ? 'yes' : 'no',
+      ]),
+    ),
+  ];
 }
 
 /** Who paused which job, why and until when. */

@@ -11,6 +11,7 @@ import {
   boolean,
   index,
   integer,
+  jsonb,
   pgSequence,
   pgTable,
   primaryKey,
@@ -86,13 +87,23 @@ export const runs = pgTable(
     createdAt: tstz('created_at').notNull().defaultNow(),
     /** When the leader last checked that the queue still holds this handed-over run (re-delivery sweep). */
     deliveryCheckedAt: tstz('delivery_checked_at'),
+    /** The runtime schedule version that fired this run (cw_schedule_versions); NULL for jobs from code. */
+    scheduleVersion: integer('schedule_version'),
+    /** The JSON the handler sees as ctx.payload (runtime schedule, one-off or manual run); NULL for none. */
+    payload: jsonb('payload'),
+    /** A one-off run's caller-supplied key: one run per (job, once_key), the second request gets the first. */
+    onceKey: text('once_key'),
   },
   (t) => [
-    // Manual triggers are outside the key: a trigger that lands on a scheduled instant must neither
-    // swallow that fire nor be refused as its duplicate.
+    // Manual triggers and one-off runs are outside the key: a trigger that lands on a scheduled
+    // instant must neither swallow that fire nor be refused as its duplicate. One-off runs have
+    // their own key, (job, once_key).
     uniqueIndex('cw_runs_job_scheduled_at')
       .on(t.job, t.scheduledAt)
-      .where(sql`${t.trigger} <> 'manual'`),
+      .where(sql`${t.trigger} NOT IN ('manual', 'once')`),
+    uniqueIndex('cw_runs_job_once_key')
+      .on(t.job, t.onceKey)
+      .where(sql`${t.onceKey} IS NOT NULL`),
     index('cw_runs_outbox')
       .on(t.createdAt)
       .where(sql`${t.enqueuedAt} IS NULL`),
@@ -192,3 +203,45 @@ export const ledgerMeta = pgTable('cw_ledger', {
   /** The namespace whose ledger this schema holds; set by its first replica, checked by every later one. */
   namespace: text('namespace'),
 });
+
+/**
+ * Schedules created at runtime (API, CLI) for a handler defined in code. Their runs are fired under
+ * the job name "<handler>/<id>", so the unique (job, scheduled_at) key holds per schedule slot.
+ * `version` is the current one; a deleted schedule keeps its row (deleted_at) so its history stays.
+ */
+export const schedules = pgTable('cw_schedules', {
+  id: text('id').primaryKey(),
+  handler: text('handler').notNull(),
+  cron: text('cron').notNull(),
+  timezone: text('timezone').notNull().default('UTC'),
+  misfire: text('misfire').notNull(),
+  overlap: text('overlap').notNull(),
+  catchUpWindowMs: integer('catch_up_window_ms').notNull(),
+  misfireGraceMs: integer('misfire_grace_ms').notNull(),
+  payload: jsonb('payload'),
+  paused: boolean('paused').notNull().default(false),
+  version: integer('version').notNull(),
+  deletedAt: tstz('deleted_at'),
+  createdAt: tstz('created_at').notNull().defaultNow(),
+  updatedAt: tstz('updated_at').notNull().defaultNow(),
+});
+
+/**
+ * Every change of a runtime schedule, kept: who, when, before and after. `effective_at` is the
+ * change's instant on the ledger's clock: slots before it belong to the previous version, slots at
+ * or after it to this one (the boundary rule; see src/ledger/schedule-ledger.ts).
+ */
+export const scheduleVersions = pgTable(
+  'cw_schedule_versions',
+  {
+    scheduleId: text('schedule_id').notNull(),
+    version: integer('version').notNull(),
+    /** create | update | pause | resume | delete */
+    action: text('action').notNull(),
+    actor: text('actor').notNull(),
+    effectiveAt: tstz('effective_at').notNull(),
+    before: jsonb('before'),
+    after: jsonb('after'),
+  },
+  (t) => [primaryKey({ columns: [t.scheduleId, t.version] })],
+);

@@ -71,6 +71,10 @@ export interface Tables {
   readonly members: string;
   readonly elections: string;
   readonly ledger: string;
+  readonly schedules: string;
+  readonly scheduleVersions: string;
+  /** NOTIFY channel of this schema's runtime schedule changes (a string for pg_notify / LISTEN). */
+  readonly scheduleChannel: string;
   /** As a regclass literal for nextval(): `'"schema"."cw_execution_token_seq"'`. */
   readonly executionTokenSeq: string;
   /** The migration journal, in drizzle's format. */
@@ -112,6 +116,9 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       members: q('cw_members'),
       elections: q('cw_elections'),
       ledger: q('cw_ledger'),
+      schedules: q('cw_schedules'),
+      scheduleVersions: q('cw_schedule_versions'),
+      scheduleChannel: `cronwarden_schedules_${schema}`.slice(0, 63),
       executionTokenSeq: `'${q(EXECUTION_TOKEN_SEQ)}'`,
       journal: q(JOURNAL_TABLE),
     };

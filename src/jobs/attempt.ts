@@ -78,6 +78,7 @@ export class Attempt {
       fencingToken: claim.token,
       slotToken: slotToken(claim.scheduledAt, claim.attempt),
       idempotencyKey: idempotencyKey(claim),
+      payload: claim.payload,
       signal: this.signal,
       logger: this.log,
       fence: async (resource, tx) => {
@@ -135,7 +136,11 @@ async function untilAbandoned<T>(work: Promise<T>, abandon: AbortSignal | undefi
   }
 }
 
-/** Stable across attempts of one run, unique across runs: job name plus scheduled instant. */
-export function idempotencyKey(run: { job: string; scheduledAt: Date }): string {
-  return `${run.job}@${run.scheduledAt.toISOString()}`;
+/**
+ * Stable across attempts of one run, unique across runs: job name plus scheduled instant (a
+ * one-off run: plus its key, since two one-off runs may share an instant).
+ */
+export function idempotencyKey(run: { job: string; scheduledAt: Date; onceKey?: string }): string {
+  const key = `${run.job}@${run.scheduledAt.toISOString()}`;
+  return run.onceKey === undefined ? key : `${key}#once:${run.onceKey}`;
 }

@@ -1,6 +1,7 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { JobRegistry } from './job-registry.js';
+import { handlerOf } from '../scheduler/runtime-schedules.js';
 import type { DeliverableRun, QueuedState, RunDelivery } from '../scheduler/run-delivery.js';
 import { bullmqJobId, controlChannel, queueName } from './bullmq-names.js';
 import type { ControlMessage } from './run-executor.js';
@@ -37,7 +38,7 @@ export class BullmqDelivery implements RunDelivery {
     const ledgerId = await this.o.ledger.identity();
     await this.queue.addBulk(
       runs.map((run) => {
-        const job = this.o.registry.get(run.job);
+        const job = this.o.registry.get(handlerOf(run.job));
         return {
           name: run.job,
           data: {

@@ -60,6 +60,7 @@ export interface JobOptions {
 
 /** A job as defined in code: its schedule and policies (ScheduledJob) plus how it runs. */
 export interface JobDefinition extends ScheduledJob {
+  readonly schedule: CronSchedule;
   readonly handler: JobHandler;
   readonly jitterMs: number;
   readonly timeoutMs: number;

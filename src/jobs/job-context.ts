@@ -36,6 +36,11 @@ export interface JobContext {
   /** Stable across attempts of one run: pass it to external APIs as their idempotency key. */
   readonly idempotencyKey: string;
   /**
+   * The JSON the run was fired with: a runtime schedule's payload (of the version that fired it),
+   * or a one-off run's. Undefined for a job from code fired on its schedule.
+   */
+  readonly payload?: unknown;
+  /**
    * Aborted on shutdown (after the grace period), timeout, or when a newer attempt claims the run.
    * An attempt that stops because of the shutdown is recorded as interrupted, not failed, and the
    * run is handed to another replica without using up one of the job's retries. A handler that

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
 import { AbortedError, BackendUnavailableError, StaleTokenError } from '../errors.js';
 import type { Claim, RunLedger } from '../ledger/run-ledger.js';
+import { handlerOf } from '../scheduler/runtime-schedules.js';
 import { Attempt } from './attempt.js';
 import { AttemptReport } from './attempt-report.js';
 import type { JobRegistry } from './job-registry.js';
@@ -145,7 +146,8 @@ export class RunExecutor {
       attempt: claim.attempt,
       token: claim.token.toString(),
     });
-    const job = this.o.registry.get(claim.job);
+    // A runtime schedule's run ("<handler>/<id>") runs its handler.
+    const job = this.o.registry.get(handlerOf(claim.job));
     if (!job) return this.handBackUnknown(claim, log);
     // Announced without waiting: it only makes an older attempt stop sooner; the ledger's token
     // check, not this message, refuses that attempt's writes.

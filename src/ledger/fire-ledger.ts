@@ -13,14 +13,16 @@ import { retryRun, type RetriedRun } from './run-retry.js';
 import { storedError } from './stored-text.js';
 import { expirePauses, listPauses, pauseJob, setPausedFlag, type JobPause, type PauseRequest } from './pauses.js';
 import { sqlInt, withTransaction, type Queryable } from './transaction.js';
+import { acceptScheduleFires } from './schedule-ledger.js';
 import type { Tables } from '../db/tables.js';
 
 /**
- * Why a run was committed: on schedule, caught up after an election, triggered by hand, or by a
+ * Why a run was committed: on schedule, caught up after an election, triggered by hand, by a
  * follower standing in for a silent leader (stand-in.ts): a scheduled slot all the same, inside
- * the unique (job, scheduled_at) key like 'schedule' and 'catchup'.
+ * the unique (job, scheduled_at) key like 'schedule' and 'catchup'; a backfill of past slots (in
+ * that key too), or a one-off run (outside it, keyed by its once_key).
  */
-export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'standin';
+export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'standin' | 'backfill' | 'once';
 
 export interface FireRequest {
   job: string;
@@ -36,6 +38,13 @@ export interface FireRequest {
    */
   replace?: boolean;
   error?: string;
+  /**
+   * A runtime schedule's fire: the schedule and the version the leader planned it with. The commit
+   * keeps it only if that version is the one in effect at the instant (schedule-ledger.ts).
+   */
+  schedule?: { id: string; version: number };
+  /** What the handler sees as ctx.payload. */
+  payload?: unknown;
 }
 
 export interface CommittedFire {
@@ -55,6 +64,8 @@ export interface FireBatchResult {
   duplicates: number;
   /** Runs cancelled in this commit for overlap 'replace'; tell their workers only after COMMIT. */
   cancelled: bigint[];
+  /** Runtime schedule fires refused because their version is no longer in effect at their instant. */
+  outdated?: number;
 }
 
 /** A run the leader handed to the queue, as the re-delivery sweep sees it. */
@@ -116,18 +127,34 @@ export class FireLedger {
    * `stillLeading` is checked after the writes and just before COMMIT: past the local deadline
    * we roll back instead of committing (and nothing is cancelled).
    */
-  async commitFires(fires: FireRequest[], leader: LeaderStamp): Promise<FireBatchResult> {
+  async commitFires(requested: FireRequest[], leader: LeaderStamp): Promise<FireBatchResult> {
     const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
-    if (fires.length === 0) return nothing;
+    if (requested.length === 0) return nothing;
     return withTransaction(this.pool, async (client, rollback) => {
+      // Runtime schedule fires are checked against the version in effect first (none: no round trip).
+      const fires = await this.currentScheduleVersions(client, requested);
       const rows = await fenceAndInsert(client, this.t, fires, leader);
       const cancelled = await this.cancelReplaced(client, fires, rows);
       if (!leader.stillLeading()) {
         await rollback();
         return nothing;
       }
-      return batchResult(fires, rows, cancelled);
+      const result = batchResult(fires, rows, cancelled);
+      return requested.length > fires.length ? { ...result, outdated: requested.length - fires.length } : result;
     });
+  }
+
+  /** The requests, less runtime schedule fires whose version is no longer in effect at their instant. */
+  private async currentScheduleVersions(client: pg.PoolClient, fires: FireRequest[]): Promise<FireRequest[]> {
+    const runtime = fires.filter((f) => f.schedule);
+    if (runtime.length === 0) return fires;
+    const accepted = await acceptScheduleFires(
+      client,
+      this.t,
+      runtime.map((f) => ({ scheduleId: f.schedule!.id, version: f.schedule!.version, scheduledAt: f.scheduledAt })),
+    );
+    const refused = new Set(runtime.filter((_, i) => !accepted.has(i)));
+    return refused.size === 0 ? fires : fires.filter((f) => !refused.has(f));
   }
 
   /**
@@ -141,7 +168,8 @@ export class FireLedger {
    */
   async commitStandInFires(fires: FireRequest[], standIn: StandInStamp): Promise<FireBatchResult> {
     const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
-    const accepted = fires.filter((f) => !f.replace);
+    // Runtime schedule fires are the leader's only, for now: their version is re-checked in its commit.
+    const accepted = fires.filter((f) => !f.replace && !f.schedule);
     if (accepted.length === 0) return nothing;
     return withTransaction(this.pool, async (client) => {
       const fence = await client.query<{ token: string }>(
@@ -212,7 +240,7 @@ export class FireLedger {
   async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
     const res = await this.pool.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger }>(
       `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM ${this.t.runs} r
-       WHERE r.enqueued_at IS NULL AND r.state = 'pending'
+       WHERE r.enqueued_at IS NULL AND r.state = 'pending' AND (r.trigger <> 'once' OR r.scheduled_at <= now())
          AND NOT (r.job = ANY($2::text[]) AND EXISTS (
            SELECT 1 FROM ${this.t.runs} a WHERE a.job = r.job AND a.id <> r.id
              AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.state IN ${ACTIVE_SQL}))
@@ -229,7 +257,7 @@ export class FireLedger {
     }));
   }
 
-  /** Latest scheduled (not manual) fire per job, for reconciliation after an election. */
+  /** Latest scheduled (not manual, not one-off) fire per job, for reconciliation after an election. */
   async lastFired(): Promise<Map<string, Date>> {
     const res = await this.pool.query<{ job: string; last_scheduled_at: Date }>(
       `SELECT job, last_scheduled_at FROM ${this.t.jobState} WHERE last_scheduled_at IS NOT NULL`,
@@ -356,7 +384,7 @@ export class FireLedger {
   ): Promise<{ runId: bigint; job: string }[]> {
     const res = await this.pool.query<{ id: string; job: string }>(
       `UPDATE ${this.t.runs} SET state = 'cancelled', finished_at = now(), error = $2
-       WHERE state IN ${ACTIVE_SQL} AND job <> ALL($1::text[]) AND job NOT LIKE 'node-cron:%'
+       WHERE state IN ${ACTIVE_SQL} AND split_part(job, '/', 1) <> ALL($1::text[]) AND job NOT LIKE 'node-cron:%'
          AND created_at < now() - $3::bigint * interval '1 millisecond'
        RETURNING id, job`,
       [[...defined], reason, Math.floor(graceMs)],
@@ -371,7 +399,7 @@ export class FireLedger {
   async forgetUndefinedJobs(defined: readonly string[]): Promise<string[]> {
     const res = await this.pool.query<{ job: string }>(
       `DELETE FROM ${this.t.jobState} s
-       WHERE s.job <> ALL($1::text[]) AND s.job NOT LIKE 'node-cron:%'
+       WHERE split_part(s.job, '/', 1) <> ALL($1::text[]) AND s.job NOT LIKE 'node-cron:%'
          AND NOT EXISTS (SELECT 1 FROM ${this.t.runs} r WHERE r.job = s.job AND r.state IN ${ACTIVE_SQL})
        RETURNING s.job`,
       [[...defined]],
@@ -438,13 +466,15 @@ async function insertRuns(
     trigger: FireTrigger;
     state: 'pending' | 'skipped';
   }>(
-    `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
+    `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
+       schedule_version, payload)
      SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
             CASE WHEN f.state = 'skipped' THEN now() END,
             CASE WHEN f.state = 'skipped' THEN now() END,
-            f.error
-     FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz, trigger text, state text, error text)
-     ON CONFLICT (job, scheduled_at) WHERE trigger <> 'manual' DO NOTHING
+            f.error, f.schedule_version, f.payload
+     FROM jsonb_to_recordset($1::jsonb)
+       AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)
+     ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
      RETURNING id, job, scheduled_at, trigger, state`,
     [
       JSON.stringify(
@@ -454,6 +484,8 @@ async function insertRuns(
           trigger: f.trigger,
           state: f.state ?? 'pending',
           error: f.error ?? null,
+          schedule_version: f.schedule?.version ?? null,
+          payload: f.payload ?? null,
         })),
       ),
       leader.token.toString(),
@@ -505,15 +537,16 @@ async function fenceAndInsert(
        RETURNING token),
      fire AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb)
-         AS f(job text, scheduled_at timestamptz, trigger text, state text, error text)),
+         AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)),
      inserted AS (
-       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error)
+       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
+         schedule_version, payload)
        SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
               CASE WHEN f.state = 'skipped' THEN now() END,
               CASE WHEN f.state = 'skipped' THEN now() END,
-              f.error
+              f.error, f.schedule_version, f.payload
        FROM fire f WHERE EXISTS (SELECT 1 FROM fence)
-       ON CONFLICT (job, scheduled_at) WHERE trigger <> 'manual' DO NOTHING
+       ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
        RETURNING id, job, scheduled_at, trigger, state),
      job_state AS (
        INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
@@ -530,6 +563,8 @@ async function fenceAndInsert(
           trigger: f.trigger,
           state: f.state ?? 'pending',
           error: f.error ?? null,
+          schedule_version: f.schedule?.version ?? null,
+          payload: f.payload ?? null,
         })),
       ),
       leader.token.toString(),

@@ -50,7 +50,7 @@ export async function runsInWindow(
     `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.trigger, r.state, r.created_at,
             (SELECT a.token FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
      FROM ${t.runs} r
-     WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger <> 'manual' AND r.job LIKE $3
+     WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger NOT IN ('manual', 'once') AND r.job LIKE $3
      ORDER BY r.id`,
     [from, to, `${jobPrefix}%`],
   );

@@ -9,10 +9,13 @@ import { NamespaceMismatchError, NotMigratedError } from '../errors.js';
 import { tablesIn, type Tables } from '../db/tables.js';
 import { FireLedger } from './fire-ledger.js';
 import { RunLedger } from './run-ledger.js';
+import { ScheduleLedger } from './schedule-ledger.js';
 
 export class Ledger {
   readonly fires: FireLedger;
   readonly runs: RunLedger;
+  /** Runtime schedules and their versions. */
+  readonly schedules: ScheduleLedger;
   /** cronwarden's tables in this deployment's schema (src/db/tables.ts). */
   readonly tables: Tables;
   private identityValue: Promise<string> | undefined;
@@ -25,6 +28,7 @@ export class Ledger {
     this.tables = tablesIn(schema);
     this.fires = new FireLedger(pool, this.tables);
     this.runs = new RunLedger(pool, this.tables);
+    this.schedules = new ScheduleLedger(pool, this.tables);
   }
 
   get schema(): string {

@@ -22,6 +22,10 @@ export interface Claim {
   trigger: FireTrigger;
   /** When this attempt claimed the run, on the ledger's clock. */
   claimedAt: Date;
+  /** The run's payload (runtime schedule, one-off); undefined when it has none. */
+  payload?: unknown;
+  /** A one-off run's caller-supplied key. */
+  onceKey?: string;
 }
 
 export type ClaimResult = { status: 'claimed'; claim: Claim } | { status: 'finished'; state: string };
@@ -51,16 +55,19 @@ export class RunLedger {
       claim_token: string;
       trigger: FireTrigger;
       claimed_at: Date;
+      payload: unknown;
+      once_key: string | null;
     }>(
       `WITH claimed AS (
          UPDATE ${this.t.runs} SET claim_token = nextval(${this.t.executionTokenSeq}), attempts = attempts + 1,
            state = 'running', started_at = COALESCE(started_at, now())
          WHERE id = $1 AND state IN ${ACTIVE_SQL}
-         RETURNING id, job, scheduled_at, attempts, claim_token, trigger, clock_timestamp() AS claimed_at),
+         RETURNING id, job, scheduled_at, attempts, claim_token, trigger, clock_timestamp() AS claimed_at,
+           payload, once_key),
        attempt AS (
          INSERT INTO ${this.t.runAttempts} (run_id, attempt, token, worker, state)
          SELECT id, attempts, claim_token, $2, 'running' FROM claimed)
-       SELECT job, scheduled_at, attempts, claim_token, trigger, claimed_at FROM claimed`,
+       SELECT job, scheduled_at, attempts, claim_token, trigger, claimed_at, payload, once_key FROM claimed`,
       [runId.toString(), worker],
     );
     const row = res.rows[0];
@@ -78,6 +85,8 @@ export class RunLedger {
         token: BigInt(row.claim_token),
         trigger: row.trigger,
         claimedAt: row.claimed_at,
+        ...(row.payload === null ? {} : { payload: row.payload }),
+        ...(row.once_key === null ? {} : { onceKey: row.once_key }),
       },
     };
   }

@@ -52,6 +52,10 @@ export interface RunSummary {
   durationMs: number | null;
   /** Worker of the newest attempt. */
   worker: string | null;
+  /** The runtime schedule version that fired it (null: a job from code). */
+  scheduleVersion: number | null;
+  /** A one-off run's key. */
+  onceKey: string | null;
 }
 
 interface RunRow {
@@ -74,13 +78,15 @@ interface RunRow {
   lateness_ms: number | null;
   duration_ms: number | null;
   worker: string | null;
+  schedule_version: number | null;
+  once_key: string | null;
 }
 
 const RUN_COLUMNS = (t: Tables) => `r.id::text, r.job, r.scheduled_at,
   (extract(epoch FROM r.scheduled_at) * 1000000)::bigint::text AS sched_us, r.trigger, r.leader_token::text,
   r.leader_id, r.state, r.created_at, r.enqueued_at, r.started_at, r.finished_at, r.attempts, r.completed_attempt,
   r.skipped_attempts, r.error, (extract(epoch FROM r.started_at - r.scheduled_at) * 1000)::float8 AS lateness_ms,
-  last.duration_ms, last.worker
+  last.duration_ms, last.worker, r.schedule_version, r.once_key
   FROM ${t.runs} r LEFT JOIN LATERAL (
     SELECT (extract(epoch FROM a.finished_at - a.started_at) * 1000)::float8 AS duration_ms, a.worker
     FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state <> 'skipped' ORDER BY a.attempt DESC LIMIT 1) last ON true`;
@@ -106,6 +112,8 @@ function summary(r: RunRow): RunSummary {
     latenessMs: ms(r.lateness_ms),
     durationMs: ms(r.duration_ms),
     worker: r.worker,
+    scheduleVersion: r.schedule_version,
+    onceKey: r.once_key,
   };
 }
 

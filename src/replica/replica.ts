@@ -18,12 +18,17 @@ import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import { RunExecutor } from '../jobs/run-executor.js';
 import type { Lease } from '../locks/lease.js';
 import { Elector, type ElectorRole } from '../scheduler/elector.js';
-import { FireLoop } from '../scheduler/fire-loop.js';
+import { FireLoop, type FireLoopLedger } from '../scheduler/fire-loop.js';
+import type { FireLedger } from '../ledger/fire-ledger.js';
 import { Ledger } from '../ledger/ledger.js';
 import { LedgerClock } from '../scheduler/ledger-clock.js';
 import { RunRetention } from '../scheduler/run-retention.js';
 import { DeliverySweeper } from '../scheduler/delivery-sweeper.js';
 import { RemovedJobs } from '../scheduler/removed-jobs.js';
+import { RuntimeSchedules, withRuntimeSchedules } from '../scheduler/runtime-schedules.js';
+import { ScheduleSync } from '../scheduler/schedule-sync.js';
+import { Backfiller } from '../scheduler/backfill.js';
+import { RuntimeOps } from './runtime-ops.js';
 import { DEFAULT_STAND_IN_GRACE_MS, StandIn } from '../scheduler/stand-in.js';
 import { PauseExpiry } from '../scheduler/pause-expiry.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
@@ -66,6 +71,12 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly ledger: Ledger;
   readonly elector: Elector;
   readonly fireLoop: FireLoop;
+  /** The jobs the leader fires: from code, and the runtime schedules (loaded while leading). */
+  readonly schedules: RuntimeSchedules;
+  /** Runtime schedules, one-off runs and backfills for the admin API. */
+  readonly runtime: RuntimeOps;
+  /** The current tenure's schedule listener, while leading. */
+  scheduleSync: ScheduleSync | undefined;
   readonly logger: Logger;
   readonly startedAt: number;
   private readonly pool: pg.Pool;
@@ -158,9 +169,16 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       },
       clock,
     );
+    this.schedules = new RuntimeSchedules({
+      code: this.registry,
+      ledger: this.ledger.schedules,
+      clock,
+      logger: this.logger,
+    });
+    const fireLedger = withRuntimeSchedules(this.ledger.fires, this.schedules);
     this.fireLoop = new FireLoop({
-      registry: this.registry,
-      ledger: this.ledger.fires,
+      registry: this.schedules,
+      ledger: fireLedger,
       delivery: this.delivery,
       leadership: this.elector,
       clock,
@@ -168,6 +186,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       fenceResource,
     });
+    this.runtime = this.runtimeOps(fireLedger, fenceResource);
     this.standIn = new StandIn({
       registry: this.registry,
       ledger: this.ledger.fires,
@@ -212,6 +231,26 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
     this.on('lease:renewed', (lease) => this.tenures.renewed(lease));
     this.on('lease:lost', (lease, _reason, end) => this.tenures.ended(lease, end));
+  }
+
+  /** Runtime schedules' changes, one-off runs and backfills, as the admin API drives them. */
+  private runtimeOps(fireLedger: FireLoopLedger & Pick<FireLedger, 'markEnqueued'>, fenceResource: string): RuntimeOps {
+    const stamp = { leadership: this.elector, clock: this.clock, logger: this.logger, replicaId: this.replicaId };
+    return new RuntimeOps({
+      ...stamp,
+      fenceResource,
+      registry: this.registry,
+      ledger: this.ledger,
+      delivery: this.delivery,
+      schedules: this.schedules,
+      backfiller: new Backfiller({
+        ...stamp,
+        fenceResource,
+        registry: this.schedules,
+        ledger: fireLedger,
+        delivery: this.delivery,
+      }),
+    });
   }
 
   /** The scheduler's default clock: the ledger's time, with a warning when this host's differs much. */
@@ -398,6 +437,18 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     void this.sweeper.run(signal);
     void this.removedJobs.run(signal);
     void this.pauseExpiry.run(signal);
+    // Runtime schedules are loaded (and listened to) before the tenure's catch-up plans them.
+    this.scheduleSync = new ScheduleSync({
+      pool: this.pool,
+      channel: this.ledger.tables.scheduleChannel,
+      schedules: this.schedules,
+      fireLoop: this.fireLoop,
+      clock: this.clock,
+      logger: this.logger,
+    });
+    const loaded = await this.scheduleSync.start(signal);
+    if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
+    if (signal.aborted) return;
     await this.fireLoop.lead(signal);
   }
 

@@ -148,6 +148,30 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     return this.ticking;
   }
 
+  /**
+   * Some jobs' schedules changed (runtime schedules: created, updated, paused, deleted): move their
+   * timer entries to the new schedule, keeping what was already handled. A job seen for the first
+   * time starts after `sinceMs`. Runs between ticks, so no batch of these jobs is mid-commit.
+   */
+  reschedule(jobs: readonly string[], sinceMs: (job: string) => number): Promise<void> {
+    if (jobs.length === 0) return this.ticking;
+    this.ticking = this.ticking
+      .then(() => {
+        if (!this.running) return;
+        const handled = this.queue.remove(new Set(jobs));
+        for (const name of new Set(jobs)) {
+          const job = this.o.registry.get(name);
+          if (!job) continue;
+          const after = handled.get(name) ?? sinceMs(name);
+          const at = job.schedule.nextAfter(after);
+          if (at !== null) this.queue.push({ at, job: name, after });
+        }
+        this.arm();
+      })
+      .catch((err: Error) => this.o.logger.error({ err }, 'reschedule failed'));
+    return this.ticking;
+  }
+
   /** Fire a job now, outside its schedule (admin "trigger"). Leader only. */
   async trigger(jobName: string): Promise<CommittedFire> {
     const job = this.o.registry.require(jobName);

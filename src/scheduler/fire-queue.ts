@@ -65,6 +65,20 @@ export class FireQueue<E extends { at: number } = FireEntry> {
     return due;
   }
 
+  /** Remove the entries of `jobs` (one pass, then re-heapify); returns each one's `after`. */
+  remove(this: FireQueue<FireEntry>, jobs: ReadonlySet<string>): Map<string, number> {
+    const removed = new Map<string, number>();
+    const kept: FireEntry[] = [];
+    for (const e of this.heap) {
+      if (jobs.has(e.job)) removed.set(e.job, Math.max(e.after, removed.get(e.job) ?? -Infinity));
+      else kept.push(e);
+    }
+    if (removed.size === 0) return removed;
+    this.heap = [];
+    for (const e of kept) this.push(e);
+    return removed;
+  }
+
   clear(): void {
     this.heap = [];
   }

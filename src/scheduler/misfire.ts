@@ -1,5 +1,5 @@
 import type { MisfirePolicy } from './scheduled-job.js';
-import type { CronSchedule } from './cron-schedule.js';
+import type { FireSchedule } from './scheduled-job.js';
 
 /**
  * What to do with the instants a job was due at while nobody fired it. All instants are epoch ms,
@@ -25,7 +25,7 @@ export interface CatchUpPlan {
 }
 
 export interface CatchUpInput {
-  schedule: CronSchedule;
+  schedule: FireSchedule;
   policy: MisfirePolicy;
   /** Last instant already handled (fired, skipped or missed); null if the job never fired. */
   lastFiredMs: number | null;
@@ -114,7 +114,7 @@ export function planCatchUp(input: CatchUpInput): CatchUpPlan {
  * holds more, the start is found by bisection (a schedule fires at most once a second, so a
  * span one second longer holds at most one more instant and the search always lands).
  */
-function newestIn(schedule: CronSchedule, from: number, to: number, k: number): { times: number[]; start: number } {
+function newestIn(schedule: FireSchedule, from: number, to: number, k: number): { times: number[]; start: number } {
   const most = 4 * k + 16;
   const all = schedule.between(from, to, most);
   if (all.length < most) return { times: all, start: from };

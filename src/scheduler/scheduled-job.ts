@@ -7,9 +7,15 @@ import type { CronSchedule } from './cron-schedule.js';
 export type MisfirePolicy = 'all' | 'latest' | 'skip';
 export type OverlapPolicy = 'allow' | 'skip' | 'queue' | 'replace';
 
+/**
+ * What the fire loop asks of a schedule. A job from code has a CronSchedule; a runtime schedule
+ * has one made of its versions (runtime-schedules.ts), each in effect for its own span of time.
+ */
+export type FireSchedule = Pick<CronSchedule, 'expression' | 'timezone' | 'nextAfter' | 'between'>;
+
 export interface ScheduledJob {
   readonly name: string;
-  readonly schedule: CronSchedule;
+  readonly schedule: FireSchedule;
   readonly misfire: MisfirePolicy;
   readonly overlap: OverlapPolicy;
   /** How far back 'all' / 'latest' may reach after an election. */
@@ -23,6 +29,11 @@ export interface ScheduledJob {
   readonly maxCatchUp: number;
   /** Overlap 'queue': at most this many runs wait behind the active one; more are recorded skipped. */
   readonly overlapQueueMax: number;
+}
+
+/** A job from code: its schedule is one cron expression with its DST policy. */
+export interface CodeJob extends ScheduledJob {
+  readonly schedule: CronSchedule;
 }
 
 /** The jobs the leader fires, by name (JobRegistry is the implementation). */

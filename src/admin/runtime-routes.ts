@@ -1,0 +1,178 @@
+/**
+ * The admin API of runtime schedules, one-off runs and backfills. Reads are open (and capped like
+ * every read); changes need the bearer token. Schedule changes work on any replica; one-off runs
+ * and backfills are the leader's (a follower answers 409 with the leader's URL, as for trigger).
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { z } from 'zod';
+import { InvalidArgumentError, NotLeaderError, ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
+import { scheduleId } from '../jobs/schedule-input.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { StoredSchedule } from '../ledger/schedule-ledger.js';
+import { CronSchedule } from '../scheduler/cron-schedule.js';
+import { runtimeJobName } from '../scheduler/runtime-schedules.js';
+import { HttpError, parse } from './http-error.js';
+import type { ReplicaView, RuntimeAdmin } from './replica-view.js';
+
+export interface RuntimeRoutesContext {
+  app: FastifyInstance;
+  replica: ReplicaView;
+  reads: Ledger;
+  requireToken: (req: FastifyRequest) => Promise<void>;
+  notLeader: () => Promise<never>;
+  capped: <T>(
+    h: (req: FastifyRequest, reply: FastifyReply) => Promise<T>,
+  ) => (req: FastifyRequest, reply: FastifyReply) => Promise<T>;
+}
+
+/** Who made a change: the admin bearer token has one name. */
+const ACTOR = 'admin';
+
+const idParams = z.object({ id: scheduleId });
+const jobParams = z.object({ name: z.string().regex(/^[A-Za-z0-9._:/-]{1,300}$/, 'must be a job name') });
+const instant = z.iso.datetime({ offset: true, message: 'must be an ISO 8601 instant, e.g. 2026-01-01T00:00:00Z' });
+const listQuery = z.object({
+  handler: z.string().max(200).optional(),
+  deleted: z.enum(['0', '1', 'true', 'false']).optional(),
+  limit: z.coerce.number().int().min(1).max(5000).default(1000),
+});
+const onceBody = z.strictObject({
+  key: z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters'),
+  at: instant.optional(),
+  payload: z.unknown().optional(),
+});
+const backfillBody = z.strictObject({
+  from: instant,
+  to: instant,
+  limit: z.number().int().min(1).max(5000).optional(),
+  rate: z.number().int().min(1).max(2000).optional(),
+});
+
+export function runtimeRoutes(c: RuntimeRoutesContext): void {
+  scheduleReads(c);
+  scheduleChanges(c);
+  runRoutes(c);
+}
+
+function scheduleReads(c: RuntimeRoutesContext): void {
+  const now = () => c.replica.clock.now();
+  c.app.get(
+    '/api/schedules',
+    c.capped(async (req) => {
+      const q = parse(listQuery, req.query);
+      const list = await c.reads.schedules.list({
+        handler: q.handler,
+        includeDeleted: q.deleted === '1' || q.deleted === 'true',
+        limit: q.limit,
+      });
+      return { schedules: list.map((s) => view(s, now())) };
+    }),
+  );
+  c.app.get(
+    '/api/schedules/:id',
+    c.capped(async (req) => {
+      const { id } = parse(idParams, req.params);
+      const s = await c.reads.schedules.get(id);
+      if (!s) throw new HttpError(404, 'unknown_schedule', `no runtime schedule "${id}"`);
+      return { schedule: view(s, now()), versions: await c.reads.schedules.versions(id) };
+    }),
+  );
+}
+
+function scheduleChanges(c: RuntimeRoutesContext): void {
+  const { app } = c;
+  const now = () => c.replica.clock.now();
+  const auth = { onRequest: c.requireToken };
+  app.post('/api/schedules', auth, async (req, reply) => {
+    const body = (req.body ?? {}) as Record<string, unknown>;
+    const { id, ...input } = body;
+    const s = await refuse(() => ops(c).create(typeof id === 'string' ? id : '', input, ACTOR));
+    return reply.code(201).send({ schedule: view(s, now()) });
+  });
+  app.patch('/api/schedules/:id', auth, async (req) => {
+    const { id } = parse(idParams, req.params);
+    return { schedule: view(await refuse(() => ops(c).update(id, req.body ?? {}, ACTOR)), now()) };
+  });
+  for (const action of ['pause', 'resume'] as const) {
+    app.post(`/api/schedules/:id/${action}`, auth, async (req) => {
+      const { id } = parse(idParams, req.params);
+      return { schedule: view(await refuse(() => ops(c).setPaused(id, action === 'pause', ACTOR)), now()) };
+    });
+  }
+  app.delete('/api/schedules/:id', auth, async (req) => {
+    const { id } = parse(idParams, req.params);
+    return { schedule: view(await refuse(() => ops(c).delete(id, ACTOR)), now()) };
+  });
+}
+
+function runRoutes(c: RuntimeRoutesContext): void {
+  const auth = { onRequest: c.requireToken };
+  c.app.post('/api/jobs/:name/once', auth, async (req, reply) => {
+    const { name } = parse(jobParams, req.params);
+    const b = parse(onceBody, req.body);
+    if (c.replica.role !== 'leader') return c.notLeader();
+    const at = b.at ? new Date(b.at) : new Date(c.replica.clock.now());
+    const run = await refuse(() => ops(c).once(name, { at, key: b.key, payload: b.payload ?? null }), c);
+    return reply.code(run.created ? 201 : 200).send({
+      job: run.job,
+      runId: run.runId.toString(),
+      scheduledAt: run.scheduledAt.toISOString(),
+      state: run.state,
+      key: b.key,
+      created: run.created,
+      leader: c.replica.replicaId,
+    });
+  });
+  c.app.post('/api/jobs/:name/backfill', auth, async (req) => {
+    const { name } = parse(jobParams, req.params);
+    const b = parse(backfillBody, req.body);
+    if (c.replica.role !== 'leader') return c.notLeader();
+    const step = await refuse(
+      () =>
+        ops(c).backfill({ job: name, from: new Date(b.from), to: new Date(b.to), limit: b.limit, ratePerSec: b.rate }),
+      c,
+    );
+    return { ...step, next: step.next?.toISOString() ?? null, leader: c.replica.replicaId };
+  });
+}
+
+function ops(c: RuntimeRoutesContext): RuntimeAdmin {
+  if (!c.replica.runtime) throw new HttpError(404, 'not_found', 'runtime schedules are not served here');
+  return c.replica.runtime;
+}
+
+/** The library's refusals as HTTP: bad input 400, unknown 404, a taken id 409, not the leader 409. */
+async function refuse<T>(fn: () => Promise<T>, c?: RuntimeRoutesContext): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof NotLeaderError && c) return c.notLeader();
+    if (err instanceof ScheduleNotFoundError) throw new HttpError(404, 'unknown_schedule', err.message);
+    if (err instanceof ScheduleExistsError) throw new HttpError(409, 'schedule_exists', err.message);
+    if (err instanceof InvalidArgumentError) throw new HttpError(400, 'bad_request', err.message);
+    throw err;
+  }
+}
+
+function view(s: StoredSchedule, now: number) {
+  let next: number | null = null;
+  if (!s.paused && !s.deletedAt) next = CronSchedule.parse(s.cron, s.timezone).nextAfter(now);
+  return {
+    id: s.id,
+    handler: s.handler,
+    job: runtimeJobName(s.handler, s.id),
+    schedule: s.cron,
+    timezone: s.timezone,
+    misfire: s.misfire,
+    overlap: s.overlap,
+    catchUpWindowMs: s.catchUpWindowMs,
+    misfireGraceMs: s.misfireGraceMs,
+    payload: s.payload,
+    paused: s.paused,
+    version: s.version,
+    updatedAt: s.updatedAt.toISOString(),
+    createdAt: s.createdAt.toISOString(),
+    deletedAt: s.deletedAt?.toISOString() ?? null,
+    nextFireAt: next === null ? null : new Date(next).toISOString(),
+  };
+}
