@@ -119,56 +119,23 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
     this.ownsPool = !o.pool;
     this.pool = o.pool ?? new pg.Pool({ ...ledgerConnection(o.databaseUrl!), max: 10, connectionTimeoutMillis: 5000 });
-    if (this.ownsPool)
-      this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
     this.ledger = new Ledger(this.pool, this.schema);
     this.ledgerClock = o.clock ? undefined : this.newLedgerClock();
     const clock = o.clock ?? this.ledgerClock!;
     this.clock = clock;
-    const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
-    if (!(retentionMs >= 0))
-      throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
-    this.retention =
-      retentionMs > 0
-        ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs })
-        : undefined;
     this.ownsRedis = !o.redis;
     this.redis = o.redis ?? new Redis(o.redisUrl!, { maxRetriesPerRequest: 2 });
-    if (this.ownsRedis)
-      this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
+    this.watchOwnConnections();
     this.delivery = new BullmqDelivery({
       connection: this.redis,
       namespace: this.namespace,
       registry: this.registry,
       ledger: this.ledger,
     });
-    this.sweeper = new DeliverySweeper({
-      ledger: this.ledger.fires,
-      delivery: this.delivery,
-      clock,
-      logger: this.logger,
-      ...o.redelivery,
-    });
-    this.removedJobs = new RemovedJobs({
-      ledger: this.ledger.fires,
-      db: this.pool,
-      tables: this.ledger.tables,
-      clock,
-      logger: this.logger,
-      ...o.removedJobs,
-    });
+    ({ retention: this.retention, sweeper: this.sweeper, removedJobs: this.removedJobs } = this.leaderChores(clock));
     const fenceResource = `scheduler/${this.leaseName}`;
 
-    this.elector = new Elector(
-      o.backend,
-      { ...o.election, leaseName: this.leaseName, replicaId: this.replicaId },
-      {
-        beforeCampaign: () => this.raiseTokenFloor(fenceResource),
-        onStartedLeading: (lease, signal) => this.onLeading(lease, signal),
-        onStoppedLeading: () => this.fireLoop.stop(),
-      },
-      clock,
-    );
+    this.elector = this.newElector(clock, fenceResource);
     this.schedules = new RuntimeSchedules({
       code: this.registry,
       ledger: this.ledger.schedules,
@@ -176,30 +143,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       logger: this.logger,
     });
     const fireLedger = withRuntimeSchedules(this.ledger.fires, this.schedules);
-    this.fireLoop = new FireLoop({
-      registry: this.schedules,
-      ledger: fireLedger,
-      delivery: this.delivery,
-      leadership: this.elector,
-      clock,
-      logger: this.logger,
-      replicaId: this.replicaId,
-      fenceResource,
-    });
+    this.fireLoop = this.newFireLoop(fireLedger, clock, fenceResource);
     this.runtime = this.runtimeOps(fireLedger, fenceResource);
-    this.standIn = new StandIn({
-      registry: this.registry,
-      ledger: this.ledger.fires,
-      delivery: this.delivery,
-      policies: this.fireLoop,
-      isLeading: () => this.elector.role === 'leader',
-      clock,
-      logger: this.logger,
-      replicaId: this.replicaId,
-      fenceResource,
-      graceMs: o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
-      onCommitted: (fire, latenessMs) => this.emit('fire:committed', fire, latenessMs, fire.trigger),
-    });
+    this.standIn = this.newStandIn(clock, fenceResource);
     this.pauseExpiry = new PauseExpiry({
       ledger: this.ledger.fires,
       leadership: this.elector,
@@ -214,7 +160,34 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       logger: this.logger,
     });
-    this.retrier = new RunRetrier({
+    this.retrier = this.newRetrier(fenceResource);
+    this.tenures = this.newTenureRecord();
+    forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
+  }
+
+  /** Stamps each tenure's renewals and end in cw_elections (the console's handover times). */
+  private newTenureRecord(): TenureRecord {
+    const tenures = new TenureRecord({
+      db: this.pool,
+      tables: this.ledger.tables,
+      logger: this.logger,
+      warn: this.warn,
+    });
+    this.on('lease:renewed', (lease) => tenures.renewed(lease));
+    this.on('lease:lost', (lease, _reason, end) => tenures.ended(lease, end));
+    return tenures;
+  }
+
+  /** Connection errors of the clients we made are logged, rate-limited; the caller's are theirs. */
+  private watchOwnConnections(): void {
+    if (this.ownsPool)
+      this.pool.on('error', (err) => this.warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
+    if (this.ownsRedis)
+      this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
+  }
+
+  private newRetrier(fenceResource: string): RunRetrier {
+    return new RunRetrier({
       ledger: this.ledger.fires,
       delivery: this.delivery,
       leadership: this.elector,
@@ -222,15 +195,82 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       fenceResource,
     });
-    this.tenures = new TenureRecord({
-      db: this.pool,
-      tables: this.ledger.tables,
+  }
+
+  private newElector(clock: Clock, fenceResource: string): Elector {
+    return new Elector(
+      this.o.backend,
+      { ...this.o.election, leaseName: this.leaseName, replicaId: this.replicaId },
+      {
+        beforeCampaign: () => this.raiseTokenFloor(fenceResource),
+        onStartedLeading: (lease, signal) => this.onLeading(lease, signal),
+        onStoppedLeading: () => this.fireLoop.stop(),
+      },
+      clock,
+    );
+  }
+
+  private newFireLoop(ledger: FireLoopLedger, clock: Clock, fenceResource: string): FireLoop {
+    return new FireLoop({
+      registry: this.schedules,
+      ledger,
+      delivery: this.delivery,
+      leadership: this.elector,
+      clock,
       logger: this.logger,
-      warn: this.warn,
+      replicaId: this.replicaId,
+      fenceResource,
     });
-    forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
-    this.on('lease:renewed', (lease) => this.tenures.renewed(lease));
-    this.on('lease:lost', (lease, _reason, end) => this.tenures.ended(lease, end));
+  }
+
+  /** The leader's periodic chores: retention, the re-delivery sweep, removed jobs' runs. */
+  private leaderChores(clock: Clock): {
+    retention: RunRetention | undefined;
+    sweeper: DeliverySweeper;
+    removedJobs: RemovedJobs;
+  } {
+    const o = this.o;
+    const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
+    if (!(retentionMs >= 0))
+      throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
+    return {
+      retention:
+        retentionMs > 0
+          ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs })
+          : undefined,
+      sweeper: new DeliverySweeper({
+        ledger: this.ledger.fires,
+        delivery: this.delivery,
+        clock,
+        logger: this.logger,
+        ...o.redelivery,
+      }),
+      removedJobs: new RemovedJobs({
+        ledger: this.ledger.fires,
+        db: this.pool,
+        tables: this.ledger.tables,
+        clock,
+        logger: this.logger,
+        ...o.removedJobs,
+      }),
+    };
+  }
+
+  /** The follower's stand-in for a silent leader (code jobs only; see stand-in.ts). */
+  private newStandIn(clock: Clock, fenceResource: string): StandIn {
+    return new StandIn({
+      registry: this.registry,
+      ledger: this.ledger.fires,
+      delivery: this.delivery,
+      policies: this.fireLoop,
+      isLeading: () => this.elector.role === 'leader',
+      clock,
+      logger: this.logger,
+      replicaId: this.replicaId,
+      fenceResource,
+      graceMs: this.o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
+      onCommitted: (fire, latenessMs) => this.emit('fire:committed', fire, latenessMs, fire.trigger),
+    });
   }
 
   /** Runtime schedules' changes, one-off runs and backfills, as the admin API drives them. */
