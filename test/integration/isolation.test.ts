@@ -195,7 +195,7 @@ describe('isolation: two deployments and a drizzle application on one PostgreSQL
           method: 'POST',
           headers: { authorization: `Bearer ${TOKEN}` },
         });
-        assert.deepEqual(paused, { job: 'tock', paused: true });
+        assert.deepEqual([paused.job, paused.paused, paused.pausedBy], ['tock', true, 'admin']);
         const pausedAt = Date.now();
         const from = new Date(Math.ceil((Date.now() + 2000) / 1000) * 1000);
         await sleep(10_000);
