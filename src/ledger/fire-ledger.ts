@@ -476,21 +476,7 @@ async function insertRuns(
        AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)
      ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
      RETURNING id, job, scheduled_at, trigger, state`,
-    [
-      JSON.stringify(
-        fires.map((f) => ({
-          job: f.job,
-          scheduled_at: f.scheduledAt.toISOString(),
-          trigger: f.trigger,
-          state: f.state ?? 'pending',
-          error: f.error ?? null,
-          schedule_version: f.schedule?.version ?? null,
-          payload: f.payload ?? null,
-        })),
-      ),
-      leader.token.toString(),
-      leader.replicaId,
-    ],
+    [fireRecords(fires), leader.token.toString(), leader.replicaId],
   );
   return res.rows.map((r) => ({
     runId: BigInt(r.id),
@@ -501,19 +487,28 @@ async function insertRuns(
   }));
 }
 
+/** The fires as the JSON that jsonb_to_recordset reads in the statements below. */
+function fireRecords(fires: FireRequest[]): string {
+  return JSON.stringify(
+    fires.map((f) => ({
+      job: f.job,
+      scheduled_at: f.scheduledAt.toISOString(),
+      trigger: f.trigger,
+      state: f.state ?? 'pending',
+      error: f.error ?? null,
+      schedule_version: f.schedule?.version ?? null,
+      payload: f.payload ?? null,
+    })),
+  );
+}
+
 /** Move each job's last scheduled fire forward (never back); manual triggers do not count. */
 async function advanceJobState(client: pg.PoolClient, t: Tables, fires: FireRequest[]): Promise<void> {
   await client.query(
     `INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
      SELECT job, max(scheduled_at) FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz) GROUP BY job
      ON CONFLICT (job) DO UPDATE SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now()`,
-    [
-      JSON.stringify(
-        fires
-          .filter((f) => f.trigger !== 'manual')
-          .map((f) => ({ job: f.job, scheduled_at: f.scheduledAt.toISOString() })),
-      ),
-    ],
+    [fireRecords(fires.filter((f) => f.trigger !== 'manual'))],
   );
 }
 
@@ -555,22 +550,7 @@ async function fenceAndInsert(
          SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now())
      SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
             (SELECT json_agg(json_build_array(id::text, job, scheduled_at, trigger, state)) FROM inserted) AS runs`,
-    [
-      JSON.stringify(
-        fires.map((f) => ({
-          job: f.job,
-          scheduled_at: f.scheduledAt.toISOString(),
-          trigger: f.trigger,
-          state: f.state ?? 'pending',
-          error: f.error ?? null,
-          schedule_version: f.schedule?.version ?? null,
-          payload: f.payload ?? null,
-        })),
-      ),
-      leader.token.toString(),
-      leader.replicaId,
-      leader.fenceResource,
-    ],
+    [fireRecords(fires), leader.token.toString(), leader.replicaId, leader.fenceResource],
   );
   const row = res.rows[0]!;
   if (!row.fenced)
