@@ -389,7 +389,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       await this.worker.start();
     }
     this.elector.start();
-    this.standIn.start();
+    void this.standIn.start();
     await this.startAdmin();
   }
 

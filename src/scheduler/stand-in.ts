@@ -23,6 +23,7 @@ import { limitedWarn } from '../once-per-kind.js';
 import type { CommittedFire, FireLedger, FireRequest } from '../ledger/fire-ledger.js';
 import type { FireLoop } from './fire-loop.js';
 import { FireQueue } from './fire-queue.js';
+import { forEachSliced } from './yielding.js';
 import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJobs } from './scheduled-job.js';
 
@@ -65,15 +66,19 @@ export class StandIn {
     this.warn = limitedWarn(o.logger, () => o.clock.monotonic(), 10_000);
   }
 
-  start(): void {
+  /** Resolves once every job's next check is queued: in slices, so a million jobs never block renewals. */
+  async start(): Promise<void> {
     if (this.running || this.o.graceMs <= 0) return;
     this.running = true;
     const now = this.o.clock.now();
-    for (const job of this.o.registry.list()) {
-      if (job.overlap === 'replace') continue;
-      this.pushNext(job.name, now);
-    }
-    this.arm();
+    const loaded = await forEachSliced(
+      this.o.registry.list(),
+      (job) => {
+        if (job.overlap !== 'replace') this.pushNext(job.name, now);
+      },
+      () => this.running,
+    );
+    if (loaded) this.arm();
   }
 
   stop(): void {

@@ -70,7 +70,7 @@ describe('StandIn (driven clock)', () => {
   it('commits nothing while the leader commits on time', async () => {
     const t = setup([{}, { schedule: '*/2 * * * * *' }]);
     await t.lead();
-    t.standIn.start();
+    await t.standIn.start();
     await t.clock.advance(10_000);
     assert.equal(t.ledger.runs.filter((r) => r.trigger === 'standin').length, 0);
     assert.equal(t.ledger.of('job0').length, 10);
@@ -79,7 +79,7 @@ describe('StandIn (driven clock)', () => {
   it('after a leader crash, commits each overdue slot once, grace after it is due, and delivers it', async () => {
     const t = setup([{}]);
     await t.lead();
-    t.standIn.start();
+    await t.standIn.start();
     await t.clock.advance(2_000); // the leader fires 1 s and 2 s
     t.crashLeader();
     await t.clock.advance(5_000); // no leader for 5 s
@@ -103,7 +103,7 @@ describe('StandIn (driven clock)', () => {
 
   it('a slot the leader committed late (but within the grace) is not raced', async () => {
     const t = setup([{}], { graceMs: 500 });
-    t.standIn.start();
+    await t.standIn.start();
     // No leader loop: commit by hand 300 ms late, as a slow leader would.
     await t.clock.advance(1_200);
     await t.ledger.commitFires([{ job: 'job0', scheduledAt: new Date(T0 + 1000), trigger: 'schedule' }], {
@@ -119,11 +119,11 @@ describe('StandIn (driven clock)', () => {
   it('rests while its own replica leads, and while no leader has ever raised the fence', async () => {
     const t = setup([{}]);
     t.promoteFollower();
-    t.standIn.start();
+    await t.standIn.start();
     await t.clock.advance(3_000);
     assert.equal(t.ledger.runs.length, 0);
     const u = setup([{}], { fenceRaised: false });
-    u.standIn.start();
+    await u.standIn.start();
     await u.clock.advance(3_000);
     assert.equal(u.ledger.runs.length, 0, 'nobody to stand in for');
   });
@@ -131,7 +131,7 @@ describe('StandIn (driven clock)', () => {
   it('keeps pause and overlap rules, and leaves overlap "replace" jobs to the leader', async () => {
     const t = setup([{ overlap: 'skip' }, {}, { overlap: 'replace' }]);
     await t.ledger.setPaused('job1', true);
-    t.standIn.start();
+    await t.standIn.start();
     await t.clock.advance(3_000);
     assert.deepEqual(
       t.ledger.of('job0').map((r) => r.state),
@@ -147,18 +147,18 @@ describe('StandIn (driven clock)', () => {
 
   it("never fires a slot older than the job's misfire grace: that is the next leader's catch-up", async () => {
     const t = setup([{ misfireGraceMs: 200 }], { graceMs: 500 });
-    t.standIn.start();
+    await t.standIn.start();
     await t.clock.advance(5_000);
     assert.equal(t.ledger.runs.length, 0);
   });
 
   it('stops firing when stopped, and 0 grace turns it off', async () => {
     const t = setup([{}], { graceMs: 0 });
-    t.standIn.start();
+    await t.standIn.start();
     await t.clock.advance(3_000);
     assert.equal(t.ledger.runs.length, 0);
     const u = setup([{}]);
-    u.standIn.start();
+    await u.standIn.start();
     await u.clock.advance(2_000);
     u.standIn.stop();
     const n = u.ledger.runs.length;
