@@ -164,14 +164,17 @@ export class FireLedger {
    * committed runs never decrease in commit order (I3). The unique (job, scheduled_at) key keeps
    * each slot once however many followers and leaders race for it (I1). Before any leader has ever
    * raised the fence there is no one to stand in for: nothing is committed. Overlap 'replace' fires
-   * are never accepted here: cancelling other runs needs the leader's fence.
+   * are never accepted here: cancelling other runs needs the leader's fence. Runtime schedule fires
+   * are re-checked against the version in effect first, as in commitFires (and in its lock order:
+   * the schedules' rows, then the fence row).
    */
-  async commitStandInFires(fires: FireRequest[], standIn: StandInStamp): Promise<FireBatchResult> {
+  async commitStandInFires(requested: FireRequest[], standIn: StandInStamp): Promise<FireBatchResult> {
     const nothing: FireBatchResult = { committed: [], duplicates: 0, cancelled: [] };
-    // Runtime schedule fires are the leader's only, for now: their version is re-checked in its commit.
-    const accepted = fires.filter((f) => !f.replace && !f.schedule);
-    if (accepted.length === 0) return nothing;
+    const candidates = requested.filter((f) => !f.replace);
+    if (candidates.length === 0) return nothing;
     return withTransaction(this.pool, async (client) => {
+      const accepted = await this.currentScheduleVersions(client, candidates);
+      if (accepted.length === 0) return { ...nothing, outdated: candidates.length };
       const fence = await client.query<{ token: string }>(
         `SELECT token FROM ${this.t.fences} WHERE resource = $1 FOR SHARE`,
         [standIn.fenceResource],
@@ -180,7 +183,10 @@ export class FireLedger {
       if (token === undefined) return nothing;
       const rows = await insertRuns(client, this.t, accepted, { token: BigInt(token), replicaId: standIn.replicaId });
       await advanceJobState(client, this.t, accepted);
-      return batchResult(accepted, rows, []);
+      const result = batchResult(accepted, rows, []);
+      return candidates.length > accepted.length
+        ? { ...result, outdated: candidates.length - accepted.length }
+        : result;
     });
   }
 

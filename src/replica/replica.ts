@@ -71,12 +71,15 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly ledger: Ledger;
   readonly elector: Elector;
   readonly fireLoop: FireLoop;
-  /** The jobs the leader fires: from code, and the runtime schedules (loaded while leading). */
+  /** The jobs the leader fires and a follower stands in for: from code, and the runtime schedules. */
   readonly schedules: RuntimeSchedules;
   /** Runtime schedules, one-off runs and backfills for the admin API. */
   readonly runtime: RuntimeOps;
-  /** The current tenure's schedule listener, while leading. */
-  scheduleSync: ScheduleSync | undefined;
+  /** Keeps `schedules` current from start to stop, on every replica (the stand-in needs them too). */
+  readonly scheduleSync: ScheduleSync;
+  private readonly syncStop = new AbortController();
+  /** The schedules' first load, which a tenure waits for before it plans. */
+  private schedulesLoaded: Promise<number> = Promise.resolve(0);
   readonly logger: Logger;
   readonly startedAt: number;
   private readonly pool: pg.Pool;
@@ -146,6 +149,14 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.fireLoop = this.newFireLoop(fireLedger, clock, fenceResource);
     this.runtime = this.runtimeOps(fireLedger, fenceResource);
     this.standIn = this.newStandIn(clock, fenceResource);
+    this.scheduleSync = new ScheduleSync({
+      pool: this.pool,
+      channel: this.ledger.tables.scheduleChannel,
+      schedules: this.schedules,
+      planners: [this.fireLoop, this.standIn],
+      clock,
+      logger: this.logger,
+    });
     this.pauseExpiry = new PauseExpiry({
       ledger: this.ledger.fires,
       leadership: this.elector,
@@ -256,13 +267,14 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     };
   }
 
-  /** The follower's stand-in for a silent leader (code jobs only; see stand-in.ts). */
+  /** The follower's stand-in for a silent leader (see stand-in.ts). */
   private newStandIn(clock: Clock, fenceResource: string): StandIn {
     return new StandIn({
-      registry: this.registry,
+      registry: this.schedules,
       ledger: this.ledger.fires,
       delivery: this.delivery,
       policies: this.fireLoop,
+      annotate: (fires) => this.schedules.annotate(fires),
       isLeading: () => this.elector.role === 'leader',
       clock,
       logger: this.logger,
@@ -388,6 +400,11 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       this.executor.setPublisher(this.worker.publisherFor());
       await this.worker.start();
     }
+    // Runtime schedules load beside the rest; a tenure waits for them (onLeading) before it plans.
+    this.schedulesLoaded = this.scheduleSync.start(this.syncStop.signal).then((loaded) => {
+      if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
+      return loaded;
+    });
     this.elector.start();
     void this.standIn.start();
     await this.startAdmin();
@@ -448,6 +465,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // then the admin HTTP (whose close waits for in-flight requests) and the member row.
     this.fireLoop.stop();
     this.standIn.stop();
+    this.syncStop.abort();
     await this.elector.stop();
     await this.heartbeat?.stop();
     await this.admin?.close();
@@ -477,17 +495,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     void this.sweeper.run(signal);
     void this.removedJobs.run(signal);
     void this.pauseExpiry.run(signal);
-    // Runtime schedules are loaded (and listened to) before the tenure's catch-up plans them.
-    this.scheduleSync = new ScheduleSync({
-      pool: this.pool,
-      channel: this.ledger.tables.scheduleChannel,
-      schedules: this.schedules,
-      fireLoop: this.fireLoop,
-      clock: this.clock,
-      logger: this.logger,
-    });
-    const loaded = await this.scheduleSync.start(signal);
-    if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
+    // The tenure's catch-up plans with runtime schedules as the ledger holds them now.
+    await this.schedulesLoaded;
+    await this.scheduleSync.current();
     if (signal.aborted) return;
     await this.fireLoop.lead(signal);
   }

@@ -181,6 +181,11 @@ export class RuntimeSchedules implements ScheduledJobs {
     return this.byId.size;
   }
 
+  /** The job names of the runtime schedules held. */
+  runtimeNames(): string[] {
+    return [...this.byName.keys()];
+  }
+
   /** Load every schedule (start of a tenure). Returns how many are held. */
   async load(): Promise<number> {
     const fingerprint = await this.o.ledger.fingerprint();

@@ -1,21 +1,26 @@
 /**
- * Keeps the leader's runtime schedules current while it leads: LISTEN on this namespace's channel
+ * Keeps a replica's runtime schedules current for as long as it runs, leader or follower (a
+ * follower stands in with them, and is ready to lead with them): LISTEN on this namespace's channel
  * (every change NOTIFYs in its own transaction, delivered at commit), so a change reaches the fire
- * loop well within a second without polling; plus a cheap periodic reconcile (one aggregate query)
- * as the backstop for a notification lost with a dropped connection.
+ * loop and the stand-in well within a second without polling; plus a cheap periodic reconcile (one
+ * aggregate query) as the backstop for a notification lost with a dropped connection.
  */
 import type pg from 'pg';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
-import type { FireLoop } from './fire-loop.js';
 import type { RuntimeJob, RuntimeSchedules } from './runtime-schedules.js';
+
+/** What plans slots from the schedules (the fire loop, the stand-in): told which jobs changed. */
+export interface Reschedulable {
+  reschedule(jobs: readonly string[], sinceMs: (job: string) => number): Promise<void>;
+}
 
 export interface ScheduleSyncOptions {
   pool: pg.Pool;
   /** The namespace's NOTIFY channel (Tables.scheduleChannel). */
   channel: string;
   schedules: RuntimeSchedules;
-  fireLoop: Pick<FireLoop, 'reschedule'>;
+  planners: readonly Reschedulable[];
   clock: Clock;
   logger: Logger;
   /** How often the backstop compares versions. Default 5 s. */
@@ -35,17 +40,38 @@ export class ScheduleSync {
 
   /**
    * LISTEN first (a change committed from now on is heard), then load every schedule, then keep
-   * them current until `signal` aborts. Resolves once loaded; returns how many are held.
+   * them current until `signal` aborts. Resolves once loaded (or once the load failed: the
+   * reconcile loads from empty as well, so it retries); returns how many are held.
    */
   async start(signal: AbortSignal): Promise<number> {
     signal.addEventListener('abort', () => this.stop(), { once: true });
     await this.listen().catch((err: Error) =>
       this.o.logger.warn({ err }, 'could not LISTEN for schedule changes; the reconcile picks them up'),
     );
-    const loaded = await this.o.schedules.load();
+    this.enqueue(async () => {
+      await this.o.schedules.load();
+      return this.o.schedules.runtimeNames();
+    });
+    await this.flushing;
     if (this.pending.size > 0) this.queueFlush();
     void this.reconcileLoop(signal);
-    return loaded;
+    return this.o.schedules.size;
+  }
+
+  /**
+   * Bring the schedules up to date now, after whatever is already queued (a new tenure plans its
+   * catch-up with them). Throws if the ledger cannot be read, as the tenure must not plan blind.
+   */
+  async current(): Promise<void> {
+    let failure: Error | undefined;
+    this.enqueue(() =>
+      this.o.schedules.reconcile().catch((err: Error) => {
+        failure = err;
+        return [];
+      }),
+    );
+    await this.flushing;
+    if (failure) throw failure;
   }
 
   private async listen(): Promise<void> {
@@ -111,13 +137,13 @@ export class ScheduleSync {
     }, this.o.batchMs ?? 20);
   }
 
-  /** Apply changes one batch at a time, in order, then move the fire loop's timers. */
+  /** Apply changes one batch at a time, in order, then move the planners' timers. */
   private enqueue(change: () => Promise<string[]>): void {
     this.flushing = this.flushing
       .then(async () => {
         if (this.stopped) return;
         const names = await change();
-        await this.o.fireLoop.reschedule(names, (name) => this.changedAt(name));
+        for (const planner of this.o.planners) await planner.reschedule(names, (name) => this.changedAt(name));
       })
       .catch((err: Error) => this.o.logger.warn({ err }, 'could not apply schedule changes; the reconcile retries'));
   }

@@ -14,6 +14,9 @@
  *   are left to the leader, since cancelling other runs needs its fence;
  * - committed with the scheduler fence's current token, read under a share lock on the fence row, so
  *   tokens on committed runs never decrease (I3); nothing while no leader ever raised the fence.
+ * - runtime schedules too: every replica keeps them current (schedule-sync.ts), a slot is planned
+ *   with the version in effect at its instant and the commit re-checks that version in its own
+ *   transaction, exactly as the leader's commit does (schedule-ledger.ts states the rule).
  * Retention, the outbox and re-delivery sweeps, catch-up after an election and 'replace' stay the
  * leader's. A healthy cluster's followers commit nothing: `trigger = 'standin'` counts what they did.
  */
@@ -25,6 +28,7 @@ import type { FireLoop } from './fire-loop.js';
 import { FireQueue } from './fire-queue.js';
 import { forEachSliced } from './yielding.js';
 import type { RunDelivery } from './run-delivery.js';
+import type { Reschedulable } from './schedule-sync.js';
 import type { ScheduledJobs } from './scheduled-job.js';
 
 /** How long past a slot a follower waits for the leader's commit before it commits the slot itself. */
@@ -36,6 +40,8 @@ export interface StandInOptions {
   delivery: Pick<RunDelivery, 'enqueue'>;
   /** The leader's pause and overlap rules, applied to the stand-in's slots too. */
   policies: Pick<FireLoop, 'applyPolicies'>;
+  /** Names a runtime schedule fire's version and payload, as on the leader's way to its commit. */
+  annotate?: (fires: FireRequest[]) => FireRequest[];
   /** True while this replica leads: the leader fires, its stand-in rests. */
   isLeading: () => boolean;
   clock: Clock;
@@ -54,8 +60,10 @@ interface Check {
   slot: number;
 }
 
-export class StandIn {
+export class StandIn implements Reschedulable {
   private readonly queue = new FireQueue<Check>();
+  /** Each job's one live check (its slot): a reschedule makes the queued one stale, not doubled. */
+  private readonly nextSlot = new Map<string, number>();
   private timer: TimerHandle | undefined;
   private running = false;
   private checking: Promise<void> = Promise.resolve();
@@ -73,9 +81,7 @@ export class StandIn {
     const now = this.o.clock.now();
     const loaded = await forEachSliced(
       this.o.registry.list(),
-      (job) => {
-        if (job.overlap !== 'replace') this.pushNext(job.name, now);
-      },
+      (job) => this.pushNext(job.name, now),
       () => this.running,
     );
     if (loaded) this.arm();
@@ -86,6 +92,24 @@ export class StandIn {
     this.timer?.cancel();
     this.timer = undefined;
     this.queue.clear();
+    this.nextSlot.clear();
+  }
+
+  /**
+   * Some schedules changed (runtime schedules): plan each one's next check again, from its change
+   * (or from now, for an old one) but never past the slot it was waiting for, which the changed
+   * schedule may still hold (a version's slots run until the next version takes effect).
+   */
+  reschedule(jobs: readonly string[], sinceMs: (job: string) => number): Promise<void> {
+    if (!this.running) return Promise.resolve();
+    const floor = this.o.clock.now() - this.o.graceMs;
+    for (const job of new Set(jobs)) {
+      const waiting = this.nextSlot.get(job);
+      this.nextSlot.delete(job);
+      this.pushNext(job, Math.min(Math.max(sinceMs(job), floor), (waiting ?? Infinity) - 1));
+    }
+    this.arm();
+    return Promise.resolve();
   }
 
   /** Look at every slot whose grace has run out. Called by the timer; safe to call at any time. */
@@ -98,10 +122,16 @@ export class StandIn {
     return this.checking;
   }
 
-  private pushNext(job: string, afterMs: number): void {
-    const slot = this.o.registry.get(job)?.schedule.nextAfter(afterMs);
-    if (slot === null || slot === undefined) return;
-    this.queue.push({ at: slot + this.o.graceMs, job, slot });
+  private pushNext(name: string, afterMs: number): void {
+    const job = this.o.registry.get(name);
+    const slot = job && job.overlap !== 'replace' ? job.schedule.nextAfter(afterMs) : null;
+    if (slot === null) {
+      this.nextSlot.delete(name);
+      return;
+    }
+    if (this.nextSlot.get(name) === slot) return; // already queued
+    this.nextSlot.set(name, slot);
+    this.queue.push({ at: slot + this.o.graceMs, job: name, slot });
   }
 
   private arm(): void {
@@ -114,7 +144,7 @@ export class StandIn {
   private async checkDue(): Promise<void> {
     if (!this.running) return;
     const now = this.o.clock.now();
-    const due = this.queue.popDue(now);
+    const due = this.liveChecks(this.queue.popDue(now));
     // Each job moves on to its next slot after the newest one that is already overdue.
     for (const c of due) this.pushNext(c.job, Math.max(c.slot, now - this.o.graceMs));
     this.arm();
@@ -130,8 +160,18 @@ export class StandIn {
     await this.commit(missing.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
   }
 
+  /** The checks still current: a rescheduled job's older check is dropped, and a check never counts twice. */
+  private liveChecks(popped: Check[]): Check[] {
+    const seen = new Set<string>();
+    return popped.filter((c) => {
+      if (this.nextSlot.get(c.job) !== c.slot || seen.has(c.job)) return false;
+      seen.add(c.job);
+      return true;
+    });
+  }
+
   private async commit(requests: FireRequest[]): Promise<void> {
-    const { fires } = await this.o.policies.applyPolicies(requests);
+    const { fires } = await this.o.policies.applyPolicies(this.o.annotate?.(requests) ?? requests);
     const result = await this.o.ledger.commitStandInFires(fires, {
       fenceResource: this.o.fenceResource,
       replicaId: this.o.replicaId,

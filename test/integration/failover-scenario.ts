@@ -5,13 +5,16 @@
  * job per second of the window, leader tokens must never decrease in commit order, and every run's
  * transactional effect must exist exactly once. While the killed leader's lease runs out, the
  * followers stand in (src/scheduler/stand-in.ts): the slots due in that gap get their first effect
- * within the stand-in grace plus normal lateness, not a TTL later.
+ * within the stand-in grace plus normal lateness, not a TTL later. One runtime schedule (made
+ * through the ledger, as the admin API makes it) fires each second beside the jobs from code and
+ * must come through the same way, stand-ins included.
  */
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { BackendConfig } from '../../src/locks/create-backend.js';
 import { checkHistory, readHistory } from '../../src/drill/checker.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase } from '../support/postgres-database.js';
 import { ReplicaChild, waitForLeader } from '../support/replica-cluster.js';
 
@@ -30,7 +33,12 @@ export interface ScenarioReport {
   crashGapFirstEffectMaxMs: number;
   /** Runs in the whole window committed by a follower standing in. */
   standInFires: number;
+  /** Of those, the runtime schedule's. */
+  runtimeStandInFires: number;
 }
+
+/** The runtime schedule every scenario carries: job-0's handler, each second. */
+const RUNTIME_JOB = 'job-0/every-second';
 
 export async function runFailoverScenario(
   backend: (databaseUrl: string) => BackendConfig,
@@ -42,6 +50,21 @@ export async function runFailoverScenario(
   const db = await createTestDatabase();
   await db.pool.query(
     'CREATE TABLE cw_test_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp())',
+  );
+  await new Ledger(db.pool, db.schema).schedules.create(
+    'every-second',
+    {
+      handler: 'job-0',
+      cron: '* * * * * *',
+      timezone: 'UTC',
+      misfire: 'all',
+      overlap: 'allow',
+      catchUpWindowMs: 300_000,
+      misfireGraceMs: 2000,
+      payload: null,
+      paused: false,
+    },
+    'test',
   );
   const namespace = `t${randomUUID().slice(0, 8)}`;
   const replicas = ['r1', 'r2', 'r3'].map(
@@ -102,6 +125,7 @@ export async function runFailoverScenario(
     assert.ok(seconds >= 30, `window of ${seconds} s is shorter than 30 s`);
     const times = Array.from({ length: seconds }, (_, i) => t0.getTime() + i * 1000);
     const expected = new Map(Array.from({ length: jobs }, (_, i) => [`job-${i}`, times] as [string, number[]]));
+    expected.set(RUNTIME_JOB, times);
     const history = await readHistory(db.pool, {
       from: new Date(0),
       to: new Date(Date.now() + 60_000),
@@ -125,9 +149,18 @@ export async function runFailoverScenario(
       `SELECT count(*)::int FROM cw_runs WHERE ${inWindow} AND trigger = 'standin'`,
       [t0, t1],
     );
+    const runtimeStandInFires = await scalar<number>(
+      db.pool,
+      `SELECT count(*)::int FROM cw_runs WHERE ${inWindow} AND trigger = 'standin' AND job = $3`,
+      [t0, t1, RUNTIME_JOB],
+    );
     // The crash costs the stand-in grace (500 ms) plus normal lateness, not the lease's TTL.
     assert.ok((standInFires ?? 0) > 0, 'no follower stood in for the killed leader');
-    assert.ok(lateness.length >= jobs * 2, `only ${lateness.length} slots fell between the kill and the election`);
+    assert.ok((runtimeStandInFires ?? 0) > 0, 'no follower stood in for the runtime schedule');
+    assert.ok(
+      lateness.length >= (jobs + 1) * 2,
+      `only ${lateness.length} slots fell between the kill and the election`,
+    );
     assert.ok(
       (lateness.at(-1) ?? Infinity) < ttlMs * 0.6,
       `a slot in the crash gap got its first effect ${lateness.at(-1)} ms late (TTL ${ttlMs} ms)`,
@@ -142,6 +175,7 @@ export async function runFailoverScenario(
       crashGapFirstEffectP50Ms: Math.round(lateness[Math.floor(lateness.length / 2)] ?? NaN),
       crashGapFirstEffectMaxMs: Math.round(lateness.at(-1) ?? NaN),
       standInFires: standInFires ?? 0,
+      runtimeStandInFires: runtimeStandInFires ?? 0,
     };
   } finally {
     for (const r of replicas) r.signal('SIGKILL');

@@ -78,6 +78,42 @@ describe('Stand-in commits (real PostgreSQL)', () => {
     assert.ok(tokens.includes(12n));
   });
 
+  it("commits a runtime schedule's slot only with the version in effect at its instant, with that version's payload", async () => {
+    await ledger.fires.advanceFence(FENCE, 13n);
+    const spec = {
+      handler: 'report',
+      cron: '* * * * * *',
+      timezone: 'UTC',
+      misfire: 'all' as const,
+      overlap: 'allow' as const,
+      catchUpWindowMs: 300_000,
+      misfireGraceMs: 1000,
+      payload: { v: 1 },
+      paused: false,
+    };
+    await ledger.schedules.create('s1', spec, 'test');
+    const v2 = await ledger.schedules.change('s1', 'update', (s) => ({ ...s, payload: { v: 2 } }), 'test');
+    // Slots after version 2 took effect: version 1's plan is outdated there, version 2's is current.
+    const slot = (n: number) => new Date(Math.ceil(v2.updatedAt.getTime() / 1000) * 1000 + n * 1000);
+    const runtimeFire = (n: number, version: number, v: number) => ({
+      job: 'report/s1',
+      scheduledAt: slot(n),
+      trigger: 'standin' as const,
+      schedule: { id: 's1', version },
+      payload: { v },
+    });
+    const old = await ledger.fires.commitStandInFires([runtimeFire(1, 1, 1)], standIn('f1'));
+    assert.equal(old.committed.length, 0);
+    assert.equal(old.outdated, 1);
+    const cur = await ledger.fires.commitStandInFires([runtimeFire(1, 2, 2), runtimeFire(2, 1, 1)], standIn('f2'));
+    assert.equal(cur.committed.length, 1);
+    assert.equal(cur.outdated, 1);
+    const rows = await db.pool.query(
+      "SELECT schedule_version AS version, payload, trigger, leader_token::text AS t FROM cw_runs WHERE job = 'report/s1'",
+    );
+    assert.deepEqual(rows.rows, [{ version: 2, payload: { v: 2 }, trigger: 'standin', t: '13' }]);
+  });
+
   it('refuses overlap "replace" fires: cancelling other runs needs the leader\'s fence', async () => {
     const r = await ledger.fires.commitStandInFires([{ ...fire('g', 1), replace: true }], standIn('f1'));
     assert.equal(r.committed.length, 0);

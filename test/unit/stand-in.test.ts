@@ -8,6 +8,7 @@ import type { DeliverableRun } from '../../src/scheduler/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop } from '../../src/scheduler/fire-loop.js';
 import { StandIn } from '../../src/scheduler/stand-in.js';
+import type { ScheduledJobs } from '../../src/scheduler/scheduled-job.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
@@ -17,15 +18,19 @@ const FENCE = 'scheduler/l';
  * One ledger, a leader's fire loop and a follower's stand-in on one driven clock. `leaderAlive`
  * false is a leader that crashed holding its lease: its fire loop stops, nobody else leads yet.
  */
-function setup(jobs: Partial<JobOptions>[], o: { graceMs?: number; fenceRaised?: boolean } = {}) {
+function setup(
+  jobs: Partial<JobOptions>[],
+  o: { graceMs?: number; fenceRaised?: boolean; wrap?: (r: ScheduledJobs) => ScheduledJobs } = {},
+) {
   const clock = new ManualClock(T0 + 100);
   const ledger = new MemoryLedger();
   if (o.fenceRaised !== false) ledger.fences.set(FENCE, 7n);
   const delivered: DeliverableRun[] = [];
   const delivery = { enqueue: async (runs: DeliverableRun[]) => void delivered.push(...runs), cancel: async () => {} };
-  const registry = new JobRegistry(
+  const defined = new JobRegistry(
     jobs.map((j, i) => defineJob({ name: `job${i}`, schedule: '* * * * * *', handler: () => {}, ...j })),
   );
+  const registry = o.wrap ? o.wrap(defined) : defined;
   const logger = pino({ level: 'silent' });
   const lease: Lease = { name: 'l', holder: 'a', token: 7n, ttlMs: 10_000, safetyMarginMs: 1000, deadline: Infinity };
   const leader = new FireLoop({
@@ -165,5 +170,36 @@ describe('StandIn (driven clock)', () => {
     await u.clock.advance(3_000);
     assert.equal(u.ledger.runs.length, n);
     assert.ok(n > 0);
+  });
+
+  it("after a schedule changes (a runtime schedule's new version), stands in for the new slots only, each checked once", async () => {
+    // job0 runs every second until it is switched to its every-two-seconds twin.
+    const replacement = defineJob({ name: 'job0', schedule: '*/2 * * * * *', handler: () => {} });
+    let switched = false;
+    const checked: string[][] = [];
+    const t = setup([{}], {
+      wrap: (r) => ({
+        get: (name) => (switched && name === 'job0' ? replacement : r.get(name)),
+        require: (name) => r.require(name),
+        list: () => r.list(),
+      }),
+    });
+    const lastFiredOf = t.ledger.lastFiredOf.bind(t.ledger);
+    t.ledger.lastFiredOf = (jobs) => (checked.push([...jobs]), lastFiredOf(jobs));
+    await t.standIn.start();
+    await t.clock.advance(2_000); // stands in for 1 s; the 2 s slot (of both schedules) is checked at 2.5 s
+    switched = true;
+    for (let i = 0; i < 3; i++) await t.standIn.reschedule(['job0'], () => t.clock.now());
+    await t.clock.advance(6_000);
+    assert.deepEqual(
+      slots(t.ledger).map((s) => s.at),
+      [1, 2, 4, 6],
+      'the slot it was waiting for still counts; the old every-second slots (3, 5, 7) do not',
+    );
+    assert.ok(
+      checked.every((jobs) => jobs.length === 1),
+      `each check reads the job once: ${JSON.stringify(checked)}`,
+    );
+    assert.equal(checked.length, 4, 'one check per slot, never a doubled chain of checks');
   });
 });
