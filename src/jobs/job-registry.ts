@@ -16,6 +16,8 @@ export class JobRegistry {
 
   constructor(jobs: JobDefinition[] = []) {
     for (const job of jobs) this.add(job);
+    // Listed now, while constructing blocks nothing yet: not in the first tick of a running replica.
+    this.list();
   }
 
   add(job: JobDefinition): void {

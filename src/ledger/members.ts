@@ -9,8 +9,13 @@ export interface MemberRecord {
   version: string;
   role: string;
   adminUrl: string | null;
-  /** The names of the jobs it defines. */
-  jobs: readonly string[];
+  /** The names of the jobs it defines: a list, or already joined by newlines (see upsertMember). */
+  jobs: readonly string[] | JoinedJobNames;
+}
+
+/** Job names joined by '\n' (none may hold one): a million names join in slices, off the hot path. */
+export interface JoinedJobNames {
+  joined: string;
 }
 
 /**
@@ -20,16 +25,22 @@ export interface MemberRecord {
  * cannot hold a newline; sorted in "C" order, the order of JavaScript's sort for them.)
  */
 export async function upsertMember(db: Queryable, t: Tables, m: MemberRecord): Promise<void> {
-  const hasNewline = m.jobs.some((j) => j.includes('\n'));
+  const joined = 'joined' in m.jobs ? m.jobs.joined : joinNames(m.jobs);
+  const list = joined === null ? [...(m.jobs as readonly string[])].sort() : null;
   await db.query(
     `INSERT INTO ${t.members} (replica_id, host, pid, version, role, admin_url, jobs, started_at, last_seen)
      VALUES ($1, $2, $3, $4, $5, $6,
-       ${hasNewline ? '$7::text[]' : `ARRAY(SELECT j FROM unnest(string_to_array($7::text, E'\\n')) AS j ORDER BY j COLLATE "C")`},
+       ${list ? '$7::text[]' : `ARRAY(SELECT j FROM unnest(string_to_array($7::text, E'\\n')) AS j ORDER BY j COLLATE "C")`},
        now(), now())
      ON CONFLICT (replica_id) DO UPDATE SET host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version,
        role = EXCLUDED.role, admin_url = EXCLUDED.admin_url, jobs = EXCLUDED.jobs, last_seen = now()`,
-    [m.replicaId, m.host, m.pid, m.version, m.role, m.adminUrl, hasNewline ? [...m.jobs].sort() : m.jobs.join('\n')],
+    [m.replicaId, m.host, m.pid, m.version, m.role, m.adminUrl, list ?? joined],
   );
+}
+
+/** The names joined by '\n', or null if one holds a newline (then they go as an array). */
+function joinNames(names: readonly string[]): string | null {
+  return names.some((j) => j.includes('\n')) ? null : names.join('\n');
 }
 
 /**

@@ -1,7 +1,8 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { deleteMember, touchMember, upsertMember } from '../ledger/members.js';
+import { deleteMember, touchMember, upsertMember, type JoinedJobNames } from '../ledger/members.js';
+import { forEachSliced } from '../scheduler/yielding.js';
 import type { Tables } from '../db/tables.js';
 
 export interface MemberHeartbeatOptions {
@@ -12,8 +13,8 @@ export interface MemberHeartbeatOptions {
   /** Current role, read on every beat. */
   role: () => string;
   version: string;
-  /** The names of the jobs this replica defines. */
-  jobs: readonly string[];
+  /** The jobs this replica defines (read once, in slices: a million names must not block renewals). */
+  jobs: () => Iterable<{ name: string }>;
   /** This replica's admin base URL (http://host:port), if it serves one. */
   adminUrl?: string;
   intervalMs?: number;
@@ -30,6 +31,7 @@ export class MemberHeartbeat {
   private beating: Promise<void> = Promise.resolve();
   private stopped = false;
   private fullRowWritten = false;
+  private jobNames: Promise<readonly string[] | JoinedJobNames> | undefined;
   readonly intervalMs: number;
 
   constructor(private readonly o: MemberHeartbeatOptions) {
@@ -74,8 +76,26 @@ export class MemberHeartbeat {
       host: hostname(),
       pid: process.pid,
       version: this.o.version,
-      jobs: this.o.jobs,
+      jobs: await (this.jobNames ??= this.joinJobNames()),
     });
     this.fullRowWritten = true;
+  }
+
+  /** The job names joined by newlines, 10,000 at a time between turns of the event loop. */
+  private async joinJobNames(): Promise<readonly string[] | JoinedJobNames> {
+    const chunks: string[] = [];
+    let chunk: string[] = [];
+    let newline = false;
+    await forEachSliced(this.o.jobs(), ({ name }) => {
+      newline ||= name.includes('\n');
+      chunk.push(name);
+      if (chunk.length === 10_000) {
+        chunks.push(chunk.join('\n'));
+        chunk = [];
+      }
+    });
+    chunks.push(chunk.join('\n'));
+    if (newline) return chunks.join('\n').split('\n'); // unreachable for defineJob's names; kept exact
+    return { joined: chunks.filter((c) => c.length > 0).join('\n') };
   }
 }

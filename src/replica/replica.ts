@@ -215,7 +215,11 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       {
         beforeCampaign: () => this.raiseTokenFloor(fenceResource),
         onStartedLeading: (lease, signal) => this.onLeading(lease, signal),
-        onStoppedLeading: () => this.fireLoop.stop(),
+        onStoppedLeading: () => {
+          this.fireLoop.stop();
+          // A follower again: stand in for whoever leads next (re-armed in slices).
+          if (!this.stopped) void this.standIn.start();
+        },
       },
       clock,
     );
@@ -445,7 +449,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       role: () => this.role,
       version: this.o.version ?? PACKAGE_VERSION,
-      jobs: this.registry.list().map((j) => j.name),
+      jobs: () => this.registry.list(),
       adminUrl: this.adminUrl,
       logger: this.logger,
     });
@@ -485,6 +489,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
 
   private async onLeading(lease: Lease, signal: AbortSignal): Promise<void> {
     this.logger.info({ token: lease.token.toString() }, 'elected leader');
+    // The leader fires; its stand-in would only repeat the fire loop's work for a million jobs.
+    this.standIn.stop();
     await this.ledger.fires
       .recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind)
       .then((id) => this.tenures.elected(id, lease.token))

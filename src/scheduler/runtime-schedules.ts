@@ -168,7 +168,8 @@ export class RuntimeSchedules implements ScheduledJobs {
   }
 
   list(): readonly ScheduledJob[] {
-    this.all ??= [...this.o.code.list(), ...this.byName.values()];
+    // No runtime schedules: the code's own list, not a copy of a million jobs in one turn.
+    this.all ??= this.byName.size === 0 ? this.o.code.list() : [...this.o.code.list(), ...this.byName.values()];
     return this.all;
   }
 
