@@ -1,9 +1,10 @@
 /**
  * /healthz and /readyz on a listener of their own, served by the scheduler's thread (the one that
  * fires and renews the lease): a flood of admin connections lands on the admin thread and its port,
- * so it neither fills this listener's accept queue nor delays its answers, and Kubernetes probes
- * (which may target any port) see the scheduler itself. Both answers read memory, except /readyz's
- * shared check of the lease backend and the ledger pool. node:http, not Fastify: two routes.
+ * so probes do not queue behind readers for a connection or a turn of the admin event loop, and
+ * Kubernetes probes (which may target any port) see the scheduler itself. Both answers read memory,
+ * except /readyz's shared check of the lease backend and the ledger pool. node:http, not Fastify:
+ * two routes.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { systemClock, type Clock, type TimerHandle } from '../clock.js';

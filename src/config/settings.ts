@@ -295,7 +295,7 @@ export const settings = {
     description:
       "a second, small listener with only `/healthz` and `/readyz`, answered by the scheduler's own thread, for Kubernetes or load balancer probes; unset: none (probe the admin port)",
     details:
-      'An admin flood does not delay it: the flood lands on the admin thread and its port. Same checks as on the admin port; must differ from it',
+      'A flood of admin connections lands on the admin thread and its port, not here. Same checks as on the admin port; must differ from it',
   },
   probeHost: {
     schema: hostName(),
