@@ -2,15 +2,18 @@
  * The admin API under a flood (issue 12): a real `cronwarden start` replica (memory lease, the
  * shared PostgreSQL and Redis) fires 100 jobs every second; then 2,000 concurrent readers
  * (autocannon, two processes of 1,000 connections: /api/runs?limit=500 and /metrics) for 10 s.
- * Measured in the same run, without and with the flood: /healthz latency p50/p99 (probed every
- * 100 ms from this process, which does nothing else) and fire lateness p99 from the ledger
- * (created_at, the fire transaction's start, minus scheduled_at), reported as ratios to the
- * no-flood baseline.
+ * Measured in the same run, without and with the flood: /healthz latency p50/p99 on the admin port
+ * (answered by the admin thread) and on the probe port (answered by the scheduler's thread), each
+ * probed every 100 ms from this process, which does nothing else, and fire lateness p99 from the
+ * ledger (created_at, the fire transaction's start, minus scheduled_at), reported as ratios to the
+ * no-flood baseline. The replica's threads' nice values are read from /proc (the admin thread's is
+ * lowered by --admin-niceness, default 10).
  *
  * Set CRONWARDEN_FLOOD_BEFORE_ROOT to another checkout (e.g. the main branch before the admin
  * hardening) to measure its replica the same way in the same run.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
@@ -38,42 +41,72 @@ export async function benchAdminFlood(): Promise<Record<string, unknown>> {
       ['no flood', r.baseline],
       ['2,000 readers', r.flood],
     ] as const) {
-      rows.push({
-        code: label,
-        phase,
-        '/healthz p50 ms': fmt(p.health.p50, 1),
-        '/healthz p99 ms': fmt(p.health.p99, 1),
-        'p99 ratio': fmt(p.health.p99 / r.baseline.health.p99),
-        '/healthz failed': p.healthFailed,
-        'fire late p99 ms': fmt(p.lateness.p99, 1),
-        'late ratio': fmt(p.lateness.p99 / r.baseline.lateness.p99),
-        fires: p.lateness.n,
-      });
+      rows.push({ code: label, phase, ...healthCells(p.admin, r.baseline.admin), ...probeCells(p, r) });
     }
     const f = r.readers;
-    rows.push({
-      code: label,
-      phase: `readers: ${f.requests} answered, ${f.ok} 2xx, ${f.non2xx} other, ${f.errors} errors, ${f.timeouts} timeouts, p99 ${f.p99} ms`,
-      '/healthz p50 ms': '',
-      '/healthz p99 ms': '',
-      'p99 ratio': '',
-      '/healthz failed': '',
-      'fire late p99 ms': '',
-      'late ratio': '',
-      fires: '',
-    });
+    const note = `readers: ${f.requests} answered, ${f.ok} 2xx, ${f.non2xx} other, ${f.errors} errors, ${f.timeouts} timeouts, p99 ${f.p99} ms; threads by nice: ${r.threads}`;
+    rows.push({ code: label, phase: note, ...blank(rows[0]!) });
   }
   table(
-    'Admin flood: /healthz and fire lateness, 100 jobs every second, without and with 2,000 concurrent readers for 10 s',
+    'Admin flood: /healthz on the admin and the probe port, and fire lateness, 100 jobs every second, without and with 2,000 concurrent readers for 10 s',
     rows,
   );
   return results;
 }
 
+type Latency = { latency: ReturnType<typeof summarize>; failed: number };
+
 interface Phase {
-  health: ReturnType<typeof summarize>;
-  healthFailed: number;
+  /** /healthz on the admin port (the admin thread). */
+  admin: Latency;
+  /** /healthz on the probe port (the scheduler's thread); undefined for code without one. */
+  probe: Latency | undefined;
   lateness: ReturnType<typeof summarize>;
+}
+
+function healthCells(p: Latency | undefined, base: Latency | undefined, prefix = ''): Record<string, string | number> {
+  return {
+    [`${prefix}/healthz p50 ms`]: p ? fmt(p.latency.p50, 1) : '-',
+    [`${prefix}/healthz p99 ms`]: p ? fmt(p.latency.p99, 1) : '-',
+    [`${prefix}p99 ratio`]: p && base ? fmt(p.latency.p99 / base.latency.p99) : '-',
+    [`${prefix}failed`]: p ? p.failed : '-',
+  };
+}
+
+function probeCells(p: Phase, r: { baseline: Phase }): Record<string, string | number> {
+  return {
+    ...healthCells(p.probe, r.baseline.probe, 'probe port '),
+    'fire late p99 ms': fmt(p.lateness.p99, 1),
+    'late ratio': fmt(p.lateness.p99 / r.baseline.lateness.p99),
+    fires: p.lateness.n,
+  };
+}
+
+const blank = (row: Record<string, unknown>) =>
+  Object.fromEntries(Object.keys(row).flatMap((k) => (k === 'code' || k === 'phase' ? [] : [[k, '']])));
+
+/** Whether the checkout at `root` has the probe listener (an older one refuses the flag). */
+function hasProbePort(root: string): boolean {
+  const help = spawnSync(process.execPath, [`${root}/bin/cronwarden.js`, 'start', '--help'], { cwd: root });
+  return help.stdout.toString().includes('--probe-port');
+}
+
+/** How many of process `pid`'s threads run at each nice value, e.g. "0×11, 10×1". */
+function threadsByNice(pid: number): string {
+  const counts = new Map<number, number>();
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const nice = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19 - 3]);
+      counts.set(nice, (counts.get(nice) ?? 0) + 1);
+    }
+  } catch {
+    return 'n/a (no /proc)';
+  }
+  return [...counts]
+    .sort(([a], [b]) => a - b)
+    .map(([nice, n]) => `${nice}×${n}`)
+    .join(', ');
 }
 
 async function measure(root: string) {
@@ -81,6 +114,8 @@ async function measure(root: string) {
   const namespace = `flood${randomUUID().slice(0, 8)}`;
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
+  const probePort = hasProbePort(root) ? await freePort() : undefined;
+  const probeUrl = probePort === undefined ? undefined : `http://127.0.0.1:${probePort}`;
   const child = spawn(
     process.execPath,
     [
@@ -102,6 +137,7 @@ async function measure(root: string) {
       '50',
       '--retention-days',
       '0',
+      ...(probePort === undefined ? [] : ['--probe-port', String(probePort)]),
     ],
     {
       cwd: root,
@@ -115,14 +151,15 @@ async function measure(root: string) {
       30_000,
     );
     await sleep(3000); // warm up
-    const baseline = await phase(db.pool, url, async () => {
+    const threads = threadsByNice(child.pid!);
+    const baseline = await phase(db.pool, url, probeUrl, async () => {
       await sleep(PHASE_MS);
     });
     let readers: Awaited<ReturnType<typeof flood>> | undefined;
-    const flooded = await phase(db.pool, url, async () => {
+    const flooded = await phase(db.pool, url, probeUrl, async () => {
       readers = await flood(url);
     });
-    return { baseline, flood: flooded, readers: readers! };
+    return { baseline, flood: flooded, readers: readers!, threads };
   } finally {
     child.kill('SIGKILL');
     await new Promise((r) => child.once('exit', r));
@@ -133,28 +170,23 @@ async function measure(root: string) {
   }
 }
 
-/** Probes /healthz every 100 ms while `during` runs, then reads the lateness of fires scheduled meanwhile. */
+/**
+ * Probes /healthz on the admin port and, if any, the probe port, each every 100 ms while `during`
+ * runs, then reads the lateness of fires scheduled meanwhile.
+ */
 async function phase(
   pool: { query: (sql: string, args: unknown[]) => Promise<{ rows: { ms: number }[] }> },
   url: string,
+  probeUrl: string | undefined,
   during: () => Promise<void>,
 ): Promise<Phase> {
   const from = new Date();
-  let running = true;
-  const latencies: number[] = [];
-  let failed = 0;
-  const prober = (async () => {
-    while (running) {
-      const t = performance.now();
-      const r = await probe(`${url}/healthz`, 10_000);
-      if (r.status === 200) latencies.push(performance.now() - t);
-      else failed++;
-      await sleep(100);
-    }
-  })();
+  const running = { on: true };
+  const admin = prober(`${url}/healthz`, running);
+  const probePort = probeUrl ? prober(`${probeUrl}/healthz`, running) : undefined;
   await during();
-  running = false;
-  await prober;
+  running.on = false;
+  const result = { admin: await admin, probe: await probePort };
   const to = new Date();
   await sleep(2000); // fires scheduled up to `to` commit
   const late = await pool.query(
@@ -162,7 +194,21 @@ async function phase(
      WHERE trigger = 'schedule' AND scheduled_at >= $1 AND scheduled_at < $2`,
     [from, to],
   );
-  return { health: summarize(latencies), healthFailed: failed, lateness: summarize(late.rows.map((r) => r.ms)) };
+  return { ...result, lateness: summarize(late.rows.map((r) => r.ms)) };
+}
+
+/** GET `url` every 100 ms until `running.on` is false: latency of the 200s, count of the rest. */
+async function prober(url: string, running: { on: boolean }): Promise<Latency> {
+  const latencies: number[] = [];
+  let failed = 0;
+  while (running.on) {
+    const t = performance.now();
+    const r = await probe(url, 10_000);
+    if (r.status === 200) latencies.push(performance.now() - t);
+    else failed++;
+    await sleep(100);
+  }
+  return { latency: summarize(latencies), failed };
 }
 
 /** 2,000 concurrent readers for PHASE_MS: two autocannon processes of 1,000 connections each. */

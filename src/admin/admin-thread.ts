@@ -9,6 +9,8 @@
  * - the replica's events, for the metrics;
  * - calls the worker cannot answer alone (trigger, pause, resign, runtime schedule changes, one-off
  *   runs and backfills, the lease backend, the ledger ping) are forwarded here and answered by message.
+ * The worker lowers its own CPU priority (`niceness`, thread-priority.ts), so the flood's parsing
+ * yields the cores to this thread; the probe listener, if any, is served here (probe-server.ts).
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -18,10 +20,12 @@ import type { ElectorRole } from '../scheduler/elector.js';
 import type { DstPolicy } from '../scheduler/cron-schedule.js';
 import type { PauseRequest } from '../ledger/pauses.js';
 import type { BackfillRequest } from '../scheduler/backfill.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, InvalidConfigError } from '../errors.js';
 import type { MisfirePolicy, OverlapPolicy } from '../scheduler/scheduled-job.js';
 import type { ReplicaEvents, ReplicaView } from './replica-view.js';
-import type { AdminServerOptions } from './server.js';
+import type { ProbeServer } from './probe-server.js';
+import { probeServer, type AdminServerOptions } from './server.js';
+import type { ThreadPriority } from './thread-priority.js';
 
 /** How often the main thread tells the admin thread it is alive, with its state. */
 export const HEARTBEAT_MS = 250;
@@ -56,7 +60,7 @@ export interface ThreadJob {
 
 /** What the admin thread starts from (workerData). */
 export interface AdminThreadInit {
-  server: Omit<AdminServerOptions, 'replica' | 'backend' | 'databaseUrl'>;
+  server: Omit<AdminServerOptions, 'replica' | 'backend' | 'databaseUrl' | 'probe'>;
   databaseUrl: string;
   identity: Pick<
     ReplicaView,
@@ -67,6 +71,8 @@ export interface AdminThreadInit {
   runtime: boolean;
   log: { level: string; bindings: Record<string, unknown> };
   stallLimitMs: number;
+  /** Added to the worker's nice value; 0 leaves it. */
+  niceness: number;
   state: ThreadState;
 }
 
@@ -105,7 +111,7 @@ export type ToThread =
   | { type: 'close' };
 
 export type FromThread =
-  | { type: 'listening'; url: string }
+  | { type: 'listening'; url: string; priority: ThreadPriority | undefined }
   | { type: 'failed'; error: { name: string; message: string } }
   | { type: 'call'; id: number; op: CallOp; args: unknown[] }
   | { type: 'closed' };
@@ -117,7 +123,14 @@ export interface AdminThreadOptions extends Omit<AdminServerOptions, 'replica' |
   databaseUrl: string;
   /** /healthz fails when the main thread has posted nothing for this long (default 5 s). */
   stallLimitMs?: number;
+  /**
+   * Added to the worker thread's nice value (Linux; at most 19), so under a flood the scheduler's
+   * thread wins the cores. Default 10; 0 leaves the thread at the process's priority.
+   */
+  niceness?: number;
 }
+
+export const DEFAULT_NICENESS = 10;
 
 function workerEntry(): { code: string } {
   const js = fileURLToPath(new URL('./admin-worker.js', import.meta.url));
@@ -134,13 +147,21 @@ export class AdminThread {
   private readonly worker: Worker;
   private readonly beat: NodeJS.Timeout;
   private readonly listeners: [keyof ReplicaEvents, (...args: unknown[]) => void][] = [];
-  private listening: Promise<string>;
+  private listening: Promise<{ url: string; priority: ThreadPriority | undefined }>;
+  private started: Promise<string> | undefined;
   private closed: Promise<void> | undefined;
   private exited = false;
+  private readonly probes: ProbeServer | undefined;
+  /** Where the probe listener answers, once listening (undefined without one). */
+  probeUrl: string | undefined;
+  /** The worker's OS thread id and nice value, or why it kept the process's; once listening. */
+  priority: ThreadPriority | undefined;
 
   constructor(private readonly o: AdminThreadOptions) {
     const r = o.replica;
-    const { replica: _r, backend: _b, databaseUrl, stallLimitMs, ...server } = o;
+    const { replica: _r, backend: _b, databaseUrl, stallLimitMs, niceness, probe, ...server } = o;
+    if (niceness !== undefined && !(Number.isInteger(niceness) && niceness >= 0 && niceness <= 19))
+      throw new InvalidConfigError('admin niceness', 'must be a whole number from 0 to 19');
     const init: AdminThreadInit = {
       server,
       databaseUrl,
@@ -168,12 +189,13 @@ export class AdminThread {
       runtime: r.runtime !== undefined,
       log: { level: r.logger.level, bindings: r.logger.bindings() },
       stallLimitMs: stallLimitMs ?? 5000,
+      niceness: niceness ?? DEFAULT_NICENESS,
       state: this.state(),
     };
     this.worker = new Worker(workerEntry().code, { eval: true, workerData: init });
     this.listening = new Promise((resolve, reject) => {
       this.worker.on('message', (m: FromThread) => {
-        if (m.type === 'listening') resolve(m.url);
+        if (m.type === 'listening') resolve(m);
         else if (m.type === 'failed') reject(Object.assign(new Error(m.error.message), { name: m.error.name }));
         else if (m.type === 'call') void this.answer(m.id, m.op, m.args);
       });
@@ -186,16 +208,24 @@ export class AdminThread {
     this.worker.on('error', (err) => r.logger.error({ err }, 'admin thread failed'));
     this.forwardEvents();
     this.beat = setInterval(() => this.post({ type: 'state', state: this.state() }), HEARTBEAT_MS);
+    this.probes = probe && probeServer(probe, o);
   }
 
-  /** Resolves to the base URL once the worker listens. */
+  /** Resolves to the base URL once the worker listens (and the probe listener, if any). */
   listen(): Promise<string> {
-    return this.listening;
+    this.started ??= (async () => {
+      const { url, priority } = await this.listening;
+      this.priority = priority;
+      this.probeUrl = await this.probes?.listen();
+      return url;
+    })();
+    return this.started;
   }
 
   close(): Promise<void> {
     this.closed ??= (async () => {
       clearInterval(this.beat);
+      await this.probes?.close();
       for (const [name, fn] of this.listeners) this.o.replica.off(name, fn);
       if (this.exited) return;
       const done = new Promise<void>((resolve) => {

@@ -26,6 +26,7 @@ import type { CodeJob } from '../scheduler/scheduled-job.js';
 import type { AdminThreadInit, CallOp, FromThread, ThreadError, ThreadState, ToThread } from './admin-thread.js';
 import type { ReplicaEvents, ReplicaView, RuntimeAdmin } from './replica-view.js';
 import { AdminServer } from './server.js';
+import { lowerThreadPriority } from './thread-priority.js';
 
 const port = parentPort!;
 const init = workerData as AdminThreadInit;
@@ -162,6 +163,14 @@ function reviveError(e: ThreadError): Error {
 
 async function main(): Promise<void> {
   const view = new RemoteView();
+  // Before the first connection: the flood's parsing then always yields to the scheduler's thread.
+  const priority = init.niceness > 0 ? lowerThreadPriority(init.niceness) : undefined;
+  if (priority && 'unavailable' in priority) {
+    view.logger.info(
+      { reason: priority.unavailable },
+      'admin thread: CPU priority not lowered; it shares the cores with the scheduler at the same priority',
+    );
+  }
   const server = new AdminServer({
     ...init.server,
     replica: view,
@@ -179,7 +188,7 @@ async function main(): Promise<void> {
     else if (m.type === 'close') void server.close().finally(() => send({ type: 'closed' }));
   });
   try {
-    send({ type: 'listening', url: await server.listen() });
+    send({ type: 'listening', url: await server.listen(), priority });
   } catch (err) {
     const e = err as Error;
     send({ type: 'failed', error: { name: e.name, message: e.message } });

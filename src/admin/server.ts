@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import { z } from 'zod';
-import { NotLeaderError, TimedOutError } from '../errors.js';
+import { NotLeaderError } from '../errors.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
 import type { ReplicaView } from './replica-view.js';
@@ -13,6 +13,8 @@ import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-
 import { bearerMatches } from './auth.js';
 import { memberAgreement } from './member-agreement.js';
 import { OncePerKind } from '../once-per-kind.js';
+import { health, readiness, readinessCheck, type Readiness } from './probes.js';
+import { ProbeServer, type ProbeListenOptions } from './probe-server.js';
 import {
   ConcurrencyCap,
   SharedCheck,
@@ -62,6 +64,8 @@ export interface AdminServerOptions {
   maxConnections?: number;
   /** How long /readyz waits for the backend and the database. Default 2 s. */
   readyTimeoutMs?: number;
+  /** Also answer /healthz and /readyz on a listener of their own (see probe-server.ts). */
+  probe?: ProbeListenOptions;
 }
 
 const jobName = z.string().regex(/^[A-Za-z0-9_.:@/-]{1,200}$/, 'must be 1-200 letters, digits or _ . : @ / -');
@@ -98,7 +102,10 @@ export class AdminServer {
   private readonly cap: ConcurrencyCap;
   private readonly hosts: HostPolicy;
   private readonly errorLog: OncePerKind;
-  private readonly ready: SharedCheck<{ backend: string; database: string }>;
+  private readonly ready: Readiness;
+  private readonly probes: ProbeServer | undefined;
+  /** Where the probe listener answers, once listening (undefined without one). */
+  probeUrl: string | undefined;
   /** The jobs' 24 h numbers scan a day of runs: computed at most every 10 s, shared by every caller. */
   private readonly stats: SharedCheck<Map<string, JobStats>>;
   private page: Promise<{ html: string; csp: string }> | undefined;
@@ -117,7 +124,9 @@ export class AdminServer {
     });
     const monotonic = () => r.clock.monotonic();
     this.errorLog = new OncePerKind(monotonic);
-    this.ready = this.readinessCheck(monotonic);
+    // The ledger pool is what the scheduler needs; one shared check takes at most one of its connections.
+    this.ready = readinessCheck(r, o.backend, o.readyTimeoutMs ?? 2000, monotonic);
+    this.probes = o.probe && probeServer(o.probe, o);
     this.stats = new SharedCheck(
       () =>
         jobStats(
@@ -132,25 +141,6 @@ export class AdminServer {
     this.guardRequests();
     this.handleErrors();
     this.routes();
-  }
-
-  /** /readyz's check of the backend and the database, shared among concurrent callers. */
-  private readinessCheck(monotonic: () => number): SharedCheck<{ backend: string; database: string }> {
-    const { o } = this;
-    const r = o.replica;
-    const readyMs = o.readyTimeoutMs ?? 2000;
-    // The ledger pool is what the scheduler needs; one shared check takes at most one of its connections.
-    return new SharedCheck(
-      async () => {
-        const [backend, database] = await Promise.all([
-          check(() => o.backend.current(r.leaseName), readyMs),
-          check(() => r.pingLedger(), readyMs),
-        ]);
-        return { backend, database };
-      },
-      monotonic,
-      500,
-    );
   }
 
   /** Every response gets the safety headers; a foreign Host, or a cross-origin change, is refused first. */
@@ -214,12 +204,14 @@ export class AdminServer {
   async listen(): Promise<string> {
     const host = this.o.host ?? '127.0.0.1';
     await this.app.listen({ host, port: this.o.port ?? 8080 });
+    this.probeUrl = await this.probes?.listen();
     const addr = this.app.server.address();
     const port = typeof addr === 'object' && addr ? addr.port : this.o.port;
     return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
   }
 
   async close(): Promise<void> {
+    await this.probes?.close();
     await this.app.close();
     await this.pool.end();
   }
@@ -335,21 +327,13 @@ export class AdminServer {
 
     app.get('/healthz', async (_req, reply) => {
       // Served from the admin thread: a scheduler thread that stopped answering is not healthy.
-      const stalled = r.stalled?.();
-      if (stalled) return reply.code(503).send({ ok: false, error: stalled, role: r.role });
-      // client-go's healthz adaptor: unhealthy when we believe we lead but our lease deadline passed.
-      if (r.role === 'leader' && !r.lease()) {
-        return reply
-          .code(503)
-          .send({ ok: false, error: 'leading past the lease deadline without a renew', role: r.role });
-      }
-      return { ok: true, role: r.role, replicaId: r.replicaId };
+      const answer = health(r, r.stalled?.());
+      return reply.code(answer.status).send(answer.body);
     });
 
     app.get('/readyz', async (_req, reply) => {
-      const { backend, database } = await this.ready.get();
-      const ok = backend === 'ok' && database === 'ok';
-      return reply.code(ok ? 200 : 503).send({ ok, backend, database });
+      const answer = await readiness(this.ready);
+      return reply.code(answer.status).send(answer.body);
     });
   }
 
@@ -507,19 +491,11 @@ function boundRun<T extends { error: string | null } | null>(row: T): T {
   return row === null ? row : { ...row, error: boundText(row.error) };
 }
 
-async function check(fn: () => Promise<unknown>, ms: number): Promise<string> {
-  let timer: NodeJS.Timeout | undefined;
-  try {
-    await Promise.race([
-      fn(),
-      new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new TimedOutError('readiness check', ms)), ms);
-      }),
-    ]);
-    return 'ok';
-  } catch (err) {
-    return (err as Error).message;
-  } finally {
-    clearTimeout(timer);
-  }
+/** The probe listener, on the admin host unless it names its own. */
+export function probeServer(
+  probe: ProbeListenOptions,
+  o: Pick<AdminServerOptions, 'host' | 'replica' | 'backend' | 'readyTimeoutMs'>,
+): ProbeServer {
+  const { replica, backend, readyTimeoutMs } = o;
+  return new ProbeServer({ ...probe, host: probe.host ?? o.host, replica, backend, readyTimeoutMs });
 }

@@ -16,7 +16,7 @@ import { settlesWithin } from '../settles-within.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
-import { Replica } from '../replica/replica.js';
+import { Replica, type ReplicaAdminOptions } from '../replica/replica.js';
 import { resolveSchema } from '../db/tables.js';
 
 export function registerStart(program: Command): void {
@@ -56,9 +56,7 @@ async function startReplica(flags: SettingFlags): Promise<void> {
     shutdownGraceMs: config.shutdownGraceMs,
     standInGraceMs: config.standInGraceMs,
     retentionMs: config.retentionDays * 24 * 3600 * 1000,
-    admin: config.admin.enabled
-      ? { host: config.admin.host, port: config.admin.port, token: config.admin.token, url: config.admin.url }
-      : false,
+    admin: config.admin.enabled ? replicaAdmin(config.admin) : false,
     logger,
   });
   replica.logger.info({ config: describeConfig(config) }, 'starting replica');
@@ -89,6 +87,18 @@ function stopOnSignals(replica: Replica): void {
   process.on('SIGINT', onSignal);
 }
 
+/** The Replica's admin options from the configuration. */
+function replicaAdmin(a: AdminConfig): ReplicaAdminOptions {
+  return {
+    host: a.host,
+    port: a.port,
+    token: a.token,
+    url: a.url,
+    niceness: a.niceness,
+    probe: a.probePort === undefined ? undefined : { host: a.probeHost, port: a.probePort },
+  };
+}
+
 /** Where the admin HTTP listens, and what an operator should know about its exposure. */
 function logAdmin(replica: Replica, admin: AdminConfig): void {
   if (!admin.token) replica.logger.info('admin: no CRONWARDEN_ADMIN_TOKEN, so trigger/pause/resume/resign are refused');
@@ -96,6 +106,7 @@ function logAdmin(replica: Replica, admin: AdminConfig): void {
     replica.logger.warn({ host: admin.host }, 'admin HTTP listens beyond loopback; reads are open to that network');
   }
   replica.logger.info({ adminUrl: replica.adminUrl, statusPage: `${replica.adminUrl}/` }, 'admin HTTP listening');
+  if (replica.probeUrl) replica.logger.info({ probeUrl: replica.probeUrl }, 'probes (/healthz, /readyz) listening');
 }
 
 /** Settings without a flag, named in --help. */

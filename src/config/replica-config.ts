@@ -60,6 +60,12 @@ export interface AdminConfig {
   url?: string;
   /** Set to false (CRONWARDEN_ADMIN_ENABLED=false) to run without the admin HTTP. */
   enabled: boolean;
+  /** Added to the admin thread's nice value (Linux); 0 leaves it at the process's priority. */
+  niceness: number;
+  /** /healthz and /readyz on a listener of the scheduler's thread; undefined: none. */
+  probePort?: number;
+  /** Its interface; undefined: the admin host. */
+  probeHost?: string;
 }
 
 /** Flags as commander parses them: keyed like the settings (`--lease-ttl-ms` → leaseTtlMs). */
@@ -131,6 +137,9 @@ const replicaKeys = [
   'adminUrl',
   'adminToken',
   'adminEnabled',
+  'adminNiceness',
+  'probePort',
+  'probeHost',
 ] as const satisfies readonly SettingKey[];
 
 export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = process.env): ReplicaConfig {
@@ -152,7 +161,34 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,
     logFormat: c.logFormat,
-    admin: { host: c.adminHost, port: c.adminPort, token: c.adminToken, url: c.adminUrl, enabled: c.adminEnabled },
+    admin: adminConfig(c),
+  };
+}
+
+/** The admin settings; a probe listener needs the admin HTTP and a port of its own. */
+function adminConfig(
+  c: SettingValues<
+    'adminHost' | 'adminPort' | 'adminToken' | 'adminUrl' | 'adminEnabled' | 'adminNiceness' | 'probePort' | 'probeHost'
+  >,
+): AdminConfig {
+  if (c.probePort !== undefined && !c.adminEnabled)
+    throw new InvalidConfigError(
+      settingName('probePort'),
+      `is served with the admin HTTP, which ${envName('adminEnabled')}=false turns off`,
+    );
+  if (c.probePort !== undefined && c.probePort !== 0 && c.probePort === c.adminPort)
+    throw new InvalidConfigError(settingName('probePort'), `must differ from ${settingName('adminPort')}`);
+  if (c.probePort === undefined && c.probeHost !== undefined)
+    throw new InvalidConfigError(settingName('probeHost'), `is used only with ${settingName('probePort')}`);
+  return {
+    host: c.adminHost,
+    port: c.adminPort,
+    token: c.adminToken,
+    url: c.adminUrl,
+    enabled: c.adminEnabled,
+    niceness: c.adminNiceness,
+    probePort: c.probePort,
+    probeHost: c.probeHost,
   };
 }
 

@@ -97,6 +97,9 @@ const int = (min: number, max: number) =>
       .max(max, `must be at most ${max}`),
   );
 
+const hostName = () =>
+  text().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0');
+
 const bool = () =>
   z.preprocess((v) => (v === 'true' ? true : v === 'false' ? false : v), z.boolean({ error: MESSAGE.bool }));
 
@@ -245,7 +248,7 @@ export const settings = {
     details: 'pretty needs the optional pino-pretty package (`npm i -D pino-pretty`); meant for development',
   },
   adminHost: {
-    schema: text().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0'),
+    schema: hostName(),
     arg: 'host',
     default: '127.0.0.1',
     description: 'interface the admin HTTP binds to',
@@ -275,7 +278,29 @@ export const settings = {
   adminEnabled: {
     schema: bool(),
     default: true,
-    description: '`false` runs without the admin HTTP',
+    description: '`false` runs without the admin HTTP (and without the probe listener)',
+  },
+  adminNiceness: {
+    schema: int(0, 19),
+    arg: 'n',
+    default: 10,
+    description:
+      "added to the admin HTTP thread's nice value (Linux), so under a flood of admin readers the scheduler's thread (fires, lease renewals) wins the cores; `0` = off",
+    details:
+      'Only that thread is reniced (at most to 19); where threads cannot be reniced (not Linux) one info line says so and it runs at the process priority',
+  },
+  probePort: {
+    schema: int(0, 65535),
+    arg: 'port',
+    description:
+      "a second, small listener with only `/healthz` and `/readyz`, answered by the scheduler's own thread, for Kubernetes or load balancer probes; unset: none (probe the admin port)",
+    details:
+      'A flood of admin connections lands on the admin thread and its port, not here. Same checks as on the admin port; must differ from it',
+  },
+  probeHost: {
+    schema: hostName(),
+    arg: 'host',
+    description: 'interface the probe listener binds to; default: the admin host',
   },
 } as const satisfies Record<string, SettingDefinition>;
 

@@ -98,4 +98,14 @@ export interface ReplicaAdminOptions {
    * a flood of admin connections costs that thread's event loop and not the scheduler's.
    */
   thread?: boolean;
+  /**
+   * Added to that thread's nice value (Linux; at most 19), so under a flood the scheduler's thread
+   * wins the cores. Default 10; 0 leaves it at the process's priority.
+   */
+  niceness?: number;
+  /**
+   * A second listener with only /healthz and /readyz, answered by the scheduler's own thread, so
+   * a flood of admin connections cannot delay the probes. Omit for none.
+   */
+  probe?: { host?: string; port: number };
 }

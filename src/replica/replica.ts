@@ -91,6 +91,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private heartbeat: MemberHeartbeat | undefined;
   /** Where this replica's admin HTTP answers, once started (undefined without one). */
   adminUrl: string | undefined;
+  /** Where its probe listener answers /healthz and /readyz, once started (undefined without one). */
+  get probeUrl(): string | undefined {
+    return this.admin?.probeUrl;
+  }
   private readonly delivery: BullmqDelivery;
   private readonly executor: RunExecutor;
   private worker: BullmqWorker | undefined;
@@ -426,9 +430,11 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       port: a.port,
       advertisedUrl: a.url,
       allowedHosts: a.allowedHosts,
+      probe: a.probe,
     };
     // A pool's settings (functions, a Client class) cannot cross to a thread: then in this one.
-    if (a.thread !== false && this.o.databaseUrl) return new AdminThread({ ...admin, databaseUrl: this.o.databaseUrl });
+    if (a.thread !== false && this.o.databaseUrl)
+      return new AdminThread({ ...admin, databaseUrl: this.o.databaseUrl, niceness: a.niceness });
     return new AdminServer({
       ...admin,
       // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.

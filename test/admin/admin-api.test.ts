@@ -1,11 +1,12 @@
 /**
  * The admin HTTP API of in-process replicas (memory lease backend, real PostgreSQL ledger and
  * Redis): each route's shape, auth refusals that change nothing, 400/404, a follower's 409 with
- * the leader's URL, and the Prometheus exposition.
+ * the leader's URL, and the Prometheus exposition; the probe listener's /healthz and /readyz.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { AdminServer } from '../../src/admin/server.js';
+import { ProbeServer } from '../../src/admin/probe-server.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
 import {
   Cluster,
@@ -201,20 +202,23 @@ describe('read routes', () => {
       clock,
       logger: pino({ level: 'silent' }),
     });
-    const admin = new AdminServer({ replica, backend, databaseUrl: db.url, port: 0 });
+    // The probe listener answers the same, from its own port.
+    const admin = new AdminServer({ replica, backend, databaseUrl: db.url, port: 0, probe: { port: 0 } });
     try {
       await replica.start();
       const url = await admin.listen();
       await waitForRole(replica, 'leader');
-      assert.equal((await fetch(`${url}/healthz`)).status, 200);
+      for (const base of [url, admin.probeUrl!]) assert.equal((await fetch(`${base}/healthz`)).status, 200, base);
       stalledMs = 5000;
-      const res = await fetch(`${url}/healthz`);
-      assert.equal(res.status, 503);
-      assert.deepEqual(await json(res), {
-        ok: false,
-        error: 'leading past the lease deadline without a renew',
-        role: 'leader',
-      });
+      for (const base of [url, admin.probeUrl!]) {
+        const res = await fetch(`${base}/healthz`);
+        assert.equal(res.status, 503, base);
+        assert.deepEqual(await json(res), {
+          ok: false,
+          error: 'leading past the lease deadline without a renew',
+          role: 'leader',
+        });
+      }
     } finally {
       await admin.close();
       await replica.stop();
@@ -231,17 +235,22 @@ describe('read routes', () => {
       port: 0,
       readyTimeoutMs: 200,
     });
+    const probes = new ProbeServer({ replica: follower.replica, backend: broken, port: 0, readyTimeoutMs: 200 });
     const url = await admin.listen();
+    const probeUrl = await probes.listen();
     try {
-      const res = await fetch(`${url}/readyz`);
-      assert.equal(res.status, 503);
-      assert.deepEqual(await json(res), {
-        ok: false,
-        backend: 'readiness check: no answer within 200 ms',
-        database: 'ok',
-      });
+      for (const base of [url, probeUrl]) {
+        const res = await fetch(`${base}/readyz`);
+        assert.equal(res.status, 503, base);
+        assert.deepEqual(await json(res), {
+          ok: false,
+          backend: 'readiness check: no answer within 200 ms',
+          database: 'ok',
+        });
+      }
     } finally {
       await admin.close();
+      await probes.close();
     }
   });
 
@@ -250,6 +259,92 @@ describe('read routes', () => {
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /text\/html/);
     assert.match(await res.text(), /id="holder"/);
+  });
+});
+
+describe('probe listener', () => {
+  it('a replica with a probe port answers /healthz and /readyz there as on the admin port, and nothing else', async () => {
+    const replica = new Replica({
+      replicaId: 'api-probed',
+      namespace: cluster.namespace,
+      schema: cluster.schema,
+      backend: new MemoryLeaseBackend({ store: cluster.store }),
+      databaseUrl: db.url,
+      redisUrl: SHARED_REDIS_URL,
+      jobs: testJobs(),
+      election: { ttlMs: 3000 },
+      worker: { enabled: false },
+      admin: { port: 0, probe: { port: 0 } },
+      logger: pino({ level: 'silent' }),
+    });
+    await replica.start();
+    const probeUrl = replica.probeUrl!;
+    try {
+      assert.notEqual(probeUrl, replica.adminUrl);
+      const health = await fetch(`${probeUrl}/healthz`);
+      assert.equal(health.status, 200);
+      assert.deepEqual(await json(health), { ok: true, role: replica.role, replicaId: 'api-probed' });
+      assert.deepEqual(
+        await json(await fetch(`${replica.adminUrl}/healthz`)),
+        await json(await fetch(`${probeUrl}/healthz`)),
+      );
+      const ready = await fetch(`${probeUrl}/readyz`);
+      assert.equal(ready.status, 200);
+      assert.deepEqual(await json(ready), { ok: true, backend: 'ok', database: 'ok' });
+      const head = await fetch(`${probeUrl}/healthz`, { method: 'HEAD' });
+      assert.equal(head.status, 200);
+      assert.equal(await head.text(), '');
+      const other = await fetch(`${probeUrl}/api/lease`);
+      assert.equal(other.status, 404);
+      assert.equal((await json(other)).code, 'not_found');
+      const post = await fetch(`${probeUrl}/readyz`, { method: 'POST' });
+      assert.equal(post.status, 405);
+      assert.equal(post.headers.get('allow'), 'GET, HEAD');
+    } finally {
+      await replica.stop();
+    }
+    await assert.rejects(fetch(`${probeUrl}/healthz`), 'closed with the replica');
+  });
+
+  it("/healthz fails when the probe thread's heartbeat is older than the stall limit, and recovers with the next beat", async () => {
+    // This thread's event loop, driven: its time moves only when told, its heartbeat runs when told.
+    let now = 0;
+    let beat: (() => void) | undefined;
+    const loopClock: Clock = {
+      ...systemClock,
+      monotonic: () => now,
+      setTimer: (fn) => {
+        beat = fn;
+        return { cancel: () => (beat = undefined) };
+      },
+    };
+    const r = follower.replica;
+    const probes = new ProbeServer({
+      replica: r,
+      backend: new MemoryLeaseBackend({ store: cluster.store }),
+      port: 0,
+      stallLimitMs: 1000,
+      loopClock,
+    });
+    const url = await probes.listen();
+    try {
+      assert.equal((await fetch(`${url}/healthz`)).status, 200);
+      now += 1000;
+      assert.equal((await fetch(`${url}/healthz`)).status, 200, 'at the limit');
+      now += 1;
+      const stale = await fetch(`${url}/healthz`);
+      assert.equal(stale.status, 503);
+      assert.deepEqual(await json(stale), {
+        ok: false,
+        error: "the scheduler's event loop has not answered for 1001 ms",
+        role: r.role,
+      });
+      beat!();
+      assert.equal((await fetch(`${url}/healthz`)).status, 200);
+    } finally {
+      await probes.close();
+    }
+    assert.equal(beat, undefined, 'close stops the heartbeat');
   });
 });
 

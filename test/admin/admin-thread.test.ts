@@ -2,13 +2,16 @@
  * The admin HTTP served from a worker thread (issue 12's flood): the same API over the replica's
  * view posted by message, mutations forwarded to the main thread, and /healthz that still fails
  * when the main thread's event loop is wedged (its heartbeat goes stale), though the admin thread
- * itself answers. One in-process replica (memory lease, real PostgreSQL, real Redis).
+ * itself answers; the admin thread's lower CPU priority, read back from /proc. One in-process
+ * replica (memory lease, real PostgreSQL, real Redis).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { pino } from 'pino';
-import { AdminThread } from '../../src/admin/admin-thread.js';
+import { AdminThread, DEFAULT_NICENESS } from '../../src/admin/admin-thread.js';
+import { InvalidConfigError } from '../../src/errors.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend } from '../../src/locks/memory.js';
 import { Replica } from '../../src/replica/replica.js';
@@ -20,8 +23,20 @@ let replica: Replica;
 let backend: MemoryLeaseBackend;
 let admin: AdminThread;
 let url: string;
+/** The scheduler's (this) thread's nice value before any admin thread started. */
+let mainNice: number | undefined;
+
+/** A thread's nice value as the kernel has it: field 19 of /proc/<pid>/task/<tid>/stat. */
+function niceOf(tid: number): number {
+  const stat = readFileSync(`/proc/${process.pid}/task/${tid}/stat`, 'utf8');
+  // Field 2 (the name) may hold spaces and parentheses: field 3 starts after the last ')'.
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19 - 3]);
+}
+const threadIds = () => readdirSync(`/proc/${process.pid}/task`).map(Number);
+const linux = process.platform === 'linux';
 
 before(async () => {
+  if (linux) mainNice = niceOf(process.pid);
   db = await createTestDatabase();
   backend = new MemoryLeaseBackend();
   replica = new Replica({
@@ -113,3 +128,40 @@ describe('admin HTTP in a worker thread', () => {
     assert.equal((await fetch(`${url}/healthz`)).status, 200);
   });
 });
+
+describe(
+  "the admin thread's CPU priority",
+  { skip: !linux && 'threads have their own nice value on Linux only' },
+  () => {
+    it('the admin thread alone runs at the niceness added to the process priority; the scheduler keeps it', () => {
+      const priority = admin.priority;
+      assert.ok(priority && 'tid' in priority, `not lowered: ${JSON.stringify(priority)}`);
+      assert.ok(threadIds().includes(priority.tid), 'a thread of this process');
+      assert.notEqual(priority.tid, process.pid, 'not the main thread');
+      const expected = Math.min(19, mainNice! + DEFAULT_NICENESS);
+      assert.equal(niceOf(priority.tid), expected);
+      assert.equal(priority.nice, expected);
+      // The main thread, and the threads it made (libuv's pool, V8's), keep the process's priority.
+      for (const tid of threadIds().filter((t) => t !== priority.tid))
+        assert.equal(niceOf(tid), mainNice, `thread ${tid}`);
+    });
+
+    it('niceness 0 leaves the thread at the process priority; out of range is refused before a thread starts', async () => {
+      const before = new Set(threadIds());
+      const plain = new AdminThread({ replica, backend, databaseUrl: db.url, port: 0, niceness: 0 });
+      try {
+        await plain.listen();
+        assert.equal(plain.priority, undefined);
+        const started = threadIds().filter((t) => !before.has(t));
+        assert.ok(started.length > 0, 'the new admin thread is listed');
+        for (const tid of started) assert.equal(niceOf(tid), mainNice, `thread ${tid}`);
+      } finally {
+        await plain.close();
+      }
+      assert.throws(
+        () => new AdminThread({ replica, backend, databaseUrl: db.url, port: 0, niceness: 20 }),
+        (err: unknown) => err instanceof InvalidConfigError && /from 0 to 19/.test(err.message),
+      );
+    });
+  },
+);

@@ -41,6 +41,8 @@ class StartedReplica extends EventedChild<Log> {
         '3000',
         '--admin-port',
         '0',
+        '--probe-port',
+        '0',
         '--shutdown-grace-ms',
         '1000',
       ],
@@ -120,6 +122,17 @@ after(async () => {
 });
 
 describe('cronwarden CLI against running replicas', () => {
+  it('start --probe-port serves /healthz and /readyz on a listener of its own', async () => {
+    const probeUrl = String((await follower.waitForLog('probes (/healthz, /readyz) listening')).probeUrl);
+    assert.notEqual(probeUrl, urls.get(follower));
+    const health = await fetch(`${probeUrl}/healthz`);
+    assert.equal(health.status, 200);
+    const body = (await health.json()) as { ok: boolean; role: string; replicaId: string };
+    assert.deepEqual([body.ok, body.replicaId], [true, follower.id]);
+    assert.notEqual(body.role, 'leader');
+    assert.equal((await fetch(`${probeUrl}/readyz`)).status, 200);
+  });
+
   it('status (asked of the follower) shows the leader, token, TTL left, members and jobs', async () => {
     const { code, stdout, stderr } = await cli(['status', '--url', urls.get(follower)!]);
     assert.equal(code, 0, stderr);

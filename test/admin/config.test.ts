@@ -51,6 +51,9 @@ it('reads env, applies defaults, and the file fills what env leaves out; flags w
       token: 'file-token-0123456789',
       url: undefined,
       enabled: true,
+      niceness: 10,
+      probePort: undefined,
+      probeHost: undefined,
     });
     assert.deepEqual(c.backend, { kind: 'postgres', url: env.CRONWARDEN_DATABASE_URL });
     assert.equal(c.ttlMs, 10_000);
@@ -80,6 +83,20 @@ it('a wrong or missing value names the setting and what it accepts, without echo
       /^CRONWARDEN_ADMIN_URL \(--admin-url\): must be a URL starting with http:\/\/ or https:\/\/$/,
     ],
     [{ CRONWARDEN_REDIS_URL: '' }, /^CRONWARDEN_REDIS_URL \(--redis-url\): is required/],
+    [{ CRONWARDEN_ADMIN_NICENESS: '20' }, /^CRONWARDEN_ADMIN_NICENESS \(--admin-niceness\): must be at most 19$/],
+    [{ CRONWARDEN_ADMIN_NICENESS: '-5' }, /^CRONWARDEN_ADMIN_NICENESS \(--admin-niceness\): must be at least 0$/],
+    [
+      { CRONWARDEN_PROBE_PORT: '8080' },
+      /^CRONWARDEN_PROBE_PORT \(--probe-port\): must differ from CRONWARDEN_ADMIN_PORT \(--admin-port\)$/,
+    ],
+    [
+      { CRONWARDEN_PROBE_PORT: '8081', CRONWARDEN_ADMIN_ENABLED: 'false' },
+      /^CRONWARDEN_PROBE_PORT \(--probe-port\): is served with the admin HTTP, which CRONWARDEN_ADMIN_ENABLED=false turns off$/,
+    ],
+    [
+      { CRONWARDEN_PROBE_HOST: '0.0.0.0' },
+      /^CRONWARDEN_PROBE_HOST \(--probe-host\): is used only with CRONWARDEN_PROBE_PORT/,
+    ],
     [
       { CRONWARDEN_BACKEND: 'etcd' },
       /^CRONWARDEN_ETCD_ENDPOINTS \(--etcd-endpoints\): is required for the etcd backend/,
@@ -133,6 +150,9 @@ const samples: Record<Exclude<SettingKey, 'config'>, [text: string, parsed: unkn
   adminUrl: ['http://host-a:9000', 'http://host-a:9000'],
   adminToken: ['0123456789abcdef-token', '0123456789abcdef-token'],
   adminEnabled: ['false', false],
+  adminNiceness: ['0', 0],
+  probePort: ['8081', 8081],
+  probeHost: ['0.0.0.0', '0.0.0.0'],
 };
 
 async function withDir<T>(fn: (dir: string) => Promise<T>): Promise<T> {

@@ -7,7 +7,7 @@
  * container's PID 1); the lease must reach the other replica in under 1 s, the process must exit 0
  * within the file's stop timeout, and no process of it may be left. Only what differs per site is
  * replaced: server addresses (the scratch database, the shared Redis, the postgres lease backend
- * instead of etcd), a unique namespace, and admin port 0 so two replicas share this host.
+ * instead of etcd), a unique namespace, and admin (and probe) port 0 so two replicas share this host.
  * Real PostgreSQL and Redis.
  */
 import { after, before, describe, it } from 'node:test';
@@ -282,6 +282,7 @@ describe('deploy files (real PostgreSQL and Redis, the packed package)', () => {
             CRONWARDEN_NAMESPACE: namespace,
             CRONWARDEN_ADMIN_HOST: '127.0.0.1',
             CRONWARDEN_ADMIN_PORT: '0',
+            ...(env.CRONWARDEN_PROBE_PORT === undefined ? {} : { CRONWARDEN_PROBE_PORT: '0' }),
           };
           delete out.CRONWARDEN_ETCD_ENDPOINTS;
           return out;
