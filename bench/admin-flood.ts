@@ -9,10 +9,15 @@
  * no-flood baseline. The replica's threads' nice values are read from /proc (the admin thread's is
  * lowered by --admin-niceness, default 10).
  *
+ * The readers stand for clients on other hosts: on this one machine their own CPU would otherwise
+ * be counted against the replica, so they run at nice CRONWARDEN_FLOOD_CLIENT_NICE (default 19;
+ * 0 measures them competing at the replica's priority).
+ *
  * Set CRONWARDEN_FLOOD_BEFORE_ROOT to another checkout (e.g. the main branch before the admin
  * hardening) to measure its replica the same way in the same run.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { setPriority } from 'node:os';
 import { readdirSync, readFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
@@ -27,6 +32,7 @@ const here = fileURLToPath(new URL('..', import.meta.url));
 const jobsModule = fileURLToPath(new URL('./fixtures/flood-jobs.ts', import.meta.url));
 const autocannonBin = fileURLToPath(new URL('../node_modules/autocannon/autocannon.js', import.meta.url));
 const PHASE_MS = 10_000;
+const CLIENT_NICE = Number(process.env.CRONWARDEN_FLOOD_CLIENT_NICE ?? 19);
 
 export async function benchAdminFlood(): Promise<Record<string, unknown>> {
   const roots: [string, string][] = [['this checkout', here]];
@@ -48,7 +54,7 @@ export async function benchAdminFlood(): Promise<Record<string, unknown>> {
     rows.push({ code: label, phase: note, ...blank(rows[0]!) });
   }
   table(
-    'Admin flood: /healthz on the admin and the probe port, and fire lateness, 100 jobs every second, without and with 2,000 concurrent readers for 10 s',
+    `Admin flood: /healthz on the admin and the probe port, and fire lateness, 100 jobs every second, without and with 2,000 concurrent readers for 10 s (readers at nice ${CLIENT_NICE})`,
     rows,
   );
   return results;
@@ -227,6 +233,7 @@ async function flood(url: string) {
         [autocannonBin, '-c', '1000', '-d', String(PHASE_MS / 1000), '-t', '10', '-j', `${url}${path}`],
         { stdio: ['ignore', 'pipe', 'ignore'] },
       );
+      if (CLIENT_NICE !== 0 && p.pid !== undefined) setPriority(p.pid, CLIENT_NICE);
       let out = '';
       p.stdout!.on('data', (d: Buffer) => (out += d.toString()));
       p.once('exit', () => {
