@@ -2,7 +2,7 @@
  * The console's run routes: the whole ledger paged newest first (keyset cursor), one run with
  * every attempt, the per-minute history, and retrying a failed run (token, leader only, fenced).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import { z } from 'zod';
 import { NotLeaderError, RunNotFoundError, RunNotRetryableError, StaleTokenError } from '../errors.js';
@@ -19,9 +19,7 @@ export interface RunRoutesContext {
   pool: Pick<pg.Pool, 'query'>;
   tables: Tables;
   replica: ReplicaView;
-  capped: <T>(
-    handler: (req: FastifyRequest, reply: FastifyReply) => Promise<T>,
-  ) => (req: FastifyRequest, reply: FastifyReply) => Promise<T>;
+  capped: <T>(handler: (req: FastifyRequest) => Promise<T>) => (req: FastifyRequest) => Promise<T>;
   requireToken: (req: FastifyRequest) => Promise<void>;
   notLeader: () => Promise<never>;
 }

@@ -3,7 +3,7 @@
  * every read); changes need the bearer token. Schedule changes work on any replica; one-off runs
  * and backfills are the leader's (a follower answers 409 with the leader's URL, as for trigger).
  */
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { InvalidArgumentError, NotLeaderError, ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
 import { scheduleId } from '../jobs/schedule-input.js';
@@ -20,9 +20,7 @@ export interface RuntimeRoutesContext {
   reads: Ledger;
   requireToken: (req: FastifyRequest) => Promise<void>;
   notLeader: () => Promise<never>;
-  capped: <T>(
-    h: (req: FastifyRequest, reply: FastifyReply) => Promise<T>,
-  ) => (req: FastifyRequest, reply: FastifyReply) => Promise<T>;
+  capped: <T>(h: (req: FastifyRequest) => Promise<T>) => (req: FastifyRequest) => Promise<T>;
 }
 
 /** Who made a change: the admin bearer token has one name. */

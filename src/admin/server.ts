@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { existsSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { fileURLToPath } from 'node:url';
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import type pg from 'pg';
 import { z } from 'zod';
 import { NotLeaderError } from '../errors.js';
@@ -100,6 +100,8 @@ export class AdminServer {
   readonly pool: pg.Pool;
   private readonly reads: Ledger;
   private readonly cap: ConcurrencyCap;
+  /** Reads in flight, by URL, for requests of the same URL to share. */
+  private readonly sharedReads = new Map<string, Promise<{ value: unknown } | undefined>>();
   private readonly hosts: HostPolicy;
   private readonly errorLog: OncePerKind;
   private readonly ready: Readiness;
@@ -216,10 +218,25 @@ export class AdminServer {
     await this.pool.end();
   }
 
-  /** Wraps a database-reading handler in the read cap: 503 with Retry-After when it is full. */
-  private capped<T>(handler: (req: FastifyRequest, reply: FastifyReply) => Promise<T>) {
-    return async (req: FastifyRequest, reply: FastifyReply): Promise<T> => {
-      const done = await this.cap.run(() => handler(req, reply));
+  /**
+   * Wraps a database-reading handler in the read cap: 503 with Retry-After when it is full. A GET
+   * of a URL already being read shares that read (its answer would be the same), so a dashboard
+   * open in many tabs, or a flood of one URL, costs one query at a time, not one per request.
+   * Handlers return their data and never touch `reply`, so one answer can serve many.
+   */
+  private capped<T>(handler: (req: FastifyRequest) => Promise<T>) {
+    return async (req: FastifyRequest): Promise<T> => {
+      const key = req.method === 'GET' ? req.url : undefined;
+      let read = key === undefined ? undefined : (this.sharedReads.get(key) as Promise<{ value: T } | undefined>);
+      if (!read) {
+        read = this.cap.run(() => handler(req));
+        if (key !== undefined) {
+          this.sharedReads.set(key, read);
+          const forget = () => void this.sharedReads.delete(key);
+          read.then(forget, forget);
+        }
+      }
+      const done = await read;
       if (!done) {
         // The refusal is held for the Retry-After second (a timer, no work): a keep-alive flood gets
         // one refused read per connection per second instead of spinning this event loop on 503s.
@@ -342,10 +359,8 @@ export class AdminServer {
     const app = this.app;
     const r = this.o.replica;
 
-    app.get(
-      '/metrics',
-      this.capped(async (_req, reply) => reply.type(this.metrics.contentType).send(await this.metrics.exposition())),
-    );
+    const exposition = this.capped(() => this.metrics.exposition());
+    app.get('/metrics', async (req, reply) => reply.type(this.metrics.contentType).send(await exposition(req)));
 
     app.get(
       '/api/lease',
