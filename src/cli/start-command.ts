@@ -55,6 +55,7 @@ async function startReplica(flags: SettingFlags): Promise<void> {
     worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
     shutdownGraceMs: config.shutdownGraceMs,
     standInGraceMs: config.standInGraceMs,
+    standInsPerJob: config.standInsPerJob,
     retentionMs: config.retentionDays * 24 * 3600 * 1000,
     admin: config.admin.enabled ? replicaAdmin(config.admin) : false,
     logger,

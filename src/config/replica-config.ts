@@ -40,6 +40,8 @@ export interface ReplicaConfig {
   shutdownGraceMs: number;
   /** A follower commits a slot the leader left uncommitted this long past due; 0: never. */
   standInGraceMs: number;
+  /** How many followers stand in for each job; 0: every follower. */
+  standInsPerJob: number;
   /** Finished runs older than this many days are deleted by the leader; 0 keeps everything. */
   retentionDays: number;
   /** Start-up checks give up on a server after this. */
@@ -128,6 +130,7 @@ const replicaKeys = [
   'workerLockMs',
   'shutdownGraceMs',
   'standInGraceMs',
+  'standInsPerJob',
   'retentionDays',
   'connectTimeoutMs',
   'logLevel',
@@ -157,6 +160,7 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     workerLockMs: c.workerLockMs,
     shutdownGraceMs: c.shutdownGraceMs,
     standInGraceMs: c.standInGraceMs,
+    standInsPerJob: c.standInsPerJob,
     retentionDays: c.retentionDays,
     connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,

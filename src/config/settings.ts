@@ -218,6 +218,13 @@ export const settings = {
       'Under the same unique (job, scheduled_at) key as the leader, so a slot is still committed once; ' +
       'a healthy cluster commits none this way (runs with trigger `standin`)',
   },
+  standInsPerJob: {
+    schema: int(0, 1000),
+    arg: 'n',
+    default: 2,
+    description:
+      'how many followers stand in for each job, chosen per job by a rendezvous hash over the live members (so a large cluster does not read the ledger once per follower per slot); `0` = every follower',
+  },
   retentionDays: {
     schema: int(0, 3650),
     arg: 'days',

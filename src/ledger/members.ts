@@ -63,6 +63,16 @@ export async function deleteMember(db: Queryable, t: Tables, replicaId: string):
   await db.query(`DELETE FROM ${t.members} WHERE replica_id = $1`, [replicaId]);
 }
 
+/** Replicas seen within `withinMs` that do not lead, by id: the followers that may stand in. */
+export async function liveFollowers(db: Queryable, t: Tables, withinMs: number): Promise<string[]> {
+  const res = await db.query<{ replica_id: string }>(
+    `SELECT replica_id FROM ${t.members}
+     WHERE last_seen > now() - ($1::int * interval '1 millisecond') AND role <> 'leader' ORDER BY replica_id`,
+    [withinMs],
+  );
+  return res.rows.map((r) => r.replica_id);
+}
+
 /** Jobs defined by at least one member seen within `withinMs`; null when no member has said (a 0.1.0 replica, or none alive). */
 export async function jobsOfLiveMembers(db: Queryable, t: Tables, withinMs: number): Promise<Set<string> | null> {
   const res = await db.query<{ jobs: string[] | null }>(

@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { deleteMember, touchMember, upsertMember, type JoinedJobNames } from '../ledger/members.js';
+import { deleteMember, liveFollowers, touchMember, upsertMember, type JoinedJobNames } from '../ledger/members.js';
 import { forEachSliced } from '../scheduler/yielding.js';
 import type { Tables } from '../db/tables.js';
 
@@ -32,6 +32,7 @@ export class MemberHeartbeat {
   private stopped = false;
   private fullRowWritten = false;
   private jobNames: Promise<readonly string[] | JoinedJobNames> | undefined;
+  private seenFollowers: readonly string[] | undefined;
   readonly intervalMs: number;
 
   constructor(private readonly o: MemberHeartbeatOptions) {
@@ -56,6 +57,14 @@ export class MemberHeartbeat {
     return this.beating;
   }
 
+  /**
+   * The replicas that did not lead at their last beat and beat within three intervals (this one
+   * included once it has written its row), as read at this replica's last beat; undefined before.
+   */
+  get followers(): readonly string[] | undefined {
+    return this.seenFollowers;
+  }
+
   /** Stop beating and remove this replica's row. */
   async stop(): Promise<void> {
     this.stopped = true;
@@ -70,15 +79,17 @@ export class MemberHeartbeat {
   private async write(): Promise<void> {
     const row = { replicaId: this.o.replicaId, role: this.o.role(), adminUrl: this.o.adminUrl ?? null };
     // The job list goes with the first write (or when the row went missing), not every beat.
-    if (this.fullRowWritten && (await touchMember(this.o.pool, this.o.tables, row))) return;
-    await upsertMember(this.o.pool, this.o.tables, {
-      ...row,
-      host: hostname(),
-      pid: process.pid,
-      version: this.o.version,
-      jobs: await (this.jobNames ??= this.joinJobNames()),
-    });
-    this.fullRowWritten = true;
+    if (!this.fullRowWritten || !(await touchMember(this.o.pool, this.o.tables, row))) {
+      await upsertMember(this.o.pool, this.o.tables, {
+        ...row,
+        host: hostname(),
+        pid: process.pid,
+        version: this.o.version,
+        jobs: await (this.jobNames ??= this.joinJobNames()),
+      });
+      this.fullRowWritten = true;
+    }
+    this.seenFollowers = await liveFollowers(this.o.pool, this.o.tables, 3 * this.intervalMs);
   }
 
   /** The job names joined by newlines, 10,000 at a time between turns of the event loop. */

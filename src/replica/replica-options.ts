@@ -58,6 +58,12 @@ export interface ReplicaOptions {
    */
   standInGraceMs?: number;
   /**
+   * How many followers stand in for each job, chosen per job by a rendezvous hash over the live
+   * members' rows, so a large cluster reads the ledger a couple of times per slot, not once per
+   * follower. Default 2; 0: every follower.
+   */
+  standInsPerJob?: number;
+  /**
    * The leader deletes finished runs (and their attempts) older than this. Default 14 days; 0
    * keeps everything.
    */

@@ -29,7 +29,7 @@ import { RuntimeSchedules, withRuntimeSchedules } from '../scheduler/runtime-sch
 import { ScheduleSync } from '../scheduler/schedule-sync.js';
 import { Backfiller } from '../scheduler/backfill.js';
 import { RuntimeOps } from './runtime-ops.js';
-import { DEFAULT_STAND_IN_GRACE_MS, StandIn } from '../scheduler/stand-in.js';
+import { DEFAULT_STAND_IN_GRACE_MS, DEFAULT_STAND_INS_PER_JOB, StandIn } from '../scheduler/stand-in.js';
 import { PauseExpiry } from '../scheduler/pause-expiry.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import { settlesWithin } from '../settles-within.js';
@@ -289,6 +289,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       fenceResource,
       graceMs: this.o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
+      perJob: this.o.standInsPerJob ?? DEFAULT_STAND_INS_PER_JOB,
+      followers: () => this.heartbeat?.followers,
       onCommitted: (fire, latenessMs) => this.emit('fire:committed', fire, latenessMs, fire.trigger),
     });
   }

@@ -14,6 +14,8 @@
  *   are left to the leader, since cancelling other runs needs its fence;
  * - committed with the scheduler fence's current token, read under a share lock on the fence row, so
  *   tokens on committed runs never decrease (I3); nothing while no leader ever raised the fence.
+ * - by `perJob` followers per job (default 2), chosen by a rendezvous hash over the live followers,
+ *   so a large cluster reads the ledger twice per slot, not once per follower;
  * - runtime schedules too: every replica keeps them current (schedule-sync.ts), a slot is planned
  *   with the version in effect at its instant and the commit re-checks that version in its own
  *   transaction, exactly as the leader's commit does (schedule-ledger.ts states the rule).
@@ -28,11 +30,14 @@ import type { FireLoop } from './fire-loop.js';
 import { FireQueue } from './fire-queue.js';
 import { forEachSliced } from './yielding.js';
 import type { RunDelivery } from './run-delivery.js';
+import { rendezvousOwners } from './rendezvous.js';
 import type { Reschedulable } from './schedule-sync.js';
 import type { ScheduledJobs } from './scheduled-job.js';
 
 /** How long past a slot a follower waits for the leader's commit before it commits the slot itself. */
 export const DEFAULT_STAND_IN_GRACE_MS = 500;
+/** How many followers stand in for each job: two, so one dead follower leaves another. */
+export const DEFAULT_STAND_INS_PER_JOB = 2;
 
 export interface StandInOptions {
   registry: ScheduledJobs;
@@ -50,6 +55,13 @@ export interface StandInOptions {
   fenceResource: string;
   /** 0 turns stand-ins off. */
   graceMs: number;
+  /**
+   * How many followers stand in for each job, chosen per job by a rendezvous hash over `followers`
+   * (so 100 replicas do not all read the ledger for every slot); 0 or no list: every follower.
+   */
+  perJob?: number;
+  /** The live followers' replica ids, as last seen (member rows). */
+  followers?: () => readonly string[] | undefined;
   onCommitted?: (fire: CommittedFire, latenessMs: number) => void;
 }
 
@@ -151,13 +163,24 @@ export class StandIn implements Reschedulable {
     if (due.length === 0 || this.o.isLeading()) return;
     const onTime = due.filter((c) => {
       const job = this.o.registry.get(c.job);
-      return job !== undefined && now - c.slot <= job.misfireGraceMs;
+      return job !== undefined && now - c.slot <= job.misfireGraceMs && this.standsInFor(c.job);
     });
     if (onTime.length === 0) return;
     const last = await this.o.ledger.lastFiredOf([...new Set(onTime.map((c) => c.job))]);
     const missing = onTime.filter((c) => (last.get(c.job)?.getTime() ?? -Infinity) < c.slot);
     if (missing.length === 0 || this.o.isLeading()) return;
     await this.commit(missing.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
+  }
+
+  /** Whether this replica is one of the job's `perJob` stand-ins among the live followers. */
+  private standsInFor(job: string): boolean {
+    const k = this.o.perJob ?? 0;
+    const seen = this.o.followers?.();
+    if (k <= 0 || !seen || seen.length <= k) return true;
+    const self = this.o.replicaId;
+    // A list read before this replica's own row (or while it led) still counts it.
+    const followers = seen.includes(self) ? seen : [...seen, self];
+    return rendezvousOwners(job, followers, k).includes(self);
   }
 
   /** The checks still current: a rescheduled job's older check is dropped, and a check never counts twice. */

@@ -141,6 +141,7 @@ const samples: Record<Exclude<SettingKey, 'config'>, [text: string, parsed: unkn
   workerLockMs: ['2000', 2000],
   shutdownGraceMs: ['0', 0],
   standInGraceMs: ['250', 250],
+  standInsPerJob: ['3', 3],
   retentionDays: ['30', 30],
   connectTimeoutMs: ['1500', 1500],
   logLevel: ['debug', 'debug'],

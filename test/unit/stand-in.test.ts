@@ -8,6 +8,7 @@ import type { DeliverableRun } from '../../src/scheduler/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop } from '../../src/scheduler/fire-loop.js';
 import { StandIn } from '../../src/scheduler/stand-in.js';
+import { rendezvousOwners } from '../../src/scheduler/rendezvous.js';
 import type { ScheduledJobs } from '../../src/scheduler/scheduled-job.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
@@ -20,7 +21,13 @@ const FENCE = 'scheduler/l';
  */
 function setup(
   jobs: Partial<JobOptions>[],
-  o: { graceMs?: number; fenceRaised?: boolean; wrap?: (r: ScheduledJobs) => ScheduledJobs } = {},
+  o: {
+    graceMs?: number;
+    fenceRaised?: boolean;
+    wrap?: (r: ScheduledJobs) => ScheduledJobs;
+    perJob?: number;
+    followers?: string[];
+  } = {},
 ) {
   const clock = new ManualClock(T0 + 100);
   const ledger = new MemoryLedger();
@@ -55,6 +62,8 @@ function setup(
     replicaId: 'b',
     fenceResource: FENCE,
     graceMs: o.graceMs ?? 500,
+    perJob: o.perJob,
+    followers: () => o.followers,
   });
   const abort = new AbortController();
   return {
@@ -201,5 +210,28 @@ describe('StandIn (driven clock)', () => {
       `each check reads the job once: ${JSON.stringify(checked)}`,
     );
     assert.equal(checked.length, 4, 'one check per slot, never a doubled chain of checks');
+  });
+
+  it('with stand-ins per job k, stands in only for the jobs whose k owners among the live followers include it', async () => {
+    const jobs = Array.from({ length: 12 }, () => ({}));
+    const followers = ['b', 'c', 'd', 'e'];
+    const t = setup(jobs, { perJob: 2, followers });
+    await t.standIn.start();
+    await t.clock.advance(1_600); // the 1 s slot, past the grace
+    const mine = jobs.map((_, i) => `job${i}`).filter((j) => rendezvousOwners(j, followers, 2).includes('b'));
+    assert.ok(mine.length > 0 && mine.length < jobs.length, `b owns ${mine.length} of ${jobs.length}`);
+    assert.deepEqual([...new Set(t.ledger.runs.map((r) => r.job))].sort(), mine.sort());
+    const all = setup(jobs, { perJob: 0, followers });
+    await all.standIn.start();
+    await all.clock.advance(1_600);
+    assert.equal(new Set(all.ledger.runs.map((r) => r.job)).size, jobs.length, '0: every follower stands in for all');
+    const alone = setup(jobs, { perJob: 2, followers: ['c'] });
+    await alone.standIn.start();
+    await alone.clock.advance(1_600);
+    assert.equal(
+      new Set(alone.ledger.runs.map((r) => r.job)).size,
+      jobs.length,
+      'with itself, two followers: both own all',
+    );
   });
 });
