@@ -7,7 +7,8 @@
  *
  * Rules, so a stand-in fire means the same as the leader's:
  * - only a slot overdue by `graceMs` (default 500 ms, far above a healthy leader's commit lateness)
- *   and later than the job's last committed slot: one indexed read of cw_job_state per check;
+ *   that is the next slot after the job's last committed one (never leaving a hole the next
+ *   leader's catch-up could not see): one indexed read of cw_job_state per check;
  * - only while the slot is still on time for its job (within its misfire grace): older slots are
  *   the next leader's catch-up, under the job's misfire policy;
  * - the same pause and overlap rules as the leader (FireLoop.applyPolicies); overlap 'replace' jobs
@@ -167,9 +168,19 @@ export class StandIn implements Reschedulable {
     });
     if (onTime.length === 0) return;
     const last = await this.o.ledger.lastFiredOf([...new Set(onTime.map((c) => c.job))]);
-    const missing = onTime.filter((c) => (last.get(c.job)?.getTime() ?? -Infinity) < c.slot);
+    const missing = onTime.filter((c) => this.nextAfterLast(c, last.get(c.job)));
     if (missing.length === 0 || this.o.isLeading()) return;
     await this.commit(missing.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
+  }
+
+  /**
+   * Whether `c` is the job's next slot after its last committed one. A stand-in never leaves a hole:
+   * a slot it skipped (checked too late, past the job's misfire grace) is the next leader's catch-up,
+   * which starts after the job's last committed slot, so committing a later slot would lose it.
+   */
+  private nextAfterLast(c: Check, last: Date | undefined): boolean {
+    if (last === undefined) return true; // never fired: a new leader would start from its election too
+    return this.o.registry.get(c.job)?.schedule.nextAfter(last.getTime()) === c.slot;
   }
 
   /** Whether this replica is one of the job's `perJob` stand-ins among the live followers. */

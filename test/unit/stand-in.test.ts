@@ -234,4 +234,16 @@ describe('StandIn (driven clock)', () => {
       'with itself, two followers: both own all',
     );
   });
+
+  it('never leaves a hole: after a slot it checked too late to stand in for, it commits no later slot of that job', async () => {
+    const t = setup([{ misfireGraceMs: 1000 }]);
+    await t.standIn.start();
+    await t.clock.advance(1_600); // stands in for 1 s
+    // This follower stalls 1.5 s (wall time runs on): its check of the 2 s slot comes at 4 s, past
+    // the misfire grace, so 2 s (and 3 s, never checked) are the next leader's catch-up, which
+    // starts after the job's last committed slot. Committing 4 s would move that past them.
+    t.clock.jumpWall(1_500);
+    await t.clock.advance(3_000);
+    assert.deepEqual(slots(t.ledger), [{ at: 1, trigger: 'standin' }]);
+  });
 });
