@@ -191,11 +191,13 @@ async function namespaceKeys(redisUrl: string, namespace: string, remove: boolea
   const redis = redisClient(redisUrl);
   try {
     await redis.connect();
-    const keys: string[] = [];
+    // A Set: SCAN may return a key twice when the table rehashes under it (other clients writing).
+    const found = new Set<string>();
     for (const pattern of namespacePatterns(namespace)) {
       for await (const batch of redis.scanStream({ match: pattern, count: 500 }) as AsyncIterable<string[]>)
-        keys.push(...batch);
+        for (const key of batch) found.add(key);
     }
+    const keys = [...found];
     if (remove && keys.length > 0) await redis.unlink(...keys);
     return keys;
   } finally {
