@@ -73,6 +73,12 @@ export interface FaultRecord {
   tokenBefore: string | null;
   leaderAfter: string | null;
   /**
+   * From the start of the strike to the fault proper, from which gapMs and anyFireMs count: the
+   * set-up a fault needs first (ledger-failover: the standby cut off --ledger-lag-ms before the
+   * primary is killed); 0 for most faults.
+   */
+  setupMs: number;
+  /**
    * For kill, stop, term and link-cut: from the strike to the first fire committed under a leader
    * token higher than tokenBefore (the new tenure). For the other faults: from the strike to the
    * first fire committed after it. Null: no such fire within 30 s.
@@ -233,7 +239,7 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   const at = Date.now();
   s.log(`  leader ${before?.id ?? 'unknown'}`);
   const handover = fleet.watchHandover(before?.id);
-  const detail = await strike(kind, {
+  const struck = await strike(kind, {
     leader: before,
     o,
     env: s.env,
@@ -243,12 +249,16 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
     random: s.faultRandom,
     hostOffsetSeconds: (id) => hostOffsetSeconds(s.env.ledger.pool, id),
   });
+  const { detail } = struck;
+  // The gap runs from the fault proper: ledger-failover's standby cut-off before the kill is
+  // set-up (a synchronous primary commits nothing meanwhile, and that is the drill's choice).
+  const faultAt = struck.struckAt ?? at;
   // Where leadership must move, only a fire of the new tenure (a higher leader token) ends the
   // gap: the old leader may go on committing until its own deadline (link-cut: its ledger link
   // is intact), which proves nothing about failover.
   const mustMove = movesLeader.has(kind) && tokenBefore !== undefined;
-  const newTenureFire = mustMove ? await probe.firstCommitAfter(at, 30_000, tokenBefore) : null;
-  const anyFire = await probe.firstCommitAfter(at, mustMove ? 0 : 30_000);
+  const newTenureFire = mustMove ? await probe.firstCommitAfter(faultAt, 30_000, tokenBefore) : null;
+  const anyFire = await probe.firstCommitAfter(faultAt, mustMove ? 0 : 30_000);
   const handoverMs = await handover.result();
   const after = (await fleet.leader()).proc;
   await sleep(o.intervalSeconds * 1000);
@@ -256,7 +266,7 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   const judged = judgeFault({
     kind,
     ttlMs: o.ttlMs,
-    strikeAt: at,
+    strikeAt: faultAt,
     flowing,
     leaderBefore: before && tokenBefore !== undefined ? { id: before.id, token: tokenBefore } : null,
     firstFireAt: anyFire,
@@ -265,13 +275,14 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
     leaderChanges,
     detail,
   });
-  const anyFireMs = anyFire === null ? null : anyFire - at;
+  const anyFireMs = anyFire === null ? null : anyFire - faultAt;
   const record: FaultRecord = {
     kind,
     at: new Date(at).toISOString(),
     leaderBefore: before?.id ?? null,
     tokenBefore: tokenBefore?.toString() ?? null,
     leaderAfter: after?.id ?? null,
+    setupMs: faultAt - at,
     gapMs: judged.gapMs,
     anyFireMs,
     handoverMs,
@@ -282,7 +293,7 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   };
   const gap = movesLeader.has(kind)
     ? `new leader's first fire after ${judged.gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)`
-    : `next fire after ${judged.gapMs ?? 'none'} ms`;
+    : `next fire after ${judged.gapMs ?? 'none'} ms${faultAt > at ? ` (from the fault proper, ${faultAt - at} ms into the strike)` : ''}`;
   s.log(`  ${detail}: ${gap}; leader now ${after?.id ?? 'unknown'}; ${leaderChanges} leader change(s)`);
   return { record, violations: judged.violations };
 }

@@ -19,7 +19,7 @@ import { ATTEMPT_LOG_DDL } from './attempt-log.js';
 import type { FaultKind } from './faults.js';
 import { startEtcdCluster } from './servers/etcd-server.js';
 import { startPostgresCluster } from './servers/postgres-cluster.js';
-import { startPostgresPair } from './servers/postgres-pair.js';
+import { startPostgresPair, type PairFailover } from './servers/postgres-pair.js';
 import { startRedis } from './servers/redis-server.js';
 import { startSentinelGroup } from './servers/redis-sentinel.js';
 import { createScratchDatabase } from './servers/scratch-database.js';
@@ -43,7 +43,7 @@ export interface LedgerServers {
   witnessUrl: string;
   witness: pg.Pool;
   restart?(): Promise<string>;
-  failover?(lagMs: number): Promise<string>;
+  failover?(lagMs: number): Promise<PairFailover>;
   cleanup(): Promise<void>;
 }
 

@@ -4,6 +4,8 @@
  * who leads.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { LeaseBackend } from '../locks/lease.js';
 import type { ReplicaLink } from './replica-link.js';
@@ -45,10 +47,15 @@ export class ReplicaFleet {
 
   spawn(slot: number): Proc {
     const id = `r${slot}.${this.generation++}`;
+    // CRONWARDEN_DRILL_LOG_DIR: each replica's JSON log (at CRONWARDEN_LOG_LEVEL, info by default)
+    // goes to <dir>/<id>.log, for timing a fault from the replicas' side.
+    const logDir = process.env.CRONWARDEN_DRILL_LOG_DIR;
+    const stdout = logDir ? openSync(join(logDir, `${id}.log`), 'a') : 'ignore';
     const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], {
-      env: this.env(slot, id),
-      stdio: ['ignore', 'ignore', 'inherit'],
+      env: this.env(slot, id, logDir !== undefined),
+      stdio: ['ignore', stdout, 'inherit'],
     });
+    if (typeof stdout === 'number') closeSync(stdout); // the child holds its own copy
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
     const proc = { id, slot, child, exited };
     this.procs.set(id, proc);
@@ -61,7 +68,7 @@ export class ReplicaFleet {
     return proc;
   }
 
-  private env(slot: number, id: string): NodeJS.ProcessEnv {
+  private env(slot: number, id: string, logged: boolean): NodeJS.ProcessEnv {
     const backend = this.links[slot]!.config;
     const o = this.o;
     return {
@@ -82,7 +89,8 @@ export class ReplicaFleet {
       CRONWARDEN_SHUTDOWN_GRACE_MS: '2000',
       // Shorter than a SIGSTOP (2 TTLs), so a frozen worker's run is re-delivered meanwhile.
       CRONWARDEN_WORKER_LOCK_MS: String(Math.max(1000, o.ttlMs)),
-      CRONWARDEN_LOG_LEVEL: 'error',
+      CRONWARDEN_LOG_LEVEL: logged ? (process.env.CRONWARDEN_LOG_LEVEL ?? 'info') : 'error',
+      ...(logged ? { CRONWARDEN_LOG_FORMAT: 'json' } : {}),
       CRONWARDEN_DRILL_JOBS: String(o.jobs),
       CRONWARDEN_ADMIN_PORT: '0', // several replicas on one machine: any free port each
     };

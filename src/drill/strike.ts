@@ -50,10 +50,27 @@ const strikesLeader: ReadonlySet<FaultKind> = new Set([
   'clock-skew',
 ]);
 
+/**
+ * What struck, and when the fault proper struck if that is later than the strike began (epoch ms):
+ * ledger-failover cuts the standby off first (set-up), then kills the primary (the fault).
+ */
+export interface Struck {
+  detail: string;
+  struckAt?: number;
+}
+
 /** How long a fault that holds a condition (a slow link, starved cores) holds it. */
 export const holdMs = (ttlMs: number) => Math.max(3 * ttlMs, 5000);
 
-export async function strike(kind: FaultKind, c: StrikeContext): Promise<string> {
+export async function strike(kind: FaultKind, c: StrikeContext): Promise<Struck> {
+  if (kind === 'ledger-failover') {
+    const f = await c.env.ledger.failover!(c.o.ledgerLagMs ?? 1000);
+    return { detail: f.detail, struckAt: f.killedAt };
+  }
+  return { detail: await strikeOther(kind, c) };
+}
+
+async function strikeOther(kind: Exclude<FaultKind, 'ledger-failover'>, c: StrikeContext): Promise<string> {
   if (!c.leader && strikesLeader.has(kind)) return 'no leader to strike';
   switch (kind) {
     case 'kill':
@@ -73,7 +90,6 @@ export async function strike(kind: FaultKind, c: StrikeContext): Promise<string>
     case 'queue-restart':
     case 'queue-flush':
     case 'ledger-restart':
-    case 'ledger-failover':
       return strikeDeliveryOrLedger(kind, c);
     case 'cpu-starve': {
       const starve = CpuStarvation.start();
@@ -176,7 +192,7 @@ async function strikeLeaseServers(
 }
 
 async function strikeDeliveryOrLedger(
-  kind: 'queue-restart' | 'queue-flush' | 'ledger-restart' | 'ledger-failover',
+  kind: 'queue-restart' | 'queue-flush' | 'ledger-restart',
   c: StrikeContext,
 ): Promise<string> {
   const { queue, ledger } = c.env;
@@ -189,7 +205,5 @@ async function strikeDeliveryOrLedger(
       return "FLUSHALL on BullMQ's Redis";
     case 'ledger-restart':
       return ledger.restart!();
-    case 'ledger-failover':
-      return ledger.failover!(c.o.ledgerLagMs ?? 1000);
   }
 }

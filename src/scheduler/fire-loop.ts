@@ -20,8 +20,12 @@ export type FireLoopLedger = Pick<
   'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pauses' | 'activeJobs'
 >;
 
-/** After a failed commit (a database blip), the batch's jobs are retried this soon at the latest. */
-export const COMMIT_RETRY_MS = 1000;
+/**
+ * After a failed commit (a database blip, a failover), the batch's jobs are retried this soon at
+ * the latest. Short: a promoted standby is found by the first retry after it, and a retry against
+ * a ledger still down costs one refused connection.
+ */
+export const COMMIT_RETRY_MS = 250;
 /** Fires per commit transaction in a large tick; the next chunk commits while BullMQ takes this one. */
 export const COMMIT_CHUNK = 250;
 

@@ -109,18 +109,20 @@ describe('a ledger reached by a multi-host URL (primary + synchronous standby)',
       });
       const reader = new pg.Pool({ ...ledgerConnection(pair.multiHostUrl), max: 2, connectionTimeoutMillis: 2000 });
       reader.on('error', () => {});
+      // Every trigger but a manual one: slots fired past the misfire grace (a slow promotion) are
+      // committed as 'catchup', and they are the slot's one fire all the same.
       const runs = async () =>
         (
           await reader.query<{ at: Date; n: number }>(
             `SELECT scheduled_at AS at, count(*)::int AS n FROM ${DEFAULT_SCHEMA}.cw_runs
-             WHERE job = 'every-second' AND trigger = 'schedule' GROUP BY scheduled_at ORDER BY scheduled_at`,
+             WHERE job = 'every-second' AND trigger <> 'manual' GROUP BY scheduled_at ORDER BY scheduled_at`,
           )
         ).rows;
       try {
         await replica.start();
         await until('five fires before the failover', async () => (await runs()).length >= 5, 30_000);
         const oldPrimary = pair.primary.port;
-        const detail = await pair.failover();
+        const { detail } = await pair.failover();
         const failedOverAt = Date.now();
         assert.notEqual(pair.primary.port, oldPrimary, detail);
         await until(

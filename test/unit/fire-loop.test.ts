@@ -6,7 +6,7 @@ import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import type { DeliverableRun, RunDelivery } from '../../src/scheduler/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
-import { COMMIT_CHUNK, FireLoop } from '../../src/scheduler/fire-loop.js';
+import { COMMIT_CHUNK, COMMIT_RETRY_MS, FireLoop } from '../../src/scheduler/fire-loop.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
@@ -273,14 +273,15 @@ describe('FireLoop (driven clock)', () => {
     const t = setup([{ overlap: 'replace' }]);
     await t.lead();
     await t.clock.advance(1000);
-    t.ledger.failCommits = 1;
-    await t.clock.advance(1000);
+    t.ledger.failCommits = Infinity; // the ledger is down from the 2 s tick until 3.1 s
+    await t.clock.advance(1600);
     assert.deepEqual(
       t.ledger.of('job0').map((r) => r.state),
       ['pending'],
     );
     assert.deepEqual(t.delivery.cancelled, []);
-    await t.clock.advance(1000); // the retry commits 2 s and 3 s; the first run is replaced
+    t.ledger.failCommits = 0;
+    await t.clock.advance(COMMIT_RETRY_MS); // the retry commits 2 s and 3 s; the first run is replaced
     const runs = t.ledger.of('job0');
     assert.deepEqual(
       runs.map((r) => iso(r.scheduledAt.getTime())),
@@ -293,41 +294,87 @@ describe('FireLoop (driven clock)', () => {
     assert.deepEqual(t.delivery.cancelled, [runs[0]!.id]);
   });
 
-  it('a failed commit loses nothing: the instants due during a ledger blip are committed afterwards, once each (misfire "all")', async () => {
+  it('a failed commit loses nothing: the instants due during a ledger outage are committed afterwards, once each (misfire "all")', async () => {
     const t = setup([{ misfire: 'all' }]);
     await t.lead();
     await t.clock.advance(1000); // T0+1s commits
-    t.ledger.failCommits = 2; // T0+2s fails, its retry at T0+3s fails too
-    await t.clock.advance(2000);
+    t.ledger.failCommits = Infinity; // down from the 2 s tick until 3.1 s: every retry meanwhile fails
+    await t.clock.advance(1600);
     assert.deepEqual(
       t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())),
       [iso(T0 + 1000)],
     );
-    await t.clock.advance(3000); // the retry at T0+4s commits 2 s, 3 s and 4 s; then 5 s and 6 s on time
+    t.ledger.failCommits = 0;
+    await t.clock.advance(2900); // the first retry after 3.1 s commits 2 s and 3 s; then 4, 5, 6 s on time
     const times = t.ledger.of('job0').map((r) => r.scheduledAt.getTime());
     assert.deepEqual(
       times.map(iso),
       [1, 2, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)),
     );
     assert.deepEqual(t.missed, [], 'nothing missed');
+    const log = t.ledger.commitLog.map((c) => [c.outcome, c.fires.map((f) => (f.scheduledAt.getTime() - T0) / 1000)]);
+    const failed = log.filter(([outcome]) => outcome === 'failed');
+    assert.ok(failed.length >= 2, 'the 2 s tick and the 3 s tick at least');
     assert.deepEqual(
-      t.ledger.commitLog.map((c) => [c.outcome, c.fires.map((f) => (f.scheduledAt.getTime() - T0) / 1000)]),
+      failed.map(([, s]) => s),
+      failed.map(([, s]) => ((s as number[]).includes(3) ? [2, 3] : [2])),
+      'each failed attempt is replanned from the last committed instant',
+    );
+    assert.deepEqual(
+      log.filter(([outcome]) => outcome !== 'failed'),
       [
         ['committed', [1]],
-        ['failed', [2]],
-        ['failed', [2, 3]],
-        ['committed', [2, 3, 4]],
+        ['committed', [2, 3]],
+        ['committed', [4]],
         ['committed', [5]],
         ['committed', [6]],
       ],
-      'each failed attempt is replanned from the last committed instant; no instant is committed twice',
+      'no instant is committed twice',
     );
     assert.deepEqual((await t.ledger.lastFired()).get('job0')?.toISOString(), iso(T0 + 6000));
     assert.equal(t.delivery.enqueued.length, 6);
     const failures = t.logs.filter((l) => /fire commit failed/.test(l.msg));
-    assert.equal(failures.length, 2, 'every failure is logged');
+    assert.equal(failures.length, failed.length, 'every failure is logged');
     for (const f of failures) assert.equal(f.err?.message, 'connection reset by peer');
-    assert.equal(t.stepDowns.length, 0, 'a database blip is not a reason to step down');
+    assert.equal(t.stepDowns.length, 0, 'a database outage is not a reason to step down');
+    t.abort.abort();
+  });
+
+  it('a failed commit is retried every COMMIT_RETRY_MS: a ledger back within a second commits the slot before the next one is due', async () => {
+    // The ledger failover's gap on the leader's side: the promoted standby is found by the first
+    // retry after the promotion, not by the next slot's tick.
+    const t = setup([{}]);
+    const attempts: number[] = [];
+    const committedAt: number[] = [];
+    const commit = t.ledger.commitFires.bind(t.ledger);
+    t.ledger.commitFires = async (fires, leader) => {
+      attempts.push(t.clock.now());
+      const result = await commit(fires, leader);
+      committedAt.push(t.clock.now());
+      return result;
+    };
+    await t.lead();
+    await t.clock.advance(1000); // T0+1s commits
+    t.ledger.failCommits = Infinity; // down from the 2 s tick...
+    await t.clock.advance(600);
+    const backAt = t.clock.now(); // ...until T0+2.1 s
+    t.ledger.failCommits = 0;
+    await t.clock.advance(900 - 1); // to just before the 3 s slot
+    assert.deepEqual(
+      t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())),
+      [iso(T0 + 1000), iso(T0 + 2000)],
+      'the 2 s slot committed before the 3 s slot was due',
+    );
+    assert.ok(
+      committedAt[1]! - backAt <= COMMIT_RETRY_MS,
+      `committed ${committedAt[1]! - backAt} ms after the ledger was back`,
+    );
+    const retries = attempts.slice(1, attempts.indexOf(committedAt[1]!) + 1);
+    for (let i = 1; i < retries.length; i++)
+      assert.ok(
+        retries[i]! - retries[i - 1]! <= COMMIT_RETRY_MS,
+        `attempts at ${retries.map((a) => a - T0).join(', ')}`,
+      );
     t.abort.abort();
   });
 
@@ -335,8 +382,10 @@ describe('FireLoop (driven clock)', () => {
     const t = setup([{ misfire: 'skip' }]);
     await t.lead();
     await t.clock.advance(1000);
-    t.ledger.failCommits = 2;
-    await t.clock.advance(5000); // fails at 2 s and 3 s; at 4 s, 2 s is past the 1 s grace
+    t.ledger.failCommits = Infinity; // down from the 2 s tick until 3.1 s: by then 2 s is past the 1 s grace
+    await t.clock.advance(1600);
+    t.ledger.failCommits = 0;
+    await t.clock.advance(3400);
     assert.deepEqual(
       t.ledger.of('job0').map((r) => iso(r.scheduledAt.getTime())),
       [1, 3, 4, 5, 6].map((s) => iso(T0 + s * 1000)),
