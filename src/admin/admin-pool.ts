@@ -1,5 +1,6 @@
 import pg from 'pg';
 import type { Logger } from 'pino';
+import { reportClientErrors } from '../db/client-errors.js';
 import { ledgerConnection } from '../db/ledger-url.js';
 import { LedgerUnreachableError } from '../db/postgres-unavailable.js';
 
@@ -30,7 +31,7 @@ export function createAdminPool(database: string | pg.PoolConfig, logger: Logger
     application_name: 'cronwarden-admin',
   });
   pool.on('error', (err) => logger.warn({ err: err.message }, 'admin: idle PostgreSQL connection error'));
-  return pool;
+  return reportClientErrors(pool, (err) => logger.warn({ err: err.message }, 'admin: PostgreSQL connection lost'));
 }
 
 /** True for the errors an overloaded or unreachable database gives: answer 503, not 500. */

@@ -23,6 +23,7 @@
  * Raw parameterised SQL rather than drizzle: the conditional upserts read more plainly as SQL.
  */
 import pg from 'pg';
+import { reportClientErrors } from '../db/client-errors.js';
 import { ledgerConnection, type LedgerConnection } from '../db/ledger-url.js';
 import { systemClock, type Clock } from '../clock.js';
 import {
@@ -159,6 +160,8 @@ export class PostgresLeaseBackend implements LeaseBackend {
       // An idle connection broke (server restarted): the pool drops it and the next call reconnects
       // or fails with BackendUnavailableError. Without a handler the error would crash the process.
       this.pool.on('error', () => {});
+      // The same for a checked-out client between queries: its holder's next query fails instead.
+      reportClientErrors(this.pool, () => {});
       this.ownsPool = true;
       this.listenConfig = { ...connection, ...bounds };
     } else {

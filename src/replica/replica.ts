@@ -44,6 +44,7 @@ import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaEvents } from '../admin/replica-view.js';
 import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
+import { reportClientErrors } from '../db/client-errors.js';
 import { ledgerConnection } from '../db/ledger-url.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
@@ -126,6 +127,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
     this.ownsPool = !o.pool;
     this.pool = o.pool ?? new pg.Pool({ ...ledgerConnection(o.databaseUrl!), max: 10, connectionTimeoutMillis: 5000 });
+    reportClientErrors(this.pool, (err) =>
+      this.warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'),
+    );
     this.ledger = new Ledger(this.pool, this.schema);
     this.ledgerClock = o.clock ? undefined : this.newLedgerClock();
     const clock = o.clock ?? this.ledgerClock!;
