@@ -106,7 +106,8 @@ export class MemberHeartbeat {
       }
     });
     chunks.push(chunk.join('\n'));
-    if (newline) return chunks.join('\n').split('\n'); // unreachable for defineJob's names; kept exact
+    // defineJob's names never hold a newline; if some did, joining would merge them: send a list.
+    if (newline) return [...this.o.jobs()].map((j) => j.name);
     return { joined: chunks.filter((c) => c.length > 0).join('\n') };
   }
 }
