@@ -56,6 +56,7 @@ async function startReplica(flags: SettingFlags): Promise<void> {
     shutdownGraceMs: config.shutdownGraceMs,
     standInGraceMs: config.standInGraceMs,
     standInsPerJob: config.standInsPerJob,
+    shards: config.shards,
     retentionMs: config.retentionDays * 24 * 3600 * 1000,
     admin: config.admin.enabled ? replicaAdmin(config.admin) : false,
     logger,

@@ -42,6 +42,8 @@ export interface ReplicaConfig {
   standInGraceMs: number;
   /** How many followers stand in for each job; 0: every follower. */
   standInsPerJob: number;
+  /** Sharded leadership: how many shards (1: one leader for every job). */
+  shards: number;
   /** Finished runs older than this many days are deleted by the leader; 0 keeps everything. */
   retentionDays: number;
   /** Start-up checks give up on a server after this. */
@@ -131,6 +133,7 @@ const replicaKeys = [
   'shutdownGraceMs',
   'standInGraceMs',
   'standInsPerJob',
+  'shards',
   'retentionDays',
   'connectTimeoutMs',
   'logLevel',
@@ -161,6 +164,7 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     shutdownGraceMs: c.shutdownGraceMs,
     standInGraceMs: c.standInGraceMs,
     standInsPerJob: c.standInsPerJob,
+    shards: c.shards,
     retentionDays: c.retentionDays,
     connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,

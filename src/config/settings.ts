@@ -225,6 +225,16 @@ export const settings = {
     description:
       'how many followers stand in for each job, chosen per job by a rendezvous hash over the live members (so a large cluster does not read the ledger once per follower per slot); `0` = every follower',
   },
+  shards: {
+    schema: int(1, 256),
+    arg: 'n',
+    default: 1,
+    description:
+      'sharded leadership: each job belongs to one of n shards by a stable hash of its name, each shard has its own lease and fence, and the replicas spread the shards evenly; `1` = one leader for every job',
+    details:
+      'Every replica of a deployment must use the same count; changing it is a full restart (the unique ' +
+      '(job, scheduled_at) key still keeps each slot once while old and new counts overlap)',
+  },
   retentionDays: {
     schema: int(0, 3650),
     arg: 'days',

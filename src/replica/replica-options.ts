@@ -64,6 +64,13 @@ export interface ReplicaOptions {
    */
   standInsPerJob?: number;
   /**
+   * Sharded leadership: each job belongs to one of this many shards by a stable hash of its name;
+   * each shard has its own lease and fence, and the replicas spread the shards so none leads more
+   * than ceil(shards / live replicas). Default 1: one leader fires every job. Every replica of a
+   * deployment must use the same count.
+   */
+  shards?: number;
+  /**
    * The leader deletes finished runs (and their attempts) older than this. Default 14 days; 0
    * keeps everything.
    */

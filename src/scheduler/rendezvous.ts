@@ -4,22 +4,7 @@
  * moves only the keys it owns (1/n of them), where `hash mod n` would move almost all.
  * Hand-written: the npm packages for it are unmaintained, and the whole idea is FNV-1a and a sort.
  */
-
-/** FNV-1a, 32 bits: fast, and spread well enough for choosing among a handful of members. */
-function fnv1a(text: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < text.length; i++) {
-    h ^= text.charCodeAt(i);
-    h = Math.imul(h, 0x01000193);
-  }
-  // A final avalanche (murmur3's), so keys that differ in their last characters still spread.
-  h ^= h >>> 16;
-  h = Math.imul(h, 0x85ebca6b);
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35);
-  h ^= h >>> 16;
-  return h >>> 0;
-}
+import { fnv1a } from './stable-hash.js';
 
 /** The `k` members with the highest weight for `key` (all of them when there are `k` or fewer). */
 export function rendezvousOwners(key: string, members: readonly string[], k: number): string[] {

@@ -142,6 +142,7 @@ const samples: Record<Exclude<SettingKey, 'config'>, [text: string, parsed: unkn
   shutdownGraceMs: ['0', 0],
   standInGraceMs: ['250', 250],
   standInsPerJob: ['3', 3],
+  shards: ['8', 8],
   retentionDays: ['30', 30],
   connectTimeoutMs: ['1500', 1500],
   logLevel: ['debug', 'debug'],
