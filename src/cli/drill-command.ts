@@ -6,11 +6,13 @@ import type { Percentiles } from '../drill/checker.js';
 import { applicableFaults, faultConflict, faultKinds, topologyFaults, type FaultKind } from '../drill/faults.js';
 import { findLibfaketime } from '../drill/skewed-clock.js';
 import { InvalidConfigError } from '../errors.js';
+import { MAX_SHARDS } from '../scheduler/shard-map.js';
 
 const optionsSchema = z.object({
   backend: z.enum(['etcd', 'redis', 'postgres'], 'must be etcd, redis or postgres'),
   replicas: z.coerce.number().int().min(2, 'must be at least 2').max(10, 'must be at most 10'),
   jobs: z.coerce.number().int().min(1).max(200),
+  shards: z.coerce.number().int().min(1).max(MAX_SHARDS, `must be at most ${MAX_SHARDS}`),
   faultCount: z.coerce.number().int().min(1).max(1000),
   interval: z.coerce.number().min(1).max(600),
   ttlMs: z.coerce.number().int().min(1000).max(60_000),
@@ -30,6 +32,11 @@ export function registerDrill(program: Command): void {
     .option('--backend <kind>', 'etcd | redis | postgres (the drill starts a throwaway server for it)', 'postgres')
     .option('--replicas <n>', 'replica processes', '3')
     .option('--jobs <n>', 'jobs due every second', '10')
+    .option(
+      '--shards <n>',
+      "sharded leadership: each replica runs with this many shards; leader faults strike shard 0's holder (give at least as many jobs)",
+      '1',
+    )
     .option(
       '--faults <kinds>',
       `comma-separated: ${faultKinds.join(', ')} (default: all that apply but ${[...topologyFaults].join(' and ')}; clock-skew needs libfaketime)`,
@@ -89,12 +96,14 @@ export function registerDrill(program: Command): void {
       const conflict = faultConflict(o.backend, faults);
       if (conflict) throw new InvalidConfigError('--faults', conflict);
       console.log(
-        `drill: backend ${o.backend}, ${o.replicas} replicas, ${o.jobs} jobs/s, faults ${faults.join(',')} x${o.faultCount}, seed ${o.seed}`,
+        `drill: backend ${o.backend}, ${o.replicas} replicas${o.shards > 1 ? `, ${o.shards} shards` : ''}, ${o.jobs} jobs/s, faults ${faults.join(',')} x${o.faultCount}, seed ${o.seed}`,
       );
       const report = await runDrill({
         backend: o.backend,
         replicas: o.replicas,
         jobs: o.jobs,
+        // Unsharded, the report's options stay as they were.
+        ...(o.shards > 1 ? { shards: o.shards } : {}),
         faults,
         faultCount: o.faultCount,
         intervalSeconds: o.interval,
@@ -140,12 +149,22 @@ function printReport(r: DrillReport): void {
     );
   }
   if (r.unexpectedExits.length) console.log(`replicas that exited by themselves: ${r.unexpectedExits.join(', ')}`);
+  if (r.shardsLed)
+    console.log(
+      `shards led: ${Object.entries(r.shardsLed)
+        .map(([id, shards]) => `${id} [${shards.join(',')}]`)
+        .join(', ')}`,
+    );
   for (const f of r.faults) {
     console.log(
       `  ${f.kind.padEnd(20)} ${f.at}  ${f.leaderBefore ?? '?'} -> ${f.leaderAfter ?? '?'}  new leader after ${f.handoverMs ?? '-'} ms, ` +
         `next fire after ${f.gapMs ?? 'none'} ms${f.boundMs ? ` (bound ${Math.round(f.boundMs)})` : ''}, ${f.leaderChanges} leader change(s)${f.counted ? '' : '  NOT COUNTED'}`,
     );
     console.log(`  ${''.padEnd(20)} ${f.detail}`);
+    if (f.maxLeaderlessMs !== undefined)
+      console.log(
+        `  ${''.padEnd(20)} shards balanced after ${f.rebalanceMs ?? 'never'} ms, longest without a leader ${f.maxLeaderlessMs} ms${f.maxLeaderlessShard == null ? '' : ` (shard ${f.maxLeaderlessShard})`}`,
+      );
     if (f.fires) {
       const w = f.fires;
       console.log(

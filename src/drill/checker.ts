@@ -7,6 +7,7 @@
 import type pg from 'pg';
 import { effectsInWindow, runsInWindow, type RunHistoryRow } from '../ledger/history-reads.js';
 import { tablesIn } from '../db/tables.js';
+import { shardOf } from '../scheduler/shard-map.js';
 import { readAttemptLog, type AttemptOutcome } from './attempt-log.js';
 
 /** A run as the checker sees it: the ledger's history row, the commit instant optional for planted histories. */
@@ -59,6 +60,11 @@ export interface Expectation {
    * leader that trusted a wall clock running fast. Default 500 ms.
    */
   earlyToleranceMs?: number;
+  /**
+   * Sharded leadership: each shard's fires carry its own lease's tokens, so I3 holds per shard
+   * (jobs grouped by shardOf). Default 1: one order for every fire.
+   */
+  shards?: number;
 }
 
 export interface Violation {
@@ -147,7 +153,7 @@ export function checkHistory(history: History, expectation: Expectation): CheckR
   const duplicated = checkDuplicates(bySlot, notes);
   const { expected, missed, incomplete } = checkMissed(bySlot, expectation, notes);
   const early = checkEarly(history.runs, expectation.earlyToleranceMs ?? 500, notes);
-  const tokenRegressions = checkTokenOrder(history.runs, notes);
+  const tokenRegressions = checkTokenOrder(history.runs, notes, expectation.shards);
   const effects = checkEffects(history, bySlot, expectation, notes);
   const log = checkAttemptLog(history, notes);
   const settlement = checkSettled(history.runs, notes);
@@ -239,19 +245,21 @@ export function checkEarly(runs: RunRecord[], toleranceMs: number, notes: Notes)
   return early;
 }
 
-/** I3: leader tokens never decrease in commit order. */
-export function checkTokenOrder(runs: RunRecord[], notes: Notes): number {
+/** I3: leader tokens never decrease in commit order (per shard, when there are shards). */
+export function checkTokenOrder(runs: RunRecord[], notes: Notes, shards = 1): number {
   let regressions = 0;
-  let highest = -1n;
+  const highest = new Map<number, bigint>();
   for (const run of runs) {
-    if (run.leaderToken < highest) {
+    const shard = shardOf(run.job, shards);
+    const top = highest.get(shard) ?? -1n;
+    if (run.leaderToken < top) {
       regressions++;
       notes.add({
         invariant: 'I3',
-        message: `run ${run.id} committed with leader token ${run.leaderToken} after token ${highest}`,
+        message: `run ${run.id}${shards > 1 ? ` (${run.job}, shard ${shard})` : ''} committed with leader token ${run.leaderToken} after token ${top}`,
       });
     }
-    if (run.leaderToken > highest) highest = run.leaderToken;
+    if (run.leaderToken > top) highest.set(shard, run.leaderToken);
   }
   return regressions;
 }

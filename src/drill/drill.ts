@@ -8,6 +8,11 @@
  * a leader token higher than the struck leader's: a cut-off leader keeps committing through its
  * intact ledger link until its own deadline, and its fires prove nothing about failover.
  *
+ * With shards (sharded leadership), "the leader" the leader faults strike is shard 0's holder, its
+ * fires are shard 0's jobs', I3 is checked per shard, and every fault is also charged with how long
+ * the shards took to be balanced again and the longest any shard was without a leader
+ * (shard-timeline.ts).
+ *
  * The parts: environment.ts starts the servers, fleet.ts the replicas, strike.ts strikes a fault,
  * faults.ts judges it, checker.ts checks the history; this file runs them in order.
  */
@@ -17,6 +22,7 @@ import { createLeaseBackend } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
 import { DEFAULT_SCHEMA, tablesIn } from '../db/tables.js';
+import { shardLeaseName, shardOf } from '../scheduler/shard-map.js';
 import { DrillError, InvalidConfigError } from '../errors.js';
 import {
   checkHistory,
@@ -27,9 +33,19 @@ import {
   type WindowCounts,
 } from './checker.js';
 import { startEnvironment, type DrillEnvironment } from './environment.js';
-import { faultConflict, faultSchedule, judgeFault, movesLeader, seededRandom, type FaultKind } from './faults.js';
+import {
+  faultConflict,
+  faultSchedule,
+  judgeFault,
+  judgeShards,
+  movesLeader,
+  seededRandom,
+  type FaultKind,
+} from './faults.js';
 import { ReplicaFleet } from './fleet.js';
+import { drillJobNames, shardsWithoutJobs } from './job-names.js';
 import { LeaderTimeline } from './leader-timeline.js';
+import { ShardTimeline, shardsLed } from './shard-timeline.js';
 import { ReplicaLink } from './replica-link.js';
 import { SkewedClocks } from './skewed-clock.js';
 import { strike } from './strike.js';
@@ -41,6 +57,12 @@ export interface DrillOptions {
   faults: FaultKind[];
   /** Total faults to strike (each chosen kind at least once). */
   faultCount: number;
+  /**
+   * Sharded leadership: every replica runs with this many shards (default 1: one leader). The
+   * leader faults strike shard 0's holder; there must be at least as many jobs as shards for
+   * every shard to have a job due every second (fewer: a warning).
+   */
+  shards?: number;
   /** Seconds between the end of one fault and the next. */
   intervalSeconds: number;
   ttlMs: number;
@@ -96,6 +118,12 @@ export interface FaultRecord {
   detail: string;
   /** Fires flowed before it, a leader was struck, and a fire (of the new tenure, where leadership must move) committed after it. */
   counted: boolean;
+  /** With shards: from the strike until every shard had a live holder and none held more than ceil(shards / live) (null: not before the next fault). */
+  rebalanceMs?: number | null;
+  /** With shards: the longest stretch one shard had no live holder, from the strike to the next fault. */
+  maxLeaderlessMs?: number;
+  /** That shard (null: none was without a leader). */
+  maxLeaderlessShard?: number | null;
   /** Scheduled times from this strike until the next one (or the end of the window). */
   fires?: WindowCounts & { staleRefused: number };
 }
@@ -111,6 +139,8 @@ export interface DrillReport {
   staleWritesRefused: number;
   /** Replicas that exited without being struck (a crash on a fault that should not take a replica down). */
   unexpectedExits: string[];
+  /** With shards: the shards each replica held at some point of the drill (the spread). */
+  shardsLed?: Record<string, number[]>;
   violations: string[];
   ok: boolean;
 }
@@ -132,6 +162,10 @@ interface Session {
   links: ReplicaLink[];
   observer: LeaseBackend;
   timeline: LeaderTimeline;
+  /** With shards: every shard's holder over the whole drill. */
+  shardTimeline: ShardTimeline | undefined;
+  /** With shards: shard 0's jobs, whose fires end a fault's gap (undefined: every job). */
+  leaderJobs: string[] | undefined;
   clocks: SkewedClocks | undefined;
   probe: LedgerProbe;
   faultRandom: () => number;
@@ -149,7 +183,7 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
   try {
     env = await startEnvironment(o, schedule);
     const session = await openSession(o, env, clocks);
-    let outcome: { window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] };
+    let outcome: Outcome;
     try {
       outcome = await strikeAll(session, schedule);
     } finally {
@@ -165,7 +199,9 @@ export async function runDrill(o: DrillOptions): Promise<DrillReport> {
 async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: SkewedClocks | undefined): Promise<Session> {
   const observer = await createLeaseBackend(env.lease.config);
   const namespace = `drill-${o.seed}-${randomUUID().slice(0, 6)}`;
-  const leaseName = `cronwarden/${namespace}/scheduler`;
+  const shards = o.shards ?? 1;
+  // Shard 0's lease: the single leader's when unsharded.
+  const leaseName = shardLeaseName(namespace, 0, shards);
   // Each replica slot reaches the backend through its own proxies, so one link can fail alone.
   const links: ReplicaLink[] = [];
   for (let slot = 0; slot < o.replicas; slot++)
@@ -178,12 +214,17 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
       namespace,
       ttlMs: o.ttlMs,
       jobs: o.jobs,
+      shards,
     },
     links,
     clocks,
     observer,
     leaseName,
   );
+  const log = o.log ?? (() => {});
+  const empty = shardsWithoutJobs(o.jobs, shards);
+  if (empty.length)
+    log(`warning: ${o.jobs} jobs for ${shards} shards: shards ${empty.join(', ')} have no job due every second`);
   return {
     o,
     env,
@@ -191,27 +232,34 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
     links,
     observer,
     timeline: new LeaderTimeline(observer, leaseName),
+    shardTimeline:
+      shards > 1
+        ? new ShardTimeline(
+            observer,
+            Array.from({ length: shards }, (_, i) => shardLeaseName(namespace, i, shards)),
+            () => fleet.liveIds(),
+          )
+        : undefined,
+    leaderJobs: shards > 1 ? drillJobNames(o.jobs, shards).filter((j) => shardOf(j, shards) === 0) : undefined,
     clocks,
     probe: new LedgerProbe(env.ledger.pool),
     // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
     // which must not shift the fault parameters a replay draws.
     faultRandom: seededRandom(o.seed + 1),
-    log: o.log ?? (() => {}),
+    log,
   };
 }
 
 async function closeSession(s: Session): Promise<void> {
   await s.timeline.stop();
+  await s.shardTimeline?.stop();
   await s.fleet.stopAll();
   await s.observer.close().catch(() => {});
   await Promise.all(s.links.map((l) => l.close()));
 }
 
 /** Start the replicas, wait for fires to flow, strike every fault of the schedule, then let the window's runs finish. */
-async function strikeAll(
-  s: Session,
-  schedule: FaultKind[],
-): Promise<{ window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] }> {
+async function strikeAll(s: Session, schedule: FaultKind[]): Promise<Outcome> {
   const { o } = s;
   for (let i = 0; i < o.replicas; i++) s.fleet.spawn(i);
   const warm = await s.probe.firstCommitAfter(0, 60_000);
@@ -228,7 +276,15 @@ async function strikeAll(
   }
   const to = new Date(Math.floor((Date.now() - 3000) / 1000) * 1000);
   await drain(s.probe, from, to);
-  return { window: { from, to }, faults, violations };
+  const led = s.shardTimeline ? shardsLed(s.shardTimeline.samples) : undefined;
+  return { window: { from, to }, faults, violations, ...(led ? { shardsLed: led } : {}) };
+}
+
+interface Outcome {
+  window: { from: Date; to: Date };
+  faults: FaultRecord[];
+  violations: string[];
+  shardsLed?: Record<string, number[]>;
 }
 
 /** Strike one fault, watch what follows until the next one, and judge it. */
@@ -257,12 +313,14 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   // gap: the old leader may go on committing until its own deadline (link-cut: its ledger link
   // is intact), which proves nothing about failover.
   const mustMove = movesLeader.has(kind) && tokenBefore !== undefined;
-  const newTenureFire = mustMove ? await probe.firstCommitAfter(faultAt, 30_000, tokenBefore) : null;
-  const anyFire = await probe.firstCommitAfter(faultAt, mustMove ? 0 : 30_000);
+  const jobs = s.leaderJobs;
+  const newTenureFire = mustMove ? await probe.firstCommitAfter(faultAt, 30_000, tokenBefore, jobs) : null;
+  const anyFire = await probe.firstCommitAfter(faultAt, mustMove ? 0 : 30_000, undefined, jobs);
   const handoverMs = await handover.result();
   const after = (await fleet.leader()).proc;
   await sleep(o.intervalSeconds * 1000);
   const leaderChanges = s.timeline.changesBetween(at, Date.now());
+  const spread = s.shardTimeline?.measure(faultAt, Date.now());
   const judged = judgeFault({
     kind,
     ttlMs: o.ttlMs,
@@ -290,12 +348,18 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
     leaderChanges,
     detail,
     counted: judged.counted,
+    ...spread,
   };
+  const shardViolations = spread ? judgeShards(kind, o.ttlMs, faultAt, spread) : [];
   const gap = movesLeader.has(kind)
     ? `new leader's first fire after ${judged.gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)`
     : `next fire after ${judged.gapMs ?? 'none'} ms${faultAt > at ? ` (from the fault proper, ${faultAt - at} ms into the strike)` : ''}`;
   s.log(`  ${detail}: ${gap}; leader now ${after?.id ?? 'unknown'}; ${leaderChanges} leader change(s)`);
-  return { record, violations: judged.violations };
+  if (spread)
+    s.log(
+      `  shards balanced after ${spread.rebalanceMs ?? 'never'} ms; longest without a leader ${spread.maxLeaderlessMs} ms${spread.maxLeaderlessShard === null ? '' : ` (shard ${spread.maxLeaderlessShard})`}`,
+    );
+  return { record, violations: [...judged.violations, ...shardViolations] };
 }
 
 /**
@@ -320,7 +384,7 @@ async function drain(probe: LedgerProbe, from: Date, to: Date): Promise<void> {
 async function judgeDrill(
   o: DrillOptions,
   env: DrillEnvironment,
-  outcome: { window: { from: Date; to: Date }; faults: FaultRecord[]; violations: string[] },
+  outcome: Outcome,
   unexpectedExits: string[],
 ): Promise<DrillReport> {
   const {
@@ -329,9 +393,8 @@ async function judgeDrill(
   } = outcome;
   const expectedTimes: number[] = [];
   for (let t = from.getTime(); t <= to.getTime(); t += 1000) expectedTimes.push(t);
-  const expected = new Map(
-    Array.from({ length: o.jobs }, (_, i) => [`drill-${i}`, expectedTimes] as [string, number[]]),
-  );
+  const shards = o.shards ?? 1;
+  const expected = new Map(drillJobNames(o.jobs, shards).map((name) => [name, expectedTimes] as [string, number[]]));
   const history = await readHistory(env.ledger.pool, {
     from,
     to,
@@ -339,7 +402,7 @@ async function judgeDrill(
     attemptLogDb: env.ledger.witness,
     schema: DRILL_SCHEMA,
   });
-  const check = checkHistory(history, { expected, requireCompleted: true });
+  const check = checkHistory(history, { expected, requireCompleted: true, shards });
   const staleTimes = await ledgerHistory.staleAttemptTimes(env.ledger.pool, DRILL_TABLES);
   chargeFaults(faults, history, expected, staleTimes, to);
   const violations = [
@@ -356,6 +419,7 @@ async function judgeDrill(
     staleAttemptsRefused: staleTimes.length,
     staleWritesRefused: check.staleWritesRefused,
     unexpectedExits,
+    ...(outcome.shardsLed ? { shardsLed: outcome.shardsLed } : {}),
     violations,
     ok: violations.length === 0 && check.ok,
   };
@@ -388,12 +452,17 @@ class LedgerProbe {
     return ledgerHistory.uncompletedRunsIn(this.pool, DRILL_TABLES, from, to).catch(() => -1);
   }
 
-  /** First fire committed after t (under a leader token above `aboveToken`, if given), polled for up to timeoutMs. */
-  async firstCommitAfter(t: number, timeoutMs: number, aboveToken?: bigint): Promise<number | null> {
+  /** First fire committed after t (under a leader token above `aboveToken`, of one of `jobs`, if given), polled for up to timeoutMs. */
+  async firstCommitAfter(
+    t: number,
+    timeoutMs: number,
+    aboveToken?: bigint,
+    jobs?: readonly string[],
+  ): Promise<number | null> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const first = await ledgerHistory
-        .firstCommitAfter(this.pool, DRILL_TABLES, new Date(t), aboveToken)
+        .firstCommitAfter(this.pool, DRILL_TABLES, new Date(t), aboveToken, jobs)
         .catch(() => null);
       if (first !== null) return first;
       if (Date.now() >= deadline) return null;

@@ -1,4 +1,6 @@
 /** Fault kinds the drill can strike, and a seeded schedule of them. */
+import { resolveElectorOptions } from '../scheduler/elector-options.js';
+
 export const faultKinds = [
   'kill', // SIGKILL of the leader
   'stop', // SIGSTOP of the leader past the TTL, then SIGCONT: the stale leader
@@ -39,6 +41,48 @@ export function i5BoundMs(kind: FaultKind, ttlMs: number): number | null {
     return ttlMs + Math.max(50, Math.floor(ttlMs / 5)) * 1.5 + 1000 + 500;
   if (kind === 'term') return 1500;
   return null;
+}
+
+/** Faults whose struck replica leaves (killed, shut down) or freezes: the shards must be balanced among the others within a bound. */
+const rebalancedAfter: ReadonlySet<FaultKind> = new Set(['kill', 'term', 'stop']);
+
+/**
+ * Sharded leadership's bounds for a fault (null: none): the struck replica's shards balanced among
+ * the live replicas within 2 TTLs, and no shard without a live leader for longer than I5's crash
+ * bound, TTL + the electors' retry period + one tick (1 s). A link cut leaves the cut-off replica
+ * running and holding nothing, so the shards are balanced only after the link heals: measured, not
+ * bounded.
+ */
+export function shardBoundsMs(
+  kind: FaultKind,
+  ttlMs: number,
+): { rebalanceMs: number | null; leaderlessMs: number | null } {
+  const { retryPeriodMs } = resolveElectorOptions({ leaseName: 'drill', replicaId: 'drill', ttlMs });
+  return {
+    rebalanceMs: rebalancedAfter.has(kind) ? 2 * ttlMs : null,
+    leaderlessMs: movesLeader.has(kind) ? ttlMs + retryPeriodMs + 1000 : null,
+  };
+}
+
+/** With shards: did the struck replica's shards find leaders, and a fair spread, in time? Pure. */
+export function judgeShards(
+  kind: FaultKind,
+  ttlMs: number,
+  strikeAt: number,
+  m: { rebalanceMs: number | null; maxLeaderlessMs: number; maxLeaderlessShard: number | null },
+): string[] {
+  const when = new Date(strikeAt).toISOString();
+  const bound = shardBoundsMs(kind, ttlMs);
+  const violations: string[] = [];
+  if (bound.rebalanceMs !== null && (m.rebalanceMs === null || m.rebalanceMs > bound.rebalanceMs))
+    violations.push(
+      `rebalance: ${kind} at ${when}: shards balanced ${m.rebalanceMs === null ? 'not before the next fault' : `after ${m.rebalanceMs} ms`}, bound ${bound.rebalanceMs} ms`,
+    );
+  if (bound.leaderlessMs !== null && m.maxLeaderlessMs > bound.leaderlessMs)
+    violations.push(
+      `I5: ${kind} at ${when}: shard ${m.maxLeaderlessShard} had no live leader for ${m.maxLeaderlessMs} ms, bound ${bound.leaderlessMs} ms`,
+    );
+  return violations;
 }
 
 /** What the drill saw around one fault, in epoch ms. */

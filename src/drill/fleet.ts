@@ -25,6 +25,8 @@ export interface FleetOptions {
   namespace: string;
   ttlMs: number;
   jobs: number;
+  /** Sharded leadership: each replica runs with --shards this many (1: one leader). */
+  shards: number;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -35,8 +37,11 @@ export class ReplicaFleet {
   readonly unexpectedExits: string[] = [];
   private generation = 0;
   private readonly struck = new Set<string>();
+  /** Replicas frozen by SIGSTOP right now. */
+  private readonly stopped = new Set<string>();
   private stopping = false;
 
+  /** `leaseName`: the lease whose holder is "the leader" that leader faults strike (shard 0's when sharded). */
   constructor(
     private readonly o: FleetOptions,
     private readonly links: ReplicaLink[],
@@ -92,6 +97,8 @@ export class ReplicaFleet {
       CRONWARDEN_LOG_LEVEL: logged ? (process.env.CRONWARDEN_LOG_LEVEL ?? 'info') : 'error',
       ...(logged ? { CRONWARDEN_LOG_FORMAT: 'json' } : {}),
       CRONWARDEN_DRILL_JOBS: String(o.jobs),
+      // Always set, so a CRONWARDEN_SHARDS in the drill's own environment cannot leak into it.
+      CRONWARDEN_SHARDS: String(o.shards),
       CRONWARDEN_ADMIN_PORT: '0', // several replicas on one machine: any free port each
     };
   }
@@ -101,6 +108,18 @@ export class ReplicaFleet {
     this.struck.add(p.id);
     p.child.kill(signal);
     void p.exited.then(() => this.spawn(p.slot));
+  }
+
+  /** SIGSTOP (frozen: not live until resumed) or SIGCONT a replica. */
+  freeze(p: Proc, frozen: boolean): void {
+    if (frozen) this.stopped.add(p.id);
+    p.child.kill(frozen ? 'SIGSTOP' : 'SIGCONT');
+    if (!frozen) this.stopped.delete(p.id);
+  }
+
+  /** Replicas running and neither struck (killed, or shutting down) nor frozen. */
+  liveIds(): string[] {
+    return [...this.procs.keys()].filter((id) => !this.struck.has(id) && !this.stopped.has(id));
   }
 
   /** The live replica holding the lease, with the lease token it holds. */

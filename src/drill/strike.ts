@@ -103,9 +103,9 @@ async function strikeOther(kind: Exclude<FaultKind, 'ledger-failover'>, c: Strik
 
 async function strikeLeaderProcess(kind: 'kill' | 'term' | 'stop', leader: Proc, c: StrikeContext): Promise<string> {
   if (kind === 'stop') {
-    leader.child.kill('SIGSTOP');
+    c.fleet.freeze(leader, true);
     await sleep(c.o.ttlMs * 2);
-    leader.child.kill('SIGCONT');
+    c.fleet.freeze(leader, false);
     return `SIGSTOP ${leader.id} for ${c.o.ttlMs * 2} ms`;
   }
   const signal = kind === 'kill' ? 'SIGKILL' : 'SIGTERM';

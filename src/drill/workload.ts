@@ -1,6 +1,6 @@
 /**
  * The drill's workload, loaded by every replica process through `cronwarden start --jobs`.
- * CRONWARDEN_DRILL_JOBS jobs fire every second; each writes its effect to cw_drill_effects inside
+ * CRONWARDEN_DRILL_JOBS jobs fire every second (named by job-names.ts); each writes its effect to cw_drill_effects inside
  * ctx.transaction (effect and completion commit together), and every other job also takes the
  * run's fence in the same transaction. One job in four works for 1.5 s before it writes, ignoring
  * its signal as real handlers often do: a replica frozen past the BullMQ lock (the drill sets it
@@ -21,8 +21,11 @@ import pg from 'pg';
 import { defineJob, type JobDefinition } from '../jobs/define-job.js';
 import type { JobContext } from '../jobs/job-context.js';
 import { ATTEMPT_LOG_TABLE, type AttemptOutcome } from './attempt-log.js';
+import { drillJobNames } from './job-names.js';
 
 const count = Number(process.env.CRONWARDEN_DRILL_JOBS ?? 10);
+// The replica's own shard count (the drill sets it): with shards, job i is named into shard i mod N.
+const names = drillJobNames(count, Number(process.env.CRONWARDEN_SHARDS ?? 1));
 const replica = process.env.CRONWARDEN_REPLICA_ID ?? String(process.pid);
 export const SLOW_JOB_WORK_MS = 1500;
 
@@ -61,9 +64,9 @@ async function logAttempt(ctx: JobContext, outcome: AttemptOutcome, error?: unkn
   }
 }
 
-export const drillJobs: JobDefinition[] = Array.from({ length: count }, (_, i) =>
+export const drillJobs: JobDefinition[] = names.map((name, i) =>
   defineJob({
-    name: `drill-${i}`,
+    name,
     schedule: '* * * * * *',
     handler: async (ctx) => {
       if (i % 4 === 1) await sleep(SLOW_JOB_WORK_MS);

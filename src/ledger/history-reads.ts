@@ -103,16 +103,23 @@ export async function lastCommitAt(db: Queryable, t: Tables): Promise<number> {
   return r.rows[0]?.t?.getTime() ?? 0;
 }
 
-/** The first fire committed after `after` (under a leader token above `aboveToken`, if given), or null. */
+/**
+ * The first fire committed after `after` (under a leader token above `aboveToken`, if given; of one
+ * of `jobs`, if given: one shard's jobs, whose tokens are its own lease's), or null.
+ */
 export async function firstCommitAfter(
   db: Queryable,
   t: Tables,
   after: Date,
   aboveToken?: bigint,
+  jobs?: readonly string[],
 ): Promise<number | null> {
+  const params: unknown[] = [after, aboveToken?.toString() ?? null];
+  if (jobs) params.push(jobs);
   const r = await db.query<{ t: Date | null }>(
-    `SELECT min(created_at) AS t FROM ${t.runs} WHERE created_at > $1 AND ($2::bigint IS NULL OR leader_token > $2)`,
-    [after, aboveToken?.toString() ?? null],
+    `SELECT min(created_at) AS t FROM ${t.runs} WHERE created_at > $1 AND ($2::bigint IS NULL OR leader_token > $2)` +
+      (jobs ? ' AND job = ANY($3::text[])' : ''),
+    params,
   );
   return r.rows[0]?.t?.getTime() ?? null;
 }

@@ -7,6 +7,8 @@ import {
   type History,
   type RunRecord,
 } from '../../src/drill/checker.js';
+import { drillJobNames } from '../../src/drill/job-names.js';
+import { shardOf } from '../../src/scheduler/shard-map.js';
 
 const T = Date.UTC(2026, 0, 1);
 function clean(): { history: History; expected: Map<string, number[]> } {
@@ -85,6 +87,43 @@ describe('exactly-once checker', () => {
     const report = checkHistory(history, { expected });
     assert.equal(report.tokenRegressions, 1);
     assert.equal(report.ok, false);
+  });
+
+  it("checks I3 per shard: each shard's own lease tokens, in commit order", () => {
+    const [a, b] = drillJobNames(2, 2) as [string, string];
+    assert.deepEqual([shardOf(a, 2), shardOf(b, 2)], [0, 1]);
+    // Two shards' leases hand out tokens of their own: shard 1's are lower than shard 0's, and
+    // its fires interleave with shard 0's in commit order.
+    const runs: RunRecord[] = [];
+    for (let s = 0; s < 6; s++)
+      for (const [job, token] of [
+        [a, 100n + BigInt(s >= 3 ? 1 : 0)],
+        [b, 7n],
+      ] as const)
+        runs.push({
+          id: BigInt(runs.length + 1),
+          job,
+          scheduledAt: T + s * 1000,
+          leaderToken: token,
+          state: 'completed',
+          completedToken: null,
+        });
+    const times = Array.from({ length: 6 }, (_, s) => T + s * 1000);
+    const expected = new Map([
+      [a, times],
+      [b, times],
+    ]);
+    assert.equal(checkHistory({ runs }, { expected, shards: 2 }).tokenRegressions, 0);
+    // One order for every fire (unsharded) would see shard 1's 7 after shard 0's 100 as going back.
+    assert.equal(checkHistory({ runs }, { expected }).tokenRegressions, 6);
+    // A regression inside one shard is still caught, and named with its shard.
+    runs[8] = { ...runs[8]!, leaderToken: 100n }; // a@T+4s, after token 101
+    const report = checkHistory({ runs }, { expected, shards: 2 });
+    assert.equal(report.tokenRegressions, 1);
+    assert.match(
+      report.violations.find((v) => v.invariant === 'I3')!.message,
+      /shard 0\) committed with leader token 100 after token 101/,
+    );
   });
 
   it('catches a planted stale write and a doubled effect (I4)', () => {
