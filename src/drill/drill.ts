@@ -45,6 +45,7 @@ import {
 import { ReplicaFleet } from './fleet.js';
 import { drillJobNames, shardsWithoutJobs } from './job-names.js';
 import { LeaderTimeline } from './leader-timeline.js';
+import { LedgerProbe } from './ledger-probe.js';
 import { ShardTimeline, shardsLed } from './shard-timeline.js';
 import { ReplicaLink } from './replica-link.js';
 import { SkewedClocks } from './skewed-clock.js';
@@ -242,7 +243,7 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
         : undefined,
     leaderJobs: shards > 1 ? drillJobNames(o.jobs, shards).filter((j) => shardOf(j, shards) === 0) : undefined,
     clocks,
-    probe: new LedgerProbe(env.ledger.pool),
+    probe: new LedgerProbe(env.ledger.pool, DRILL_TABLES),
     // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
     // which must not shift the fault parameters a replay draws.
     faultRandom: seededRandom(o.seed + 1),
@@ -438,37 +439,6 @@ function chargeFaults(
     const staleRefused = staleTimes.filter((t) => t >= start && t < end).length;
     f.fires = { ...countWindow(history, { expected }, start, end), staleRefused };
   });
-}
-
-/** The drill's reads of the ledger while it runs; a ledger that is down reads as "nothing yet". */
-class LedgerProbe {
-  constructor(private readonly pool: DrillEnvironment['ledger']['pool']) {}
-
-  lastCommit(): Promise<number> {
-    return ledgerHistory.lastCommitAt(this.pool, DRILL_TABLES).catch(() => 0);
-  }
-
-  unfinished(from: Date, to: Date): Promise<number> {
-    return ledgerHistory.uncompletedRunsIn(this.pool, DRILL_TABLES, from, to).catch(() => -1);
-  }
-
-  /** First fire committed after t (under a leader token above `aboveToken`, of one of `jobs`, if given), polled for up to timeoutMs. */
-  async firstCommitAfter(
-    t: number,
-    timeoutMs: number,
-    aboveToken?: bigint,
-    jobs?: readonly string[],
-  ): Promise<number | null> {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const first = await ledgerHistory
-        .firstCommitAfter(this.pool, DRILL_TABLES, new Date(t), aboveToken, jobs)
-        .catch(() => null);
-      if (first !== null) return first;
-      if (Date.now() >= deadline) return null;
-      await sleep(50);
-    }
-  }
 }
 
 /** The replica's own reading of its host clock against the ledger's, from its /metrics. */
