@@ -12,7 +12,11 @@ const optionsSchema = z.object({
   backend: z.enum(['etcd', 'redis', 'postgres'], 'must be etcd, redis or postgres'),
   replicas: z.coerce.number().int().min(2, 'must be at least 2').max(10, 'must be at most 10'),
   jobs: z.coerce.number().int().min(1).max(200),
-  shards: z.coerce.number().int().min(1).max(MAX_SHARDS, `must be at most ${MAX_SHARDS}`),
+  shards: z.coerce
+    .number()
+    .int()
+    .min(1, `must be from 1 to ${MAX_SHARDS}`)
+    .max(MAX_SHARDS, `must be from 1 to ${MAX_SHARDS}`),
   faultCount: z.coerce.number().int().min(1).max(1000),
   interval: z.coerce.number().min(1).max(600),
   ttlMs: z.coerce.number().int().min(1000).max(60_000),

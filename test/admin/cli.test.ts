@@ -405,6 +405,19 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
     assert.deepEqual(listed, [...faultKinds], text);
   });
 
+  it('drill --shards: refused outside 1..256 with one line and exit 2, before anything starts', async () => {
+    for (const n of ['0', '257', '2.5']) {
+      const { code, stdout, stderr } = await cli(['drill', '--shards', n]);
+      assert.equal(code, 2, `--shards ${n}: ${stderr}`);
+      assert.equal(stdout, '');
+      assert.deepEqual(linesOf(stderr), [
+        n === '2.5'
+          ? 'cronwarden: --shards: Invalid input: expected int, received number'
+          : 'cronwarden: --shards: must be from 1 to 256',
+      ]);
+    }
+  });
+
   it('--version prints the version and exits 0', async () => {
     const { code, stdout } = await cli(['--version']);
     assert.equal(code, 0);
