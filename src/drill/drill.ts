@@ -17,6 +17,8 @@
  * faults.ts judges it, checker.ts checks the history; this file runs them in order.
  */
 import { randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { memberAdminUrl } from '../ledger/admin-reads.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
@@ -254,6 +256,13 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
 async function closeSession(s: Session): Promise<void> {
   await s.timeline.stop();
   await s.shardTimeline?.stop();
+  // Beside the replicas' logs (fleet.ts), the shards' holders as sampled, for timing a fault by hand.
+  const logDir = process.env.CRONWARDEN_DRILL_LOG_DIR;
+  if (s.shardTimeline && logDir)
+    writeFileSync(
+      join(logDir, 'shard-timeline.jsonl'),
+      s.shardTimeline.samples.map((x) => `${JSON.stringify({ ...x, at: new Date(x.at).toISOString() })}\n`).join(''),
+    );
   await s.fleet.stopAll();
   await s.observer.close().catch(() => {});
   await Promise.all(s.links.map((l) => l.close()));
