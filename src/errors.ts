@@ -101,7 +101,14 @@ export class StaleTokenError extends CronwardenError {
 /** An action that only the leader may take was asked of a replica that is not leading. */
 export class NotLeaderError extends CronwardenError {
   readonly retryable = true;
-  constructor(message = 'this replica is not the leader') {
+  /**
+   * @param leaseName the lease whose leader may do it (with sharded leadership, the job's shard's),
+   *   so the admin API can name that leader; undefined: the scheduler's lease.
+   */
+  constructor(
+    message = 'this replica is not the leader',
+    readonly leaseName?: string,
+  ) {
     super(message);
   }
 }

@@ -64,7 +64,7 @@ export interface AdminThreadInit {
   databaseUrl: string;
   identity: Pick<
     ReplicaView,
-    'replicaId' | 'namespace' | 'schema' | 'leaseName' | 'startedAt' | 'backendKind' | 'ttlMs'
+    'replicaId' | 'namespace' | 'schema' | 'leaseName' | 'shardLeases' | 'startedAt' | 'backendKind' | 'ttlMs'
   >;
   jobs: ThreadJob[];
   /** Whether the replica serves runtime schedules (ReplicaView.runtime). */
@@ -170,6 +170,7 @@ export class AdminThread {
         namespace: r.namespace,
         schema: r.schema,
         leaseName: r.leaseName,
+        shardLeases: r.shardLeases,
         startedAt: r.startedAt,
         backendKind: r.backendKind,
         ttlMs: r.ttlMs,

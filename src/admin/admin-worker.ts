@@ -38,6 +38,7 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   readonly namespace = init.identity.namespace;
   readonly schema = init.identity.schema;
   readonly leaseName = init.identity.leaseName;
+  readonly shardLeases = init.identity.shardLeases;
   readonly startedAt = init.identity.startedAt;
   readonly backendKind = init.identity.backendKind;
   readonly ttlMs = init.identity.ttlMs;

@@ -15,6 +15,7 @@ import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
 import type { FireLoopEvents } from '../scheduler/fire-loop.js';
 import type { CodeJob } from '../scheduler/scheduled-job.js';
+import { shardOf } from '../scheduler/shard-map.js';
 
 /** The leader lifted an expired pause (once across replicas). */
 export interface PauseEvents {
@@ -30,6 +31,8 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'o
   /** The PostgreSQL schema of this deployment's ledger. */
   readonly schema: string;
   readonly leaseName: string;
+  /** Sharded leadership: each shard's lease name, by shard; undefined with one leader. */
+  readonly shardLeases?: readonly string[];
   /** When this replica started, on its scheduler clock (epoch ms). */
   readonly startedAt: number;
   readonly logger: Logger;
@@ -78,4 +81,10 @@ export interface RuntimeAdmin {
   once(job: string, o: { at: Date; key: string; payload: unknown }): Promise<OnceRun>;
   /** Leader only (NotLeaderError otherwise). */
   backfill(r: BackfillRequest): Promise<BackfillStep>;
+}
+
+/** The lease whose leader may fire `job`: its shard's with sharded leadership, else the scheduler's. */
+export function jobLease(r: Pick<ReplicaView, 'leaseName' | 'shardLeases'>, job: string): string {
+  const leases = r.shardLeases;
+  return leases && leases.length > 1 ? leases[shardOf(job, leases.length)]! : r.leaseName;
 }

@@ -21,7 +21,8 @@ export interface RunRoutesContext {
   replica: ReplicaView;
   capped: <T>(handler: (req: FastifyRequest) => Promise<T>) => (req: FastifyRequest) => Promise<T>;
   requireToken: (req: FastifyRequest) => Promise<void>;
-  notLeader: () => Promise<never>;
+  /** 409 naming the leader of that lease (the scheduler's by default). */
+  notLeader: (leaseName?: string) => Promise<never>;
 }
 
 const MAX_BIGINT = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
@@ -135,7 +136,8 @@ function runReads(c: RunRoutesContext): void {
 function retryRoute(c: RunRoutesContext): void {
   c.app.post('/api/runs/:id/retry', { onRequest: c.requireToken }, async (req) => {
     const { id } = parse(z.object({ id: runId }), req.params);
-    if (c.replica.role !== 'leader') return c.notLeader();
+    // Sharded, the run's shard decides who may retry it: the replica answers that, naming its leader.
+    if (c.replica.role !== 'leader' && !c.replica.shardLeases) return c.notLeader();
     try {
       const run = await c.replica.retry(BigInt(id));
       c.replica.logger.info({ runId: id, job: run.job }, 'admin: run retried');
@@ -148,7 +150,7 @@ function retryRoute(c: RunRoutesContext): void {
         leader: c.replica.replicaId,
       };
     } catch (err) {
-      if (err instanceof NotLeaderError) return c.notLeader();
+      if (err instanceof NotLeaderError) return c.notLeader(err.leaseName);
       if (err instanceof RunNotFoundError) throw new HttpError(404, 'unknown_run', err.message);
       if (err instanceof RunNotRetryableError)
         throw new HttpError(409, 'not_retryable', err.message, { state: err.state });

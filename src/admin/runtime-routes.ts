@@ -12,14 +12,15 @@ import type { StoredSchedule } from '../ledger/schedule-ledger.js';
 import { CronSchedule } from '../scheduler/cron-schedule.js';
 import { runtimeJobName } from '../scheduler/runtime-schedules.js';
 import { HttpError, parse } from './http-error.js';
-import type { ReplicaView, RuntimeAdmin } from './replica-view.js';
+import { jobLease, type ReplicaView, type RuntimeAdmin } from './replica-view.js';
 
 export interface RuntimeRoutesContext {
   app: FastifyInstance;
   replica: ReplicaView;
   reads: Ledger;
   requireToken: (req: FastifyRequest) => Promise<void>;
-  notLeader: () => Promise<never>;
+  /** 409 naming the leader of that lease (the scheduler's by default). */
+  notLeader: (leaseName?: string) => Promise<never>;
   capped: <T>(h: (req: FastifyRequest) => Promise<T>) => (req: FastifyRequest) => Promise<T>;
 }
 
@@ -108,7 +109,7 @@ function runRoutes(c: RuntimeRoutesContext): void {
   c.app.post('/api/jobs/:name/once', auth, async (req, reply) => {
     const { name } = parse(jobParams, req.params);
     const b = parse(onceBody, req.body);
-    if (c.replica.role !== 'leader') return c.notLeader();
+    if (c.replica.role !== 'leader') return c.notLeader(jobLease(c.replica, name));
     const at = b.at ? new Date(b.at) : new Date(c.replica.clock.now());
     const run = await refuse(() => ops(c).once(name, { at, key: b.key, payload: b.payload ?? null }), c);
     return reply.code(run.created ? 201 : 200).send({
@@ -124,7 +125,7 @@ function runRoutes(c: RuntimeRoutesContext): void {
   c.app.post('/api/jobs/:name/backfill', auth, async (req) => {
     const { name } = parse(jobParams, req.params);
     const b = parse(backfillBody, req.body);
-    if (c.replica.role !== 'leader') return c.notLeader();
+    if (c.replica.role !== 'leader') return c.notLeader(jobLease(c.replica, name));
     const step = await refuse(
       () =>
         ops(c).backfill({ job: name, from: new Date(b.from), to: new Date(b.to), limit: b.limit, ratePerSec: b.rate }),
@@ -144,7 +145,7 @@ async function refuse<T>(fn: () => Promise<T>, c?: RuntimeRoutesContext): Promis
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof NotLeaderError && c) return c.notLeader();
+    if (err instanceof NotLeaderError && c) return c.notLeader(err.leaseName);
     if (err instanceof ScheduleNotFoundError) throw new HttpError(404, 'unknown_schedule', err.message);
     if (err instanceof ScheduleExistsError) throw new HttpError(409, 'schedule_exists', err.message);
     if (err instanceof InvalidArgumentError) throw new HttpError(400, 'bad_request', err.message);

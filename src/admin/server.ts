@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { NotLeaderError } from '../errors.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
-import type { ReplicaView } from './replica-view.js';
+import { jobLease, type ReplicaView } from './replica-view.js';
 import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-pool.js';
 import { bearerMatches } from './auth.js';
 import { memberAgreement } from './member-agreement.js';
@@ -274,9 +274,10 @@ export class AdminServer {
     return job;
   }
 
-  private async notLeader(): Promise<never> {
+  /** 409 naming the leader of `leaseName` (sharded: the job's shard's), the scheduler's lease by default. */
+  private async notLeader(leaseName?: string): Promise<never> {
     const r = this.o.replica;
-    const cur = await this.o.backend.current(r.leaseName).catch(() => null);
+    const cur = await this.o.backend.current(leaseName ?? r.leaseName).catch(() => null);
     const leaderAdminUrl = cur
       ? await memberAdminUrl(this.pool, this.reads.tables, cur.holder).catch(() => null)
       : null;
@@ -301,7 +302,27 @@ export class AdminServer {
       replicaId: r.replicaId,
       role: r.role,
       leadingSince: r.leadingSince === undefined ? null : new Date(r.leadingSince).toISOString(),
+      shards: r.shardLeases ? await this.shardStatus(r.shardLeases) : undefined,
     };
+  }
+
+  /** Sharded leadership: who leads which shard, with its token and admin URL. */
+  private async shardStatus(leases: readonly string[]) {
+    const holders = await Promise.all(leases.map((name) => this.o.backend.current(name).catch(() => null)));
+    const urls = new Map<string, string | null>();
+    for (const h of new Set(holders.map((c) => c?.holder).filter((h): h is string => h !== undefined)))
+      urls.set(h, await memberAdminUrl(this.pool, this.reads.tables, h));
+    return leases.map((leaseName, shard) => {
+      const cur = holders[shard];
+      return {
+        shard,
+        leaseName,
+        holder: cur?.holder ?? null,
+        token: cur?.token.toString() ?? null,
+        expiresInMs: cur ? Math.max(0, Math.round(cur.expiresInMs)) : null,
+        leaderAdminUrl: cur ? (urls.get(cur.holder) ?? null) : null,
+      };
+    });
   }
 
   private routes(): void {
@@ -316,14 +337,14 @@ export class AdminServer {
       replica: this.o.replica,
       capped: (handler) => this.capped(handler),
       requireToken: this.requireToken,
-      notLeader: () => this.notLeader(),
+      notLeader: (leaseName) => this.notLeader(leaseName),
     });
     runtimeRoutes({
       app: this.app,
       replica: this.o.replica,
       reads: this.reads,
       requireToken: this.requireToken,
-      notLeader: () => this.notLeader(),
+      notLeader: (leaseName) => this.notLeader(leaseName),
       capped: (h) => this.capped(h),
     });
   }
@@ -426,7 +447,7 @@ export class AdminServer {
 
     app.post('/api/jobs/:name/trigger', { onRequest: this.requireToken }, async (req) => {
       const job = this.job(req.params);
-      if (r.role !== 'leader') return this.notLeader();
+      if (r.role !== 'leader') return this.notLeader(jobLease(r, job.name));
       try {
         const fire = await r.trigger(job.name);
         r.logger.info({ job: job.name, runId: fire.runId.toString() }, 'admin: job triggered');
@@ -438,7 +459,7 @@ export class AdminServer {
           leader: r.replicaId,
         };
       } catch (err) {
-        if (err instanceof NotLeaderError) return this.notLeader();
+        if (err instanceof NotLeaderError) return this.notLeader(err.leaseName);
         throw err;
       }
     });

@@ -63,16 +63,6 @@ export async function deleteMember(db: Queryable, t: Tables, replicaId: string):
   await db.query(`DELETE FROM ${t.members} WHERE replica_id = $1`, [replicaId]);
 }
 
-/** Replicas seen within `withinMs` that do not lead, by id: the followers that may stand in. */
-export async function liveFollowers(db: Queryable, t: Tables, withinMs: number): Promise<string[]> {
-  const res = await db.query<{ replica_id: string }>(
-    `SELECT replica_id FROM ${t.members}
-     WHERE last_seen > now() - ($1::int * interval '1 millisecond') AND role <> 'leader' ORDER BY replica_id`,
-    [withinMs],
-  );
-  return res.rows.map((r) => r.replica_id);
-}
-
 /** Jobs defined by at least one member seen within `withinMs`; null when no member has said (a 0.1.0 replica, or none alive). */
 export async function jobsOfLiveMembers(db: Queryable, t: Tables, withinMs: number): Promise<Set<string> | null> {
   const res = await db.query<{ jobs: string[] | null }>(
@@ -81,4 +71,21 @@ export async function jobsOfLiveMembers(db: Queryable, t: Tables, withinMs: numb
   );
   if (res.rows.length === 0 || res.rows.some((r) => r.jobs === null)) return null;
   return new Set(res.rows.flatMap((r) => r.jobs ?? []));
+}
+
+/** A member row's id and role, and how long ago (database clock) it last beat. */
+export interface LiveMember {
+  replicaId: string;
+  role: string;
+  ageMs: number;
+}
+
+/** Every replica seen within `withinMs`, by id, with the age of its last beat. */
+export async function liveMembers(db: Queryable, t: Tables, withinMs: number): Promise<LiveMember[]> {
+  const res = await db.query<{ replica_id: string; role: string; age_ms: number }>(
+    `SELECT replica_id, role, (extract(epoch FROM now() - last_seen) * 1000)::float8 AS age_ms FROM ${t.members}
+     WHERE last_seen > now() - ($1::int * interval '1 millisecond') ORDER BY replica_id`,
+    [withinMs],
+  );
+  return res.rows.map((r) => ({ replicaId: r.replica_id, role: r.role, ageMs: Number(r.age_ms) }));
 }

@@ -18,8 +18,10 @@ export function forwardEvents(
   fireLoop: FireLoop,
   logger: Logger,
   warn: Warn,
+  /** False with sharded leadership: the replica announces its own, aggregate role. */
+  forwardRole = true,
 ): void {
-  elector.on('role:changed', (role) => to.emit('role:changed', role));
+  if (forwardRole) elector.on('role:changed', (role) => to.emit('role:changed', role));
   elector.on('lease:acquired', (lease) => to.emit('lease:acquired', lease));
   elector.on('lease:renewed', (lease, ms) => to.emit('lease:renewed', lease, ms));
   elector.on('lease:lost', (lease, reason, end) => {

@@ -1,7 +1,14 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import { deleteMember, liveFollowers, touchMember, upsertMember, type JoinedJobNames } from '../ledger/members.js';
+import {
+  deleteMember,
+  liveMembers,
+  touchMember,
+  upsertMember,
+  type JoinedJobNames,
+  type LiveMember,
+} from '../ledger/members.js';
 import { forEachSliced } from '../scheduler/yielding.js';
 import type { Tables } from '../db/tables.js';
 
@@ -18,6 +25,13 @@ export interface MemberHeartbeatOptions {
   /** This replica's admin base URL (http://host:port), if it serves one. */
   adminUrl?: string;
   intervalMs?: number;
+  /**
+   * Sharded leadership: every replica leads some shard, and a shard's own leader rests its stand-in
+   * for that shard only, so every live member counts as a follower for the stand-ins.
+   */
+  everyoneStandsIn?: boolean;
+  /** After each beat that read the members (the shard balancer runs here). */
+  onBeat?: (members: readonly LiveMember[]) => void;
   logger?: Logger;
 }
 
@@ -89,7 +103,9 @@ export class MemberHeartbeat {
       });
       this.fullRowWritten = true;
     }
-    this.seenFollowers = await liveFollowers(this.o.pool, this.o.tables, 3 * this.intervalMs);
+    const members = await liveMembers(this.o.pool, this.o.tables, 3 * this.intervalMs);
+    this.seenFollowers = members.filter((m) => this.o.everyoneStandsIn || m.role !== 'leader').map((m) => m.replicaId);
+    this.o.onBeat?.(members);
   }
 
   /** The job names joined by newlines, 10,000 at a time between turns of the event loop. */

@@ -17,6 +17,15 @@ import { BullmqDelivery } from '../jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import { RunExecutor } from '../jobs/run-executor.js';
 import type { Lease } from '../locks/lease.js';
+import { runDetail } from '../ledger/run-reads.js';
+import type { LiveMember } from '../ledger/members.js';
+import type { RuntimeAdmin } from '../admin/replica-view.js';
+import { ShardedJobs } from '../scheduler/shard-jobs.js';
+import { shardFenceResource, shardLeaseName, shardOf, validShardCount } from '../scheduler/shard-map.js';
+import { shardsToHandBack } from '../scheduler/shard-balance.js';
+import type { ScheduledJobs } from '../scheduler/scheduled-job.js';
+import { onShard, type ShardLeader } from './shard-leader.js';
+import { ShardedRuntime } from './sharded-runtime.js';
 import { Elector, type ElectorRole } from '../scheduler/elector.js';
 import { FireLoop, type FireLoopLedger } from '../scheduler/fire-loop.js';
 import type { FireLedger } from '../ledger/fire-ledger.js';
@@ -67,15 +76,24 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly namespace: string;
   /** The PostgreSQL schema of this deployment's ledger. */
   readonly schema: string;
+  /** The scheduler's lease (shard 0's, when leadership is sharded). */
   readonly leaseName: string;
   readonly registry: JobRegistry;
   readonly ledger: Ledger;
+  /** How many shards leadership is split into (1: one leader fires every job). */
+  readonly shardCount: number;
+  /** Each shard's leadership on this replica, by shard (one with one shard). */
+  readonly shards: readonly ShardLeader[];
+  /** The shards' lease names when leadership is sharded (more than one); undefined otherwise. */
+  readonly shardLeases: readonly string[] | undefined;
+  /** Shard 0's elector: the scheduler's, unsharded. */
   readonly elector: Elector;
+  /** Shard 0's fire loop: the scheduler's, unsharded. */
   readonly fireLoop: FireLoop;
   /** The jobs the leader fires and a follower stands in for: from code, and the runtime schedules. */
   readonly schedules: RuntimeSchedules;
-  /** Runtime schedules, one-off runs and backfills for the admin API. */
-  readonly runtime: RuntimeOps;
+  /** Runtime schedules, one-off runs and backfills for the admin API (routed by the job's shard). */
+  readonly runtime: RuntimeAdmin;
   /** Keeps `schedules` current from start to stop, on every replica (the stand-in needs them too). */
   readonly scheduleSync: ScheduleSync;
   private readonly syncStop = new AbortController();
@@ -106,11 +124,11 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private readonly retention: RunRetention | undefined;
   private readonly sweeper: DeliverySweeper;
   private readonly removedJobs: RemovedJobs;
-  private readonly standIn: StandIn;
-  private readonly retrier: RunRetrier;
-  private readonly tenures: TenureRecord;
   private readonly pauseExpiry: PauseExpiry;
   private stopped = false;
+  /** The aggregate role last announced (sharded: 'leader' while leading any shard). */
+  private announcedRole: ElectorRole | undefined;
+  private balancing = false;
   /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
   private readonly warn: ReturnType<typeof limitedWarn>;
 
@@ -120,7 +138,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
     this.namespace = o.namespace ?? DEFAULT_NAMESPACE;
     this.schema = resolveSchema({ schema: o.schema, namespace: this.namespace });
-    this.leaseName = `cronwarden/${this.namespace}/scheduler`;
+    this.shardCount = validShardCount(o.shards ?? 1);
+    this.leaseName = shardLeaseName(this.namespace, 0, this.shardCount);
     this.registry = o.jobs instanceof JobRegistry ? o.jobs : new JobRegistry(o.jobs);
     this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
     this.startedAt = (o.clock ?? systemClock).now();
@@ -144,9 +163,6 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       ledger: this.ledger,
     });
     ({ retention: this.retention, sweeper: this.sweeper, removedJobs: this.removedJobs } = this.leaderChores(clock));
-    const fenceResource = `scheduler/${this.leaseName}`;
-
-    this.elector = this.newElector(clock, fenceResource);
     this.schedules = new RuntimeSchedules({
       code: this.registry,
       ledger: this.ledger.schedules,
@@ -154,23 +170,30 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       logger: this.logger,
     });
     const fireLedger = withRuntimeSchedules(this.ledger.fires, this.schedules);
-    this.fireLoop = this.newFireLoop(fireLedger, clock, fenceResource);
-    this.runtime = this.runtimeOps(fireLedger, fenceResource);
-    this.standIn = this.newStandIn(clock, fenceResource);
+    const split = new ShardedJobs(this.schedules, this.shardCount);
+    this.shards = Array.from({ length: this.shardCount }, (_, shard) =>
+      this.newShard(shard, split.view(shard), fireLedger, clock),
+    );
+    const first = this.shards[0]!;
+    this.elector = first.elector;
+    this.fireLoop = first.fireLoop;
+    this.shardLeases = this.shardCount > 1 ? this.shards.map((s) => s.leaseName) : undefined;
+    this.runtime = this.shardCount > 1 ? new ShardedRuntime(this.shards, first.runtime) : first.runtime;
     this.scheduleSync = new ScheduleSync({
       pool: this.pool,
       channel: this.ledger.tables.scheduleChannel,
       schedules: this.schedules,
-      planners: [this.fireLoop, this.standIn],
+      planners: [...this.shards.map((s) => s.fireLoop), ...this.shards.map((s) => s.standIn)],
       clock,
       logger: this.logger,
     });
+    // The leader's chores for the whole deployment run under shard 0's lease and fence.
     this.pauseExpiry = new PauseExpiry({
       ledger: this.ledger.fires,
-      leadership: this.elector,
+      leadership: first.elector,
       clock,
       logger: this.logger,
-      fenceResource,
+      fenceResource: first.fenceResource,
       onResumed: (pause) => this.emit('pause:expired', pause),
     });
     this.executor = new RunExecutor({
@@ -179,22 +202,65 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       logger: this.logger,
     });
-    this.retrier = this.newRetrier(fenceResource);
-    this.tenures = this.newTenureRecord();
-    forwardEvents(this, this.elector, this.fireLoop, this.logger, this.warn);
   }
 
-  /** Stamps each tenure's renewals and end in cw_elections (the console's handover times). */
-  private newTenureRecord(): TenureRecord {
-    const tenures = new TenureRecord({
-      db: this.pool,
-      tables: this.ledger.tables,
-      logger: this.logger,
-      warn: this.warn,
+  /** One shard's elector, fire loop, stand-in and leader-only actions, under its own lease and fence. */
+  private newShard(
+    shard: number,
+    jobs: ScheduledJobs,
+    fireLedger: FireLoopLedger & Pick<FireLedger, 'markEnqueued'>,
+    clock: Clock,
+  ): ShardLeader {
+    const leaseName = shardLeaseName(this.namespace, shard, this.shardCount);
+    const fenceResource = shardFenceResource(leaseName);
+    const sharded = this.shardCount > 1;
+    const logger = sharded ? this.logger.child({ shard }) : this.logger;
+    const elector = this.newElector(clock, leaseName, fenceResource, () => unit);
+    const fireLoop = new FireLoop({
+      registry: jobs,
+      ledger: fireLedger,
+      delivery: this.delivery,
+      leadership: elector,
+      clock,
+      logger,
+      replicaId: this.replicaId,
+      fenceResource,
+      owns: sharded ? (job) => shardOf(job, this.shardCount) === shard : undefined,
     });
-    this.on('lease:renewed', (lease) => tenures.renewed(lease));
-    this.on('lease:lost', (lease, _reason, end) => tenures.ended(lease, end));
-    return tenures;
+    const unit: ShardLeader = {
+      shard,
+      leaseName,
+      fenceResource,
+      jobs,
+      elector,
+      fireLoop,
+      standIn: this.newStandIn(clock, jobs, fireLoop, elector, fenceResource, logger),
+      retrier: new RunRetrier({
+        ledger: this.ledger.fires,
+        delivery: this.delivery,
+        leadership: elector,
+        logger,
+        replicaId: this.replicaId,
+        fenceResource,
+      }),
+      runtime: this.runtimeOps(jobs, fireLedger, elector, fenceResource),
+      tenures: new TenureRecord({ db: this.pool, tables: this.ledger.tables, logger, warn: this.warn }),
+      wonAt: undefined,
+    };
+    // Stamps each tenure's renewals and end in cw_elections (the console's handover times).
+    elector.on('lease:renewed', (lease) => unit.tenures.renewed(lease));
+    elector.on('lease:lost', (lease, _reason, end) => unit.tenures.ended(lease, end));
+    forwardEvents(this, elector, fireLoop, logger, this.warn, !sharded);
+    if (sharded) elector.on('role:changed', () => this.announceRole());
+    return unit;
+  }
+
+  /** Sharded: the replica's role is 'leader' while it leads any shard; announced when that changes. */
+  private announceRole(): void {
+    const role = this.role;
+    if (role === this.announcedRole) return;
+    this.announcedRole = role;
+    this.emit('role:changed', role);
   }
 
   /** Connection errors of the clients we made are logged, rate-limited; the caller's are theirs. */
@@ -205,45 +271,24 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       this.redis.on('error', (err) => this.warn(`redis:${err.message}`, { err }, 'Redis connection error'));
   }
 
-  private newRetrier(fenceResource: string): RunRetrier {
-    return new RunRetrier({
-      ledger: this.ledger.fires,
-      delivery: this.delivery,
-      leadership: this.elector,
-      logger: this.logger,
-      replicaId: this.replicaId,
-      fenceResource,
-    });
-  }
-
-  private newElector(clock: Clock, fenceResource: string): Elector {
+  /** `unit` is the shard the elector campaigns for (made after it: its parts need the elector). */
+  private newElector(clock: Clock, leaseName: string, fenceResource: string, unit: () => ShardLeader): Elector {
     return new Elector(
       this.o.backend,
-      { ...this.o.election, leaseName: this.leaseName, replicaId: this.replicaId },
+      { ...this.o.election, leaseName, replicaId: this.replicaId },
       {
-        beforeCampaign: () => this.raiseTokenFloor(fenceResource),
-        onStartedLeading: (lease, signal) => this.onLeading(lease, signal),
+        beforeCampaign: () => this.raiseTokenFloor(leaseName, fenceResource),
+        onStartedLeading: (lease, signal) => this.onLeading(unit(), lease, signal),
         onStoppedLeading: () => {
-          this.fireLoop.stop();
+          const u = unit();
+          u.wonAt = undefined;
+          u.fireLoop.stop();
           // A follower again: stand in for whoever leads next (re-armed in slices).
-          if (!this.stopped) void this.standIn.start();
+          if (!this.stopped) void u.standIn.start();
         },
       },
       clock,
     );
-  }
-
-  private newFireLoop(ledger: FireLoopLedger, clock: Clock, fenceResource: string): FireLoop {
-    return new FireLoop({
-      registry: this.schedules,
-      ledger,
-      delivery: this.delivery,
-      leadership: this.elector,
-      clock,
-      logger: this.logger,
-      replicaId: this.replicaId,
-      fenceResource,
-    });
   }
 
   /** The leader's periodic chores: retention, the re-delivery sweep, removed jobs' runs. */
@@ -279,17 +324,24 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     };
   }
 
-  /** The follower's stand-in for a silent leader (see stand-in.ts). */
-  private newStandIn(clock: Clock, fenceResource: string): StandIn {
+  /** The follower's stand-in for a silent leader of the shard (see stand-in.ts). */
+  private newStandIn(
+    clock: Clock,
+    jobs: ScheduledJobs,
+    fireLoop: FireLoop,
+    elector: Elector,
+    fenceResource: string,
+    logger: Logger,
+  ): StandIn {
     return new StandIn({
-      registry: this.schedules,
+      registry: jobs,
       ledger: this.ledger.fires,
       delivery: this.delivery,
-      policies: this.fireLoop,
+      policies: fireLoop,
       annotate: (fires) => this.schedules.annotate(fires),
-      isLeading: () => this.elector.role === 'leader',
+      isLeading: () => elector.role === 'leader',
       clock,
-      logger: this.logger,
+      logger,
       replicaId: this.replicaId,
       fenceResource,
       graceMs: this.o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
@@ -299,9 +351,14 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     });
   }
 
-  /** Runtime schedules' changes, one-off runs and backfills, as the admin API drives them. */
-  private runtimeOps(fireLedger: FireLoopLedger & Pick<FireLedger, 'markEnqueued'>, fenceResource: string): RuntimeOps {
-    const stamp = { leadership: this.elector, clock: this.clock, logger: this.logger, replicaId: this.replicaId };
+  /** Runtime schedules' changes, one-off runs and backfills of a shard's jobs, as the admin API drives them. */
+  private runtimeOps(
+    jobs: ScheduledJobs,
+    fireLedger: FireLoopLedger & Pick<FireLedger, 'markEnqueued'>,
+    leadership: Elector,
+    fenceResource: string,
+  ): RuntimeOps {
+    const stamp = { leadership, clock: this.clock, logger: this.logger, replicaId: this.replicaId };
     return new RuntimeOps({
       ...stamp,
       fenceResource,
@@ -312,7 +369,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       backfiller: new Backfiller({
         ...stamp,
         fenceResource,
-        registry: this.schedules,
+        registry: jobs,
         ledger: fireLedger,
         delivery: this.delivery,
       }),
@@ -335,8 +392,20 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     });
   }
 
+  /** Unsharded: the elector's role. Sharded: 'leader' while leading any shard, else shard 0's role. */
   get role(): ElectorRole {
+    if (this.shardCount > 1 && this.shards.some((s) => s.elector.role === 'leader')) return 'leader';
     return this.elector.role;
+  }
+
+  /** The shards this replica leads now. */
+  ledShards(): number[] {
+    return this.shards.filter((s) => s.elector.role === 'leader').map((s) => s.shard);
+  }
+
+  /** The shard that fires `job`, and may trigger, retry, backfill or run it once. */
+  private shardOf(job: string): ShardLeader {
+    return this.shards[shardOf(job, this.shardCount)]!;
   }
 
   // The admin view (ReplicaView): what the admin server and the metrics may see and do.
@@ -347,10 +416,16 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     return this.elector.options.ttlMs;
   }
   get leadingSince(): number | undefined {
-    return this.elector.leadingSince;
+    const since = this.shards.map((s) => s.elector.leadingSince).filter((t): t is number => t !== undefined);
+    return since.length > 0 ? Math.min(...since) : undefined;
   }
+  /** The lease while leading (sharded: of the lowest shard this replica leads). */
   lease(): Lease | undefined {
-    return this.elector.lease();
+    for (const s of this.shards) {
+      const lease = s.elector.lease();
+      if (lease) return lease;
+    }
+    return undefined;
   }
   jobs(): readonly JobDefinition[] {
     return this.registry.list();
@@ -365,7 +440,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     await this.pool.query('SELECT 1');
   }
   trigger(job: string): Promise<CommittedFire> {
-    return this.fireLoop.trigger(job);
+    const shard = this.shardOf(job);
+    return onShard(shard, () => shard.fireLoop.trigger(job));
   }
   setPaused(job: string, paused: boolean): Promise<void> {
     return this.ledger.fires.setPaused(job, paused);
@@ -373,11 +449,16 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   pause(job: string, request: PauseRequest): Promise<JobPause> {
     return this.ledger.fires.pause(job, request);
   }
-  resign(): Promise<boolean> {
-    return this.elector.resign();
+  /** Give up every shard this replica leads; false when it leads none. */
+  async resign(): Promise<boolean> {
+    const resigned = await Promise.all(this.shards.map((s) => s.elector.resign()));
+    return resigned.some(Boolean);
   }
-  retry(runId: bigint): Promise<RetriedRun> {
-    return this.retrier.retry(runId);
+  async retry(runId: bigint): Promise<RetriedRun> {
+    // Sharded: the run's job says whose fence the retry goes under (an unknown run: shard 0 says so).
+    const run = this.shardCount > 1 ? await runDetail(this.pool, this.ledger.tables, runId) : null;
+    const shard = run ? this.shardOf(run.job) : this.shards[0]!;
+    return onShard(shard, () => shard.retrier.retry(runId));
   }
 
   async start(): Promise<void> {
@@ -419,8 +500,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
       return loaded;
     });
-    this.elector.start();
-    void this.standIn.start();
+    for (const s of this.shards) s.elector.start();
+    for (const s of this.shards) void s.standIn.start();
     await this.startAdmin();
   }
 
@@ -455,6 +536,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       const bound = await this.admin.listen();
       this.adminUrl = a.url ?? advertised(bound, a.host ?? '127.0.0.1');
     }
+    const sharded = this.shardCount > 1;
     this.heartbeat = new MemberHeartbeat({
       pool: this.pool,
       tables: this.ledger.tables,
@@ -464,6 +546,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       jobs: () => this.registry.list(),
       adminUrl: this.adminUrl,
       logger: this.logger,
+      // Sharded: the balancer needs to see a dead replica gone within a TTL, so beat thrice a TTL.
+      intervalMs: sharded ? Math.min(3000, Math.max(100, Math.floor(this.ttlMs / 3))) : undefined,
+      everyoneStandsIn: sharded,
+      onBeat: sharded ? (members) => void this.balance(members) : undefined,
     });
     this.on('role:changed', () => void this.heartbeat?.beat());
     await this.heartbeat.start();
@@ -479,17 +565,19 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.stopped = true;
     // The hand-over first: stop firing and release the lease, so a follower leads at once. Only
     // then the admin HTTP (whose close waits for in-flight requests) and the member row.
-    this.fireLoop.stop();
-    this.standIn.stop();
+    for (const s of this.shards) {
+      s.fireLoop.stop();
+      s.standIn.stop();
+    }
     this.syncStop.abort();
-    await this.elector.stop();
+    await Promise.all(this.shards.map((s) => s.elector.stop()));
     await this.heartbeat?.stop();
     await this.admin?.close();
     await this.worker?.close(this.o.shutdownGraceMs ?? 10_000);
     await this.delivery.close();
     if (this.ownsRedis) await this.redis.quit().catch(() => {});
     await this.o.backend.close();
-    await this.tenures.flush();
+    await Promise.all(this.shards.map((s) => s.tenures.flush()));
     this.ledgerClock?.stop();
     // An abandoned handler may still hold a pooled client (e.g. inside ctx.transaction): do not
     // wait for it; exiting the process ends its session and PostgreSQL rolls its transaction back.
@@ -499,36 +587,79 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.logger.info('replica stopped');
   }
 
-  private async onLeading(lease: Lease, signal: AbortSignal): Promise<void> {
-    this.logger.info({ token: lease.token.toString() }, 'elected leader');
+  private async onLeading(unit: ShardLeader, lease: Lease, signal: AbortSignal): Promise<void> {
+    const shard = this.shardCount > 1 ? { shard: unit.shard } : {};
+    this.logger.info({ token: lease.token.toString(), ...shard }, 'elected leader');
+    unit.wonAt = this.clock.monotonic();
     // The leader fires; its stand-in would only repeat the fire loop's work for a million jobs.
-    this.standIn.stop();
+    unit.standIn.stop();
     await this.ledger.fires
-      .recordElection(this.leaseName, this.replicaId, lease.token, this.o.backend.kind)
-      .then((id) => this.tenures.elected(id, lease.token))
+      .recordElection(unit.leaseName, this.replicaId, lease.token, this.o.backend.kind)
+      .then((id) => unit.tenures.elected(id, lease.token))
       .catch((err: Error) => {
-        this.logger.warn({ err }, 'could not record the election');
+        this.logger.warn({ err, ...shard }, 'could not record the election');
       });
-    void this.retention?.run(signal);
-    void this.sweeper.run(signal);
-    void this.removedJobs.run(signal);
-    void this.pauseExpiry.run(signal);
+    if (unit.shard === 0) {
+      void this.retention?.run(signal);
+      void this.sweeper.run(signal);
+      void this.removedJobs.run(signal);
+      void this.pauseExpiry.run(signal);
+    }
     // The tenure's catch-up plans with runtime schedules as the ledger holds them now.
     await this.schedulesLoaded;
     await this.scheduleSync.current();
     if (signal.aborted) return;
-    await this.fireLoop.lead(signal);
+    await unit.fireLoop.lead(signal);
+  }
+
+  /**
+   * Sharded: after each member beat, hand back the shards above this replica's fair share while
+   * another live replica leads fewer (shard-balance.ts). Live: beat within a TTL, so a replica that
+   * died stops counting about when its leases expire; fresh (may take a shard): beat within 1.5
+   * beats. Holders are read from the lease backend; if a read fails, nothing is handed back this time.
+   */
+  private async balance(members: readonly LiveMember[]): Promise<void> {
+    if (this.balancing || this.stopped) return;
+    this.balancing = true;
+    try {
+      const ttl = this.ttlMs;
+      const holders = await Promise.all(this.shards.map((s) => this.o.backend.current(s.leaseName))).catch(
+        () => undefined,
+      );
+      if (!holders || this.stopped) return;
+      const mine = this.shards
+        .filter((s) => s.elector.role === 'leader' && s.wonAt !== undefined)
+        .map((s) => ({ shard: s.shard, wonAt: s.wonAt! }));
+      const beat = this.heartbeat?.intervalMs ?? ttl;
+      const handBack = shardsToHandBack({
+        shards: this.shardCount,
+        me: this.replicaId,
+        live: members.filter((m) => m.ageMs <= ttl).map((m) => m.replicaId),
+        fresh: members.filter((m) => m.ageMs <= 1.5 * beat).map((m) => m.replicaId),
+        holders: holders.map((h) => h?.holder ?? null),
+        mine,
+      });
+      for (const shard of handBack) {
+        this.logger.info(
+          { shard, leading: mine.length },
+          'handing a shard back: this replica leads more than its share',
+        );
+        await this.shards[shard]!.elector.resign();
+      }
+    } finally {
+      this.balancing = false;
+    }
   }
 
   /**
    * Before campaigning, make the backend's next token exceed the highest token the ledger accepted,
    * so a Redis that restarted without persistence cannot hand out a token the fence would refuse.
    */
-  private async raiseTokenFloor(fenceResource: string): Promise<void> {
+  private async raiseTokenFloor(leaseName: string, fenceResource: string): Promise<void> {
     const highest = await this.ledger.fires.fenceToken(fenceResource);
     if (highest === null) return;
     try {
-      await this.o.backend.ensureTokenAbove(this.leaseName, highest);
+      await this.o.backend.ensureTokenAbove(leaseName, highest);
     } catch (err) {
       if (!(err instanceof InvalidArgumentError)) throw err;
       this.logger.error({ err, highest: highest.toString() }, 'backend cannot honour the ledger token floor');

@@ -61,6 +61,12 @@ export interface FireLoopOptions {
   fenceResource: string;
   /** How often the leader sweeps the outbox for committed-but-unqueued runs. Default 1 s. */
   outboxIntervalMs?: number;
+  /**
+   * Sharded leadership: the jobs whose runs this loop's outbox hands over (its shard's). Another
+   * shard's runs are its own leader's to hand over, so the outbox never races that fire path.
+   * Default: every job.
+   */
+  owns?: (job: string) => boolean;
 }
 
 /**
@@ -211,7 +217,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   async sweepOutbox(): Promise<number> {
     if (!this.running || !this.o.leadership.lease()) return 0;
     const queuedJobs = this.queuedJobs();
-    const runs = await this.handingOver.sweep(() => this.o.ledger.unenqueued(500, queuedJobs));
+    const owns = this.o.owns;
+    const runs = await this.handingOver.sweep(async () => {
+      const all = await this.o.ledger.unenqueued(500, queuedJobs);
+      return owns ? all.filter((r) => owns(r.job)) : all;
+    });
     if (runs.length === 0) return 0;
     await this.o.delivery.enqueue(runs);
     await this.o.ledger.markEnqueued(runs.map((r) => r.runId));

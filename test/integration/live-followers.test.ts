@@ -1,11 +1,11 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { liveFollowers, upsertMember } from '../../src/ledger/members.js';
+import { liveMembers, upsertMember } from '../../src/ledger/members.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-/** The followers a stand-in chooses among: member rows that beat lately and do not lead. */
-describe('liveFollowers (real PostgreSQL)', () => {
+/** The members a stand-in and the shard balancer choose among: member rows that beat lately. */
+describe('liveMembers (real PostgreSQL)', () => {
   let db: TestDatabase;
   let ledger: Ledger;
   before(async () => {
@@ -16,7 +16,7 @@ describe('liveFollowers (real PostgreSQL)', () => {
     await db.drop();
   });
 
-  it('lists replicas seen within the window that do not lead, by id', async () => {
+  it('lists replicas seen within the window, by id, with their role and the age of their last beat', async () => {
     const t = ledger.tables;
     const member = (replicaId: string, role: string) =>
       upsertMember(db.pool, t, { replicaId, role, host: 'h', pid: 1, version: 'v', adminUrl: null, jobs: ['a'] });
@@ -25,6 +25,18 @@ describe('liveFollowers (real PostgreSQL)', () => {
     await member('r2', 'candidate');
     await member('r4', 'follower');
     await db.pool.query(`UPDATE ${t.members} SET last_seen = now() - interval '1 minute' WHERE replica_id = 'r4'`);
-    assert.deepEqual(await liveFollowers(db.pool, t, 10_000), ['r2', 'r3']);
+    await db.pool.query(`UPDATE ${t.members} SET last_seen = now() - interval '2 seconds' WHERE replica_id = 'r3'`);
+    const live = await liveMembers(db.pool, t, 10_000);
+    assert.deepEqual(
+      live.map((m) => [m.replicaId, m.role]),
+      [
+        ['r1', 'leader'],
+        ['r2', 'candidate'],
+        ['r3', 'follower'],
+      ],
+    );
+    const age = new Map(live.map((m) => [m.replicaId, m.ageMs]));
+    assert.ok(age.get('r3')! >= 2000 && age.get('r3')! < 5000, `r3 beat 2 s ago, got ${age.get('r3')}`);
+    assert.ok(age.get('r1')! < 1000, `r1 just beat, got ${age.get('r1')}`);
   });
 });
