@@ -48,7 +48,7 @@ import { ReplicaFleet } from './fleet.js';
 import { drillJobNames, shardsWithoutJobs } from './job-names.js';
 import { LeaderTimeline } from './leader-timeline.js';
 import { LedgerProbe } from './ledger-probe.js';
-import { ShardTimeline, shardsLed } from './shard-timeline.js';
+import { isWhole, ShardTimeline, shardsLed, type Liveness } from './shard-timeline.js';
 import { ReplicaLink } from './replica-link.js';
 import { SkewedClocks } from './skewed-clock.js';
 import { strike } from './strike.js';
@@ -127,6 +127,12 @@ export interface FaultRecord {
   maxLeaderlessMs?: number;
   /** That shard (null: none was without a leader). */
   maxLeaderlessShard?: number | null;
+  /**
+   * With shards: how long the drill waited before the strike for every replica to be up (a member)
+   * and the shards balanced among them (a replacement takes seconds to start), after which it lets
+   * the cluster run quietly for the interval; null: not within 60 s, struck at once.
+   */
+  waitedForSpreadMs?: number | null;
   /** Scheduled times from this strike until the next one (or the end of the window). */
   fires?: WindowCounts & { staleRefused: number };
 }
@@ -225,6 +231,7 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
     leaseName,
   );
   const log = o.log ?? (() => {});
+  const probe = new LedgerProbe(env.ledger.pool, DRILL_TABLES);
   const empty = shardsWithoutJobs(o.jobs, shards);
   if (empty.length)
     log(`warning: ${o.jobs} jobs for ${shards} shards: shards ${empty.join(', ')} have no job due every second`);
@@ -240,17 +247,48 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
         ? new ShardTimeline(
             observer,
             Array.from({ length: shards }, (_, i) => shardLeaseName(namespace, i, shards)),
-            () => fleet.liveIds(),
+            liveness(fleet, probe, o.ttlMs),
           )
         : undefined,
     leaderJobs: shards > 1 ? drillJobNames(o.jobs, shards).filter((j) => shardOf(j, shards) === 0) : undefined,
     clocks,
-    probe: new LedgerProbe(env.ledger.pool, DRILL_TABLES),
+    probe,
     // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
     // which must not shift the fault parameters a replay draws.
     faultRandom: seededRandom(o.seed + 1),
     log,
   };
+}
+
+/**
+ * Sharded: the replicas running (not struck, not frozen), and of them those with a member beat
+ * within a TTL (the members the replicas' own balancer counts); while the ledger does not answer,
+ * the members it last named.
+ */
+function liveness(fleet: ReplicaFleet, probe: LedgerProbe, ttlMs: number): () => Promise<Liveness> {
+  let members = new Set<string>();
+  return async () => {
+    members = (await probe.members(ttlMs)) ?? members;
+    const running = fleet.liveIds();
+    return { running, joined: running.filter((id) => members.has(id)) };
+  };
+}
+
+/**
+ * Sharded: before a fault, wait (up to 60 s) until every replica is up, a member, and the shards
+ * are balanced among them, so each fault strikes a whole cluster. Milliseconds waited, null if not.
+ * (The caller then lets it run quietly for the drill's interval: balance is reached by handing the
+ * last shards to the newest replica, which then leads shard 0 more often than not, and striking it
+ * at that instant would strike every time within a TTL of a hand-over.)
+ */
+async function untilWhole(s: Session): Promise<number | null> {
+  const start = Date.now();
+  while (Date.now() - start < 60_000) {
+    const now = s.shardTimeline?.samples.at(-1);
+    if (now && isWhole(now, s.o.replicas)) return Date.now() - start;
+    await sleep(50);
+  }
+  return null;
 }
 
 async function closeSession(s: Session): Promise<void> {
@@ -300,6 +338,12 @@ interface Outcome {
 /** Strike one fault, watch what follows until the next one, and judge it. */
 async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRecord; violations: string[] }> {
   const { o, fleet, probe } = s;
+  const waited = s.shardTimeline ? await untilWhole(s) : undefined;
+  if (waited !== undefined)
+    s.log(
+      `  ${waited === null ? 'shards NOT balanced among every replica after 60 s' : `replicas up and shards balanced after ${waited} ms`}`,
+    );
+  if (waited !== undefined && waited !== null) await sleep(o.intervalSeconds * 1000);
   const { proc: before, token: tokenBefore } = await fleet.leader();
   const flowing = Date.now() - (await probe.lastCommit()) < 3000;
   const at = Date.now();
@@ -359,8 +403,13 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
     detail,
     counted: judged.counted,
     ...spread,
+    ...(waited !== undefined ? { waitedForSpreadMs: waited } : {}),
   };
   const shardViolations = spread ? judgeShards(kind, o.ttlMs, faultAt, spread) : [];
+  if (waited === null)
+    shardViolations.push(
+      `rebalance: before ${kind} at ${record.at}: the shards were not balanced among ${o.replicas} joined replicas within 60 s`,
+    );
   const gap = movesLeader.has(kind)
     ? `new leader's first fire after ${judged.gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)`
     : `next fire after ${judged.gapMs ?? 'none'} ms${faultAt > at ? ` (from the fault proper, ${faultAt - at} ms into the strike)` : ''}`;

@@ -1,6 +1,7 @@
 /** Reading the ledger while a drill runs (drill.ts), beside the checker's reads of the whole window afterwards. */
 import type { Tables } from '../db/tables.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
+import { liveMembers } from '../ledger/members.js';
 import type { DrillEnvironment } from './environment.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -14,6 +15,14 @@ export class LedgerProbe {
 
   lastCommit(): Promise<number> {
     return ledgerHistory.lastCommitAt(this.pool, this.tables).catch(() => 0);
+  }
+
+  /** Replicas whose member row beat within `withinMs` (undefined: the ledger did not answer). */
+  members(withinMs: number): Promise<Set<string> | undefined> {
+    return liveMembers(this.pool, this.tables, withinMs).then(
+      (ms) => new Set(ms.map((m) => m.replicaId)),
+      () => undefined,
+    );
   }
 
   unfinished(from: Date, to: Date): Promise<number> {

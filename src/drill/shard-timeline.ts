@@ -1,15 +1,21 @@
 /**
  * Sharded leadership as the backend shows it: every shard's holder, sampled every few tens of
- * milliseconds for the whole drill, beside which replicas were live at that moment (running, not
- * struck, not frozen). A sample is kept only when something changed, so the record is a step
- * function; the measurements over it are pure, so unit tests feed them a planted timeline.
+ * milliseconds for the whole drill, beside which replicas were running at that moment (not struck,
+ * not frozen) and which of those had joined (a member beat within a TTL). A sample is kept only when
+ * something changed, so the record is a step function; the measurements over it are pure, so unit
+ * tests feed them a planted timeline.
+ *
+ * Live replicas, whose number sets the fair share ceil(shards / live) (shard-map.ts's fairShare):
+ * the joined ones, and any running one that holds a shard. A replacement the drill has just spawned
+ * is not live until it joins: a replica process takes seconds to load (7 to 15 s on a busy 2-core
+ * host), and counting it from its spawn would charge every kill with that start-up.
  *
  * What a fault is charged with, from its strike to the next fault:
- * - rebalanceMs: until every shard has a live holder and no live replica holds more than its fair
- *   share, ceil(shards / live) (shard-map.ts's fairShare). Only a state sampled after the strike
- *   counts: the one before it shows the struck replica still live;
- * - maxLeaderlessMs: the longest stretch any one shard had no live holder (no holder at all, or one
- *   that is dead or frozen: a killed replica's lease names it until it lapses).
+ * - rebalanceMs: until every shard has a running holder and no live replica holds more than the
+ *   fair share. Only a state sampled after the strike counts: the one before it shows the struck
+ *   replica still running;
+ * - maxLeaderlessMs: the longest stretch any one shard had no running holder (no holder at all, or
+ *   one that is dead or frozen: a killed replica's lease names it until it lapses).
  * Sampling costs up to one poll of precision (a stretch may start up to that much before its first
  * sample).
  */
@@ -20,14 +26,22 @@ export interface ShardSample {
   at: number;
   /** Holder of each shard's lease (null: nobody holds it). */
   holders: (string | null)[];
-  /** Replicas live at that moment (sorted). */
-  live: string[];
+  /** Replica processes running at that moment, neither struck nor frozen (sorted): a holder among them leads. */
+  running: string[];
+  /** Of those, the ones that had joined, a member beat within a TTL (sorted). */
+  joined: string[];
+}
+
+/** Who is running, and who of them has joined, right now. */
+export interface Liveness {
+  running: string[];
+  joined: string[];
 }
 
 export interface ShardMeasure {
   /** From the strike until the shards were balanced among the live replicas (null: not within the stretch). */
   rebalanceMs: number | null;
-  /** The longest stretch one shard had no live holder (0: none). */
+  /** The longest stretch one shard had no running holder (0: none). */
   maxLeaderlessMs: number;
   /** That shard (null: none was without a leader). */
   maxLeaderlessShard: number | null;
@@ -38,7 +52,12 @@ export class ShardTimeline {
   private running = true;
   private readonly loop: Promise<void>;
 
-  constructor(backend: LeaseBackend, leaseNames: readonly string[], live: () => string[], everyMs = 25) {
+  constructor(
+    backend: LeaseBackend,
+    leaseNames: readonly string[],
+    liveness: () => Liveness | Promise<Liveness>,
+    everyMs = 25,
+  ) {
     this.loop = (async () => {
       while (this.running) {
         const read = await Promise.all(
@@ -52,7 +71,8 @@ export class ShardTimeline {
         const last = this.samples.at(-1);
         // A backend that does not answer (restarting) leaves that shard's holder as it was.
         const holders = read.map((h, i) => (h === undefined ? (last?.holders[i] ?? null) : h));
-        const sample = { at: Date.now(), holders, live: [...live()].sort() };
+        const { running, joined } = await liveness();
+        const sample = { at: Date.now(), holders, running: [...running].sort(), joined: [...joined].sort() };
         if (!last || !sameState(last, sample)) this.samples.push(sample);
         await new Promise((r) => setTimeout(r, everyMs));
       }
@@ -69,25 +89,33 @@ export class ShardTimeline {
   }
 }
 
+const sameList = <T>(a: readonly T[], b: readonly T[]) => a.length === b.length && a.every((x, i) => x === b[i]);
+
 function sameState(a: ShardSample, b: ShardSample): boolean {
-  return (
-    a.holders.length === b.holders.length &&
-    a.holders.every((h, i) => h === b.holders[i]) &&
-    a.live.length === b.live.length &&
-    a.live.every((id, i) => id === b.live[i])
-  );
+  return sameList(a.holders, b.holders) && sameList(a.running, b.running) && sameList(a.joined, b.joined);
 }
 
-/** Every shard has a live holder and no live replica holds more than ceil(shards / live). */
+/**
+ * Every shard has a running holder and no live replica (joined, or running and holding a shard)
+ * holds more than ceil(shards / live).
+ */
 export function isBalanced(s: ShardSample): boolean {
-  const live = new Set(s.live);
+  const running = new Set(s.running);
+  const live = new Set(s.joined.filter((id) => running.has(id)));
   const held = new Map<string, number>();
   for (const h of s.holders) {
-    if (h === null || !live.has(h)) return false;
+    if (h === null || !running.has(h)) return false;
     held.set(h, (held.get(h) ?? 0) + 1);
+    live.add(h);
   }
   const fair = fairShare(s.holders.length, live.size);
   return [...held.values()].every((n) => n <= fair);
+}
+
+/** Every one of `replicas` replicas is running and has joined, and the shards are balanced among them. */
+export function isWhole(s: ShardSample, replicas: number): boolean {
+  const running = new Set(s.running);
+  return s.joined.filter((id) => running.has(id)).length >= replicas && isBalanced(s);
 }
 
 /** Measure the stretch [from, to) of a timeline (samples in time order, kept on change). */
@@ -113,7 +141,7 @@ export function measureShards(samples: readonly ShardSample[], from: number, to:
     for (const s of states) {
       const t = Math.max(s.at, from);
       const holder = s.holders[shard] ?? null;
-      const led = holder !== null && s.live.includes(holder);
+      const led = holder !== null && s.running.includes(holder);
       if (!led && since === null) since = t;
       else if (led) close(t);
     }

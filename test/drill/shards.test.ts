@@ -44,7 +44,9 @@ it(
       jobs: SHARDS, // one per shard: job i is named into shard i (job-names.ts)
       faults: ['kill', 'term'],
       faultCount: 6,
-      intervalSeconds: 5, // longer than 2 TTLs: each fault's stretch can show the rebalance
+      // At least 2 TTLs, so each fault's stretch can show the rebalance; before each fault the
+      // drill also waits until the replacement has joined and the shards are balanced again.
+      intervalSeconds: 4,
       ttlMs: TTL_MS,
       seed: 14,
       databaseUrl: adminUrl,

@@ -12,6 +12,7 @@ import { judgeShards, shardBoundsMs } from '../../src/drill/faults.js';
 import { drillJobNames, shardsWithoutJobs } from '../../src/drill/job-names.js';
 import {
   isBalanced,
+  isWhole,
   measureShards,
   shardsLed,
   ShardTimeline,
@@ -22,43 +23,61 @@ import { shardOf } from '../../src/scheduler/shard-map.js';
 const T = 1_000_000;
 const live3 = ['a', 'b', 'c'];
 
+const s = (at: number, holders: (string | null)[], running: string[], joined = running): ShardSample => ({
+  at,
+  holders,
+  running,
+  joined,
+});
+
 /**
- * 8 shards over a, b, c (3, 3, 2). At T+0 a is killed: a drops out of the live set at the first
- * sample after the strike (T+20), its leases lapse at T+2000, b and c take shards 3 and 6 at T+2100
- * and shard 0 at T+2400 (4 and 4: fair for two), the replacement d comes up at T+3000 and is handed
- * two shards by T+3500.
+ * 8 shards over a, b, c (3, 3, 2). At T+0 a is killed: a stops running at the first sample after
+ * the strike (T+20) and its replacement d is spawned (running, not joined) at T+30; a's leases lapse
+ * at T+2000, b and c take shards 3 and 6 at T+2100 and shard 0 at T+2400 (4 and 4: fair for the two
+ * joined), d joins at T+3000 and is handed two shards by T+3500.
  */
 function killTimeline(): ShardSample[] {
-  const s = (at: number, holders: (string | null)[], live: string[]): ShardSample => ({ at, holders, live });
+  const bc = ['b', 'c'];
+  const bcd = ['b', 'c', 'd'];
   return [
     s(T - 5000, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b'], live3),
-    s(T + 20, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b'], ['b', 'c']),
-    s(T + 2000, [null, 'b', 'c', null, 'b', 'c', null, 'b'], ['b', 'c']),
-    s(T + 2100, [null, 'b', 'c', 'c', 'b', 'c', 'b', 'b'], ['b', 'c']),
-    s(T + 2400, ['c', 'b', 'c', 'c', 'b', 'c', 'b', 'b'], ['b', 'c']),
-    s(T + 3000, ['c', 'b', 'c', 'c', 'b', 'c', 'b', 'b'], ['b', 'c', 'd']),
-    s(T + 3300, ['c', null, 'c', 'c', 'b', 'c', 'b', 'b'], ['b', 'c', 'd']),
-    s(T + 3350, ['c', 'd', 'c', 'c', 'b', 'c', 'b', 'b'], ['b', 'c', 'd']),
-    s(T + 3500, ['c', 'd', 'c', 'd', 'b', 'c', 'b', 'b'], ['b', 'c', 'd']),
+    s(T + 20, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b'], bc),
+    s(T + 30, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b'], bcd, bc),
+    s(T + 2000, [null, 'b', 'c', null, 'b', 'c', null, 'b'], bcd, bc),
+    s(T + 2100, [null, 'b', 'c', 'c', 'b', 'c', 'b', 'b'], bcd, bc),
+    s(T + 2400, ['c', 'b', 'c', 'c', 'b', 'c', 'b', 'b'], bcd, bc),
+    s(T + 3000, ['c', 'b', 'c', 'c', 'b', 'c', 'b', 'b'], bcd),
+    s(T + 3300, ['c', null, 'c', 'c', 'b', 'c', 'b', 'b'], bcd),
+    s(T + 3350, ['c', 'd', 'c', 'c', 'b', 'c', 'b', 'b'], bcd),
+    s(T + 3500, ['c', 'd', 'c', 'd', 'b', 'c', 'b', 'b'], bcd),
   ];
 }
 
 describe('sharded drill: measurements over a timeline', () => {
-  it('balanced: every shard has a live holder, nobody above ceil(shards / live)', () => {
-    const at = T;
-    assert.equal(isBalanced({ at, holders: ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b'], live: live3 }), true);
+  it('balanced: every shard has a running holder, no live replica above ceil(shards / live)', () => {
+    assert.equal(isBalanced(s(T, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b'], live3)), true);
     // 4 + 4 + 0 is fair for two live replicas, not for three.
-    assert.equal(isBalanced({ at, holders: ['a', 'a', 'a', 'a', 'b', 'b', 'b', 'b'], live: ['a', 'b'] }), true);
-    assert.equal(isBalanced({ at, holders: ['a', 'a', 'a', 'a', 'b', 'b', 'b', 'b'], live: live3 }), false);
-    // A shard held by a replica that is not live (killed, frozen) has no leader.
-    assert.equal(isBalanced({ at, holders: ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'x'], live: live3 }), false);
-    assert.equal(isBalanced({ at, holders: ['a', 'b', 'c', 'a', 'b', 'c', 'a', null], live: live3 }), false);
+    assert.equal(isBalanced(s(T, ['a', 'a', 'a', 'a', 'b', 'b', 'b', 'b'], ['a', 'b'])), true);
+    assert.equal(isBalanced(s(T, ['a', 'a', 'a', 'a', 'b', 'b', 'b', 'b'], live3)), false);
+    // A replica still starting (running, no member beat yet) does not count for the share...
+    assert.equal(isBalanced(s(T, ['a', 'a', 'a', 'a', 'b', 'b', 'b', 'b'], live3, ['a', 'b'])), true);
+    // ... unless it already leads a shard: 5 + 2 + 1 is not fair for three.
+    assert.equal(isBalanced(s(T, ['a', 'a', 'a', 'a', 'a', 'b', 'b', 'c'], live3, ['a', 'b'])), false);
+    // A shard held by a replica that is not running (killed, frozen) has no leader.
+    assert.equal(isBalanced(s(T, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'x'], live3)), false);
+    assert.equal(isBalanced(s(T, ['a', 'b', 'c', 'a', 'b', 'c', 'a', null], live3)), false);
   });
 
-  it('kill: rebalanced when the replacement has its share; the longest leaderless shard runs from the strike', () => {
+  it('whole: every replica running, joined, and the shards balanced among them', () => {
+    assert.equal(isWhole(s(T, ['a', 'b', 'c', 'a', 'b', 'c', 'a', 'b'], live3), 3), true);
+    assert.equal(isWhole(s(T, ['a', 'a', 'a', 'a', 'b', 'b', 'b', 'b'], live3, ['a', 'b']), 3), false);
+    assert.equal(isWhole(s(T, ['a', 'a', 'a', 'a', 'b', 'b', 'b', 'b'], ['a', 'b']), 3), false);
+    assert.equal(isWhole(s(T, ['a', 'b', 'c', 'a', 'b', 'c', 'a', null], live3), 3), false);
+  });
+
+  it("kill: balanced once the survivors lead the killed replica's shards; the longest leaderless shard runs from the strike", () => {
     const m = measureShards(killTimeline(), T, T + 8000);
-    // d is not live yet at T+2400: 4 + 4 is fair for b and c. (In the drill the replacement is
-    // spawned, so live, as soon as the killed replica exits: then it must have its share too.)
+    // d is running but has not joined at T+2400: 4 + 4 is fair for b and c.
     assert.equal(m.rebalanceMs, 2400);
     // Shard 0: a's (dead) from T+20, no live holder until c takes it at T+2400; shard 6 until T+2100.
     assert.deepEqual([m.maxLeaderlessMs, m.maxLeaderlessShard], [2380, 0]);
@@ -146,45 +165,32 @@ describe('sharded drill: job names', () => {
 });
 
 describe('sharded drill: the sampler', () => {
-  it('records each shard holder and the live replicas, only when they change', async () => {
+  it('records each shard holder, the running and the joined replicas, only when they change', async () => {
     const backend = new MemoryLeaseBackend();
-    const names = ['s0', 's1'];
-    let live = ['a', 'b'];
-    const timeline = new ShardTimeline(backend, names, () => live, 5);
+    let running = ['b', 'a'];
+    let joined = ['b'];
+    const timeline = new ShardTimeline(backend, ['s0', 's1'], () => ({ running, joined }), 5);
+    const seen = () => timeline.samples.map((x) => JSON.stringify([x.holders, x.running, x.joined]));
     try {
       await sleep(30);
-      assert.deepEqual(
-        timeline.samples.map((s) => [s.holders, s.live]),
-        [
-          [
-            [null, null],
-            ['a', 'b'],
-          ],
-        ],
-      );
+      assert.deepEqual(seen(), ['[[null,null],["a","b"],["b"]]']);
       const lease = await backend.tryAcquire({ name: 's0', holder: 'b', ttlMs: 60_000 });
       await backend.tryAcquire({ name: 's1', holder: 'a', ttlMs: 60_000 });
       await sleep(30);
-      live = ['b'];
+      running = ['b'];
+      await sleep(30);
+      joined = [];
       await sleep(30);
       await backend.release(lease!);
       await sleep(30);
-      assert.deepEqual(
-        timeline.samples.map((s) => [s.holders, s.live]),
-        [
-          [
-            [null, null],
-            ['a', 'b'],
-          ],
-          [
-            ['b', 'a'],
-            ['a', 'b'],
-          ],
-          [['b', 'a'], ['b']],
-          [[null, 'a'], ['b']],
-        ],
-      );
-      const times = timeline.samples.map((s) => s.at);
+      assert.deepEqual(seen(), [
+        '[[null,null],["a","b"],["b"]]',
+        '[["b","a"],["a","b"],["b"]]',
+        '[["b","a"],["b"],["b"]]',
+        '[["b","a"],["b"],[]]',
+        '[[null,"a"],["b"],[]]',
+      ]);
+      const times = timeline.samples.map((x) => x.at);
       assert.deepEqual(
         times,
         [...times].sort((x, y) => x - y),
