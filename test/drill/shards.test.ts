@@ -9,6 +9,9 @@
  */
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { runDrill, type DrillReport } from '../../src/drill/drill.js';
 import { resolveElectorOptions } from '../../src/scheduler/elector-options.js';
 import { SHARED_POSTGRES_URL } from '../support/postgres-database.js';
@@ -53,7 +56,14 @@ it(
       redisUrl: SHARED_REDIS_URL,
       log: (line) => console.log(line),
     });
-    console.log(summary(report));
+    // The whole report, for a failure's evidence (CRONWARDEN_DRILL_LOG_DIR keeps the replicas' logs
+    // and the sampled shard holders too).
+    const reportPath = join(process.env.CRONWARDEN_DRILL_LOG_DIR ?? tmpdir(), `shards-drill-${Date.now()}.json`);
+    writeFileSync(
+      reportPath,
+      JSON.stringify(report, (_k, v: unknown) => (typeof v === 'bigint' ? v.toString() : v), 2),
+    );
+    console.log(`${summary(report)}\nreport: ${reportPath}`);
 
     // Leadership of shard 0 was found and struck at every fault (before the sharded core, no
     // shard lease is ever held: nothing to strike, and every shard is leaderless throughout).
