@@ -310,8 +310,9 @@ async function closeSession(s: Session): Promise<void> {
 async function strikeAll(s: Session, schedule: FaultKind[]): Promise<Outcome> {
   const { o } = s;
   for (let i = 0; i < o.replicas; i++) s.fleet.spawn(i);
-  const warm = await s.probe.firstCommitAfter(0, 60_000);
-  if (warm === null) throw new DrillError('no fire committed within 60 s of starting the replicas');
+  const warm = await warmedUp(s);
+  if (warm === null)
+    throw new DrillError('no fire committed (sharded: of every job) within 60 s of starting the replicas');
   const from = new Date(Math.ceil((warm + 2000) / 1000) * 1000);
   await sleep(o.intervalSeconds * 1000);
   const faults: FaultRecord[] = [];
@@ -326,6 +327,23 @@ async function strikeAll(s: Session, schedule: FaultKind[]): Promise<Outcome> {
   await drain(s.probe, from, to);
   const led = s.shardTimeline ? shardsLed(s.shardTimeline.samples) : undefined;
   return { window: { from, to }, faults, violations, ...(led ? { shardsLed: led } : {}) };
+}
+
+/**
+ * When fires started flowing: the first commit. Sharded, every shard starts on its own (its own
+ * election, at start-up while the replicas are still loading), and a job's slots before its first
+ * fire ever are not caught up (there is nothing to catch up from): the last job's first commit.
+ */
+async function warmedUp(s: Session): Promise<number | null> {
+  if (!s.leaderJobs) return s.probe.firstCommitAfter(0, 60_000);
+  const deadline = Date.now() + 60_000;
+  let last = 0;
+  for (const job of drillJobNames(s.o.jobs, s.o.shards)) {
+    const first = await s.probe.firstCommitAfter(0, Math.max(0, deadline - Date.now()), undefined, [job]);
+    if (first === null) return null;
+    last = Math.max(last, first);
+  }
+  return last;
 }
 
 interface Outcome {
