@@ -17,14 +17,12 @@
  * faults.ts judges it, checker.ts checks the history; this file runs them in order.
  */
 import { randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { memberAdminUrl } from '../ledger/admin-reads.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
 import { DEFAULT_SCHEMA, tablesIn } from '../db/tables.js';
-import { shardLeaseName, shardOf } from '../scheduler/shard-map.js';
+import { shardLeaseName } from '../scheduler/shard-map.js';
 import { DrillError, InvalidConfigError } from '../errors.js';
 import {
   checkHistory,
@@ -48,7 +46,7 @@ import { ReplicaFleet } from './fleet.js';
 import { drillJobNames, shardsWithoutJobs } from './job-names.js';
 import { LeaderTimeline } from './leader-timeline.js';
 import { LedgerProbe } from './ledger-probe.js';
-import { isWhole, ShardTimeline, shardsLed, type Liveness } from './shard-timeline.js';
+import { ShardWatch } from './shard-watch.js';
 import { ReplicaLink } from './replica-link.js';
 import { SkewedClocks } from './skewed-clock.js';
 import { strike } from './strike.js';
@@ -171,10 +169,8 @@ interface Session {
   links: ReplicaLink[];
   observer: LeaseBackend;
   timeline: LeaderTimeline;
-  /** With shards: every shard's holder over the whole drill. */
-  shardTimeline: ShardTimeline | undefined;
-  /** With shards: shard 0's jobs, whose fires end a fault's gap (undefined: every job). */
-  leaderJobs: string[] | undefined;
+  /** With shards: every shard's holder over the whole drill, and shard 0's jobs. */
+  shards: ShardWatch | undefined;
   clocks: SkewedClocks | undefined;
   probe: LedgerProbe;
   faultRandom: () => number;
@@ -242,15 +238,7 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
     links,
     observer,
     timeline: new LeaderTimeline(observer, leaseName),
-    shardTimeline:
-      shards > 1
-        ? new ShardTimeline(
-            observer,
-            Array.from({ length: shards }, (_, i) => shardLeaseName(namespace, i, shards)),
-            liveness(fleet, probe, o.ttlMs),
-          )
-        : undefined,
-    leaderJobs: shards > 1 ? drillJobNames(o.jobs, shards).filter((j) => shardOf(j, shards) === 0) : undefined,
+    shards: shards > 1 ? new ShardWatch(observer, namespace, { ...o, shards }, fleet, probe) : undefined,
     clocks,
     probe,
     // Separate seeded streams: proxies draw per chunk (as many times as traffic happens to need),
@@ -260,47 +248,10 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
   };
 }
 
-/**
- * Sharded: the replicas running (not struck, not frozen), and of them those with a member beat
- * within a TTL (the members the replicas' own balancer counts); while the ledger does not answer,
- * the members it last named.
- */
-function liveness(fleet: ReplicaFleet, probe: LedgerProbe, ttlMs: number): () => Promise<Liveness> {
-  let members = new Set<string>();
-  return async () => {
-    members = (await probe.members(ttlMs)) ?? members;
-    const running = fleet.liveIds();
-    return { running, joined: running.filter((id) => members.has(id)) };
-  };
-}
-
-/**
- * Sharded: before a fault, wait (up to 60 s) until every replica is up, a member, and the shards
- * are balanced among them, so each fault strikes a whole cluster. Milliseconds waited, null if not.
- * (The caller then lets it run quietly for the drill's interval: balance is reached by handing the
- * last shards to the newest replica, which then leads shard 0 more often than not, and striking it
- * at that instant would strike every time within a TTL of a hand-over.)
- */
-async function untilWhole(s: Session): Promise<number | null> {
-  const start = Date.now();
-  while (Date.now() - start < 60_000) {
-    const now = s.shardTimeline?.samples.at(-1);
-    if (now && isWhole(now, s.o.replicas)) return Date.now() - start;
-    await sleep(50);
-  }
-  return null;
-}
-
 async function closeSession(s: Session): Promise<void> {
   await s.timeline.stop();
-  await s.shardTimeline?.stop();
-  // Beside the replicas' logs (fleet.ts), the shards' holders as sampled, for timing a fault by hand.
-  const logDir = process.env.CRONWARDEN_DRILL_LOG_DIR;
-  if (s.shardTimeline && logDir)
-    writeFileSync(
-      join(logDir, 'shard-timeline.jsonl'),
-      s.shardTimeline.samples.map((x) => `${JSON.stringify({ ...x, at: new Date(x.at).toISOString() })}\n`).join(''),
-    );
+  // Beside the replicas' logs (fleet.ts), the shards' holders as sampled.
+  await s.shards?.stop(process.env.CRONWARDEN_DRILL_LOG_DIR);
   await s.fleet.stopAll();
   await s.observer.close().catch(() => {});
   await Promise.all(s.links.map((l) => l.close()));
@@ -310,7 +261,8 @@ async function closeSession(s: Session): Promise<void> {
 async function strikeAll(s: Session, schedule: FaultKind[]): Promise<Outcome> {
   const { o } = s;
   for (let i = 0; i < o.replicas; i++) s.fleet.spawn(i);
-  const warm = await warmedUp(s);
+  // Sharded, every shard starts on its own: from every job's first fire.
+  const warm = s.shards ? await s.shards.everyJobFired(60_000) : await s.probe.firstCommitAfter(0, 60_000);
   if (warm === null)
     throw new DrillError('no fire committed (sharded: of every job) within 60 s of starting the replicas');
   const from = new Date(Math.ceil((warm + 2000) / 1000) * 1000);
@@ -325,25 +277,8 @@ async function strikeAll(s: Session, schedule: FaultKind[]): Promise<Outcome> {
   }
   const to = new Date(Math.floor((Date.now() - 3000) / 1000) * 1000);
   await drain(s.probe, from, to);
-  const led = s.shardTimeline ? shardsLed(s.shardTimeline.samples) : undefined;
+  const led = s.shards?.led();
   return { window: { from, to }, faults, violations, ...(led ? { shardsLed: led } : {}) };
-}
-
-/**
- * When fires started flowing: the first commit. Sharded, every shard starts on its own (its own
- * election, at start-up while the replicas are still loading), and a job's slots before its first
- * fire ever are not caught up (there is nothing to catch up from): the last job's first commit.
- */
-async function warmedUp(s: Session): Promise<number | null> {
-  if (!s.leaderJobs) return s.probe.firstCommitAfter(0, 60_000);
-  const deadline = Date.now() + 60_000;
-  let last = 0;
-  for (const job of drillJobNames(s.o.jobs, s.o.shards)) {
-    const first = await s.probe.firstCommitAfter(0, Math.max(0, deadline - Date.now()), undefined, [job]);
-    if (first === null) return null;
-    last = Math.max(last, first);
-  }
-  return last;
 }
 
 interface Outcome {
@@ -356,7 +291,7 @@ interface Outcome {
 /** Strike one fault, watch what follows until the next one, and judge it. */
 async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRecord; violations: string[] }> {
   const { o, fleet, probe } = s;
-  const waited = s.shardTimeline ? await untilWhole(s) : undefined;
+  const waited = s.shards ? await s.shards.untilWhole() : undefined;
   if (waited !== undefined)
     s.log(
       `  ${waited === null ? 'shards NOT balanced among every replica after 60 s' : `replicas up and shards balanced after ${waited} ms`}`,
@@ -385,14 +320,14 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   // gap: the old leader may go on committing until its own deadline (link-cut: its ledger link
   // is intact), which proves nothing about failover.
   const mustMove = movesLeader.has(kind) && tokenBefore !== undefined;
-  const jobs = s.leaderJobs;
+  const jobs = s.shards?.leaderJobs;
   const newTenureFire = mustMove ? await probe.firstCommitAfter(faultAt, 30_000, tokenBefore, jobs) : null;
   const anyFire = await probe.firstCommitAfter(faultAt, mustMove ? 0 : 30_000, undefined, jobs);
   const handoverMs = await handover.result();
   const after = (await fleet.leader()).proc;
   await sleep(o.intervalSeconds * 1000);
   const leaderChanges = s.timeline.changesBetween(at, Date.now());
-  const spread = s.shardTimeline?.measure(faultAt, Date.now());
+  const spread = s.shards?.measure(faultAt, Date.now());
   const judged = judgeFault({
     kind,
     ttlMs: o.ttlMs,
