@@ -17,6 +17,8 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   'kill-leader': async () => (await import('./kill-leader.js')).benchKillLeader(process.argv.slice(2)),
   speed: async () => (await import('./speed.js')).benchSpeed(),
   schedules: async () => (await import('./schedules.js')).benchSchedules(),
+  // `npm run bench -- shards --load 10000 --shards 3 --replicas 1,2,3`
+  shards: async () => (await import('./shards.js')).benchShards(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);

@@ -79,6 +79,11 @@ const limitQuery = z.object({
     .default(20),
 });
 
+/** GET /api/elections: the limit, and with sharded leadership the shard (default 0). */
+const electionsQuery = limitQuery.extend({
+  shard: z.coerce.number().int('must be a whole number').min(0, 'must be at least 0').optional(),
+});
+
 const pageCandidates = [
   new URL('./console.html', import.meta.url),
   new URL('../../src/admin/console.html', import.meta.url),
@@ -404,8 +409,12 @@ export class AdminServer {
     app.get(
       '/api/elections',
       this.capped(async (req) => {
-        const q = parse(limitQuery, req.query);
-        return { elections: await listElections(this.pool, this.reads.tables, r.leaseName, q.limit) };
+        const q = parse(electionsQuery, req.query);
+        const leases = r.shardLeases ?? [r.leaseName];
+        const leaseName = leases[q.shard ?? 0];
+        if (leaseName === undefined)
+          throw new HttpError(400, 'bad_request', `shard: must be below ${leases.length} (the shard count)`);
+        return { leaseName, elections: await listElections(this.pool, this.reads.tables, leaseName, q.limit) };
       }),
     );
   }

@@ -109,14 +109,27 @@ class ShardWatch {
  */
 async function adminRoutesByShard(live: Map<string, Replica>, watch: ShardWatch, names: string[]): Promise<void> {
   const a = live.get('a')!;
-  const lease = (await (await fetch(`${a.adminUrl}/api/lease`)).json()) as {
-    shards: { shard: number; holder: string | null; leaderAdminUrl: string | null }[];
+  const leaseRes = await fetch(`${a.adminUrl}/api/lease`);
+  const lease = (await leaseRes.json()) as {
+    shards?: { shard: number; holder: string | null; leaderAdminUrl: string | null }[];
   };
+  assert.equal(leaseRes.status, 200, JSON.stringify(lease));
+  assert.ok(lease.shards, JSON.stringify(lease));
   assert.equal(lease.shards.length, SHARDS);
   assert.deepEqual(
     lease.shards.map((s) => s.holder),
     watch.holders,
   );
+  // Each shard's elections, by shard; a shard out of range is a clear 400.
+  const elections = (await (await fetch(`${a.adminUrl}/api/elections?shard=5`)).json()) as {
+    leaseName: string;
+    elections: { leader: string }[];
+  };
+  assert.equal(elections.leaseName, shardLeaseName(a.namespace, 5, SHARDS));
+  assert.equal(elections.elections[0]?.leader, watch.holders[5]);
+  const outOfRange = await fetch(`${a.adminUrl}/api/elections?shard=${SHARDS}`);
+  assert.equal(outOfRange.status, 400);
+  assert.match(((await outOfRange.json()) as { error: string }).error, /shard/);
   const job = names.find((n) => watch.holders[shardOf(n, SHARDS)] !== 'a')!;
   const leader = watch.holders[shardOf(job, SHARDS)]!;
   const trigger = (url: string) =>
@@ -163,6 +176,9 @@ it('spreads 8 shards over 3 replicas, rebalances within 2 TTL on a stop and a jo
   );
   const live = new Map<string, Replica>();
   const startedAt = Date.now();
+  /** When each step began, to place a missed slot on the timeline. */
+  const steps: [string, number][] = [['start', startedAt]];
+  let shutdownAt = Number.POSITIVE_INFINITY;
   try {
     for (const id of ['a', 'b', 'c']) live.set(id, await start(id));
     await watch.until(['a', 'b', 'c'], 6 * TTL_MS);
@@ -184,6 +200,7 @@ it('spreads 8 shards over 3 replicas, rebalances within 2 TTL on a stop and a jo
     const before = new Map(rest.map((id) => [id, watch.holders.flatMap((h, i) => (h === id ? [i] : []))]));
     watch.resetLeaderless();
     const stopAt = Date.now();
+    steps.push(['stop', stopAt]);
     await live.get(busiest)!.stop();
     live.delete(busiest);
     await watch.until(rest, 2 * TTL_MS);
@@ -199,6 +216,7 @@ it('spreads 8 shards over 3 replicas, rebalances within 2 TTL on a stop and a jo
 
     // A replica joining takes its share (3, 3, 2 again) from those above it.
     watch.resetLeaderless();
+    steps.push(['join', Date.now()]);
     live.set('d', await start('d'));
     const joinMs = await watch.until([...rest, 'd'], 6 * TTL_MS);
     t.diagnostic(
@@ -211,11 +229,11 @@ it('spreads 8 shards over 3 replicas, rebalances within 2 TTL on a stop and a jo
     );
     await sleep(3000);
   } finally {
+    shutdownAt = Date.now();
     await watch.stop();
     for (const r of live.values()) await r.stop();
     await observer.close();
   }
-  const endedAt = Date.now();
 
   // Every slot of every job once (the unique key refuses a second), none missing in the window.
   const tables = tablesIn(db.schema);
@@ -223,12 +241,19 @@ it('spreads 8 shards over 3 replicas, rebalances within 2 TTL on a stop and a jo
     `SELECT id, job, extract(epoch FROM scheduled_at)::bigint::text AS at, leader_token::text AS token FROM ${tables.runs} ORDER BY id`,
   );
   const from = Math.ceil((startedAt + 4000) / 1000);
-  const to = Math.floor((endedAt - 3000) / 1000);
+  // Up to the shutdown of the last replicas (stopping them all, one by one, leaves slots unfired).
+  const to = Math.floor((shutdownAt - 1000) / 1000);
+  const timeline = (slot: number) =>
+    steps.map(([step, at]) => `${step} ${((slot * 1000 - at) / 1000).toFixed(1)} s before`).join(', ');
   for (const name of names) {
     const slots = new Set(runs.rows.filter((r) => r.job === name).map((r) => Number(r.at)));
     const missing: number[] = [];
     for (let s = from; s <= to; s++) if (!slots.has(s)) missing.push(s);
-    assert.deepEqual(missing, [], `${name} missed slots`);
+    assert.deepEqual(
+      missing,
+      [],
+      `${name} (shard ${shardOf(name, SHARDS)}) missed slots: ${missing.map(timeline).join('; ')}`,
+    );
   }
   // I3 per shard: in commit order, each shard's leader tokens never go down.
   const last = new Map<number, bigint>();
