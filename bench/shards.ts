@@ -108,31 +108,28 @@ function startReplica(
   schedule: string,
   key: string,
 ): ChildProcess {
-  return spawn(
-    process.execPath,
-    [`${root}/bin/cronwarden.js`, 'start', '--jobs', jobsModule, '--admin-enabled', 'false'],
-    {
-      cwd: root,
-      stdio: ['ignore', 'ignore', 'inherit'],
-      env: {
-        ...process.env,
-        CRONWARDEN_BACKEND: 'postgres',
-        CRONWARDEN_BACKEND_URL: db.url,
-        CRONWARDEN_DATABASE_URL: db.url,
-        CRONWARDEN_REDIS_URL: REDIS_URL,
-        CRONWARDEN_NAMESPACE: namespace,
-        CRONWARDEN_SCHEMA: db.schema,
-        CRONWARDEN_REPLICA_ID: `burst-${r}`,
-        CRONWARDEN_SHARDS: String(shards),
-        CRONWARDEN_CONCURRENCY: '10',
-        CRONWARDEN_RETENTION_DAYS: '0',
-        CRONWARDEN_LOG_LEVEL: 'error',
-        BENCH_BURST_JOBS: String(load),
-        BENCH_BURST_SCHEDULE: schedule,
-        BENCH_BURST_KEY: key,
-      },
+  return spawn(process.execPath, [`${root}/bin/cronwarden.js`, 'start', '--jobs', jobsModule], {
+    cwd: root,
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: {
+      ...process.env,
+      CRONWARDEN_BACKEND: 'postgres',
+      CRONWARDEN_BACKEND_URL: db.url,
+      CRONWARDEN_DATABASE_URL: db.url,
+      CRONWARDEN_REDIS_URL: REDIS_URL,
+      CRONWARDEN_NAMESPACE: namespace,
+      CRONWARDEN_SCHEMA: db.schema,
+      CRONWARDEN_REPLICA_ID: `burst-${r}`,
+      CRONWARDEN_SHARDS: String(shards),
+      CRONWARDEN_CONCURRENCY: '10',
+      CRONWARDEN_RETENTION_DAYS: '0',
+      CRONWARDEN_LOG_LEVEL: 'error',
+      CRONWARDEN_ADMIN_PORT: '0', // several replicas on one host: any free port each
+      BENCH_BURST_JOBS: String(load),
+      BENCH_BURST_SCHEDULE: schedule,
+      BENCH_BURST_KEY: key,
     },
-  );
+  });
 }
 
 /** Wait (until 3 s before the burst at most) for every replica to lead a share; how many each leads. */

@@ -49,7 +49,7 @@ const rebalancedAfter: ReadonlySet<FaultKind> = new Set(['kill', 'term', 'stop']
 /**
  * Sharded leadership's bounds for a fault (null: none): the struck replica's shards balanced among
  * the live replicas within 2 TTLs, and no shard without a live leader for longer than I5's crash
- * bound, TTL + the electors' retry period + one tick (1 s). A link cut leaves the cut-off replica
+ * bound, TTL + the electors' retry period + one tick (1 s), or after SIGTERM its graceful one. A link cut leaves the cut-off replica
  * running and holding nothing, so the shards are balanced only after the link heals: measured, not
  * bounded.
  */
@@ -60,7 +60,12 @@ export function shardBoundsMs(
   const { retryPeriodMs } = resolveElectorOptions({ leaseName: 'drill', replicaId: 'drill', ttlMs });
   return {
     rebalanceMs: rebalancedAfter.has(kind) ? 2 * ttlMs : null,
-    leaderlessMs: movesLeader.has(kind) ? ttlMs + retryPeriodMs + 1000 : null,
+    // SIGTERM releases the leases: I5's graceful bound, not a crash's.
+    leaderlessMs: !movesLeader.has(kind)
+      ? null
+      : kind === 'term'
+        ? i5BoundMs('term', ttlMs)
+        : ttlMs + retryPeriodMs + 1000,
   };
 }
 

@@ -58,6 +58,8 @@ import { ledgerConnection } from '../db/ledger-url.js';
 
 /** Warn when this host's wall clock is further than this from the ledger's. */
 const HOST_CLOCK_WARN_MS = 1000;
+/** Sharded: how long stop() waits for its member row to go before it releases its shards. */
+const MEMBER_DELETE_WAIT_MS = 250;
 /** How long stop() waits for the ledger's pool to drain. */
 const POOL_END_TIMEOUT_MS = 2000;
 
@@ -570,8 +572,13 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       s.standIn.stop();
     }
     this.syncStop.abort();
+    // Sharded: the member row goes first, so the others' balancers stop counting this replica as
+    // one with room before its shards come free (else they hand shards "to" it). Bounded: a ledger
+    // that does not answer must not hold up the hand-over.
+    const memberGone = this.heartbeat?.stop();
+    if (this.shardCount > 1 && memberGone) await settlesWithin(memberGone, MEMBER_DELETE_WAIT_MS);
     await Promise.all(this.shards.map((s) => s.elector.stop()));
-    await this.heartbeat?.stop();
+    await memberGone;
     await this.admin?.close();
     await this.worker?.close(this.o.shutdownGraceMs ?? 10_000);
     await this.delivery.close();
@@ -644,7 +651,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
           { shard, leading: mine.length },
           'handing a shard back: this replica leads more than its share',
         );
-        await this.shards[shard]!.elector.resign();
+        // Back in the race after a beat: long enough for a replica with room to take it.
+        await this.shards[shard]!.elector.resign(beat);
       }
     } finally {
       this.balancing = false;

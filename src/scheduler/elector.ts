@@ -49,6 +49,8 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private loop: Promise<void> | undefined;
   private stopping = false;
   private campaign = new AbortController();
+  /** How long the next resign leaves the field to the others (a TTL unless resign says). */
+  private resignPauseMs: number | undefined;
 
   /** random: the source of retry jitter, in [0, 1); injectable so tests can fix it. */
   constructor(
@@ -91,9 +93,15 @@ export class Elector extends EventEmitter<ElectorEvents> {
     this.loop = this.run();
   }
 
-  /** Give up leadership now (releasing the lease so a follower takes over at once) and keep campaigning. */
-  async resign(): Promise<boolean> {
+  /**
+   * Give up leadership now (releasing the lease so a follower takes over at once) and keep
+   * campaigning, after leaving the field to the others for `pauseMs` (default a TTL). A sharded
+   * replica handing a shard back pauses less: the others are already waiting, and if they hand it
+   * back too, a TTL of everyone pausing would leave the shard with no leader.
+   */
+  async resign(pauseMs?: number): Promise<boolean> {
     if (!this.tenure || this.tenure.over) return false;
+    this.resignPauseMs = pauseMs;
     this.tenure.end({ kind: 'resigned' });
     return true;
   }
@@ -141,7 +149,9 @@ export class Elector extends EventEmitter<ElectorEvents> {
       if (this.stopping) break;
       this.setRole('follower');
       // After a resign, leave the field to the others for a moment; they were woken by the release.
-      await this.pause(end.kind === 'resigned' ? this.options.ttlMs : this.backoff());
+      const resignPause = this.resignPauseMs ?? this.options.ttlMs;
+      this.resignPauseMs = undefined;
+      await this.pause(end.kind === 'resigned' ? resignPause : this.backoff());
     }
   }
 

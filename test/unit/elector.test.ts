@@ -172,6 +172,30 @@ describe('Elector', () => {
     await b.elector.stop();
   });
 
+  it('after a resign it leaves the field for a TTL, or for the pause the resign asks (a shard handed back)', async () => {
+    const { clock, a, b } = await leaderAndFollower();
+    // b resigns a lease nobody else wants: back in the race only after a TTL (3 s).
+    await a.elector.stop();
+    await clock.advance(0);
+    assert.equal(b.elector.role, 'leader');
+    await b.elector.resign();
+    await clock.advance(2900);
+    assert.notEqual(b.elector.role, 'leader', 'still leaving the field 2.9 s after a plain resign');
+    await clock.advance(200);
+    assert.equal(b.elector.role, 'leader');
+    // A hand-back asks for 400 ms: b campaigns again after that, not after a TTL.
+    await b.elector.resign(400);
+    await clock.advance(300);
+    assert.notEqual(b.elector.role, 'leader');
+    await clock.advance(200);
+    assert.equal(b.elector.role, 'leader', 'back after the pause the resign asked for');
+    // The asked pause is for that resign only: the next plain one waits a TTL again.
+    await b.elector.resign();
+    await clock.advance(500);
+    assert.notEqual(b.elector.role, 'leader');
+    await b.elector.stop();
+  });
+
   it('says why each tenure ended, as data and as the reason string, and releases only what may still be ours', async () => {
     const { clock, a, b } = await leaderAndFollower();
     const ends: [string, TenureEnd][] = [];

@@ -124,7 +124,7 @@ describe('sharded drill: bounds', () => {
   it('rebalance within 2 TTLs after kill, term and stop; no shard leaderless past TTL + retry + tick', () => {
     // The electors' default retry period is TTL / 5.
     assert.deepEqual(shardBoundsMs('kill', 2000), { rebalanceMs: 4000, leaderlessMs: 2000 + 400 + 1000 });
-    assert.deepEqual(shardBoundsMs('term', 2000), { rebalanceMs: 4000, leaderlessMs: 3400 });
+    assert.deepEqual(shardBoundsMs('term', 2000), { rebalanceMs: 4000, leaderlessMs: 1500 });
     assert.deepEqual(shardBoundsMs('link-cut', 2000), { rebalanceMs: null, leaderlessMs: 3400 });
     assert.deepEqual(shardBoundsMs('queue-flush', 2000), { rebalanceMs: null, leaderlessMs: null });
   });
