@@ -469,6 +469,13 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     try {
       await this.startParts();
     } catch (err) {
+      // A campaign already begun (or a lease already won) is given up before the error goes out.
+      this.syncStop.abort();
+      await Promise.all(this.shards.map((s) => s.elector.stop()));
+      for (const s of this.shards) {
+        s.fireLoop.stop();
+        s.standIn.stop(); // after the electors: a tenure's end re-arms it
+      }
       await this.admin?.close().catch(() => undefined);
       this.admin = undefined;
       throw err;
@@ -483,6 +490,16 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // Before anything runs: a schema that holds another deployment's ledger is refused here.
     await this.ledger.bindNamespace(this.namespace);
     await this.ledgerClock?.start();
+    // Runtime schedules load beside the rest; a tenure waits for them (onLeading) before it plans.
+    this.schedulesLoaded = this.scheduleSync.start(this.syncStop.signal).then((loaded) => {
+      if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
+      return loaded;
+    });
+    // Campaign before the worker and the admin HTTP start: leading needs neither, and on a starved
+    // host every second of start-up before the campaign is a second a crashed leader goes unreplaced.
+    for (const s of this.shards) s.elector.start();
+    for (const s of this.shards) void s.standIn.start();
+    this.logger.info({ sinceProcessStartMs: Math.round(process.uptime() * 1000) }, 'campaigning for leadership');
     if (this.o.worker?.enabled !== false) {
       this.worker = new BullmqWorker({
         redisUrl: this.o.redisUrl,
@@ -497,13 +514,6 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       this.executor.setPublisher(this.worker.publisherFor());
       await this.worker.start();
     }
-    // Runtime schedules load beside the rest; a tenure waits for them (onLeading) before it plans.
-    this.schedulesLoaded = this.scheduleSync.start(this.syncStop.signal).then((loaded) => {
-      if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
-      return loaded;
-    });
-    for (const s of this.shards) s.elector.start();
-    for (const s of this.shards) void s.standIn.start();
     await this.startAdmin();
   }
 
