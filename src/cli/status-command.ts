@@ -12,6 +12,8 @@ interface Lease {
   leaderSince: string | null;
   replicaId: string;
   role: string;
+  /** Sharded leadership: who leads each shard. */
+  shards?: { shard: number; holder: string | null; token: string | null; expiresInMs: number | null }[];
 }
 interface Member {
   replicaId: string;
@@ -73,6 +75,20 @@ export function registerStatus(program: Command): void {
         `leader    ${lease.holder ?? 'none'}${lease.holder ? `  token ${lease.token}  expires in ${lease.expiresInMs} ms  since ${lease.leaderSince ?? '?'}` : ''}`,
       );
       out.push(`asked     ${lease.replicaId} (${lease.role}) at ${client.baseUrl}`);
+      if (lease.shards) {
+        out.push('', 'SHARDS');
+        out.push(
+          ...table(
+            ['SHARD', 'LEADER', 'TOKEN', 'EXPIRES IN'],
+            lease.shards.map((s) => [
+              String(s.shard),
+              s.holder ?? 'none',
+              s.token ?? '-',
+              s.expiresInMs === null ? '-' : `${s.expiresInMs} ms`,
+            ]),
+          ),
+        );
+      }
       out.push('', 'MEMBERS');
       out.push(
         ...table(

@@ -10,6 +10,9 @@ import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { pino } from 'pino';
 import { tablesIn } from '../../src/db/tables.js';
 import { defineJob } from '../../src/jobs/define-job.js';
@@ -21,6 +24,7 @@ import { createTestDatabase, type TestDatabase } from '../support/postgres-datab
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const SHARDS = 8;
+const bin = fileURLToPath(new URL('../../bin/cronwarden.js', import.meta.url));
 const TOKEN = 'shards-test-token-0123456789';
 const TTL_MS = 2000;
 const I5_BOUND_MS =
@@ -142,6 +146,17 @@ async function adminRoutesByShard(live: Map<string, Replica>, watch: ShardWatch,
   const body = (await refused.json()) as { leader: string; leaderAdminUrl: string };
   assert.equal(body.leader, leader, `the refusal names ${job}'s shard leader`);
   assert.equal(body.leaderAdminUrl, live.get(leader)!.adminUrl);
+  // The CLI, as an operator runs it: status lists the shards; trigger follows the 409 to the leader.
+  const run = (...args: string[]) =>
+    promisify(execFile)(process.execPath, [bin, ...args, '--url', a.adminUrl!], {
+      env: { ...process.env, CRONWARDEN_ADMIN_TOKEN: TOKEN },
+    });
+  const status = (await run('status')).stdout;
+  assert.match(status, /SHARDS/);
+  for (const [shard, holder] of watch.holders.entries())
+    assert.match(status, new RegExp(`^${shard}\\s+${holder}\\s`, 'm'), status);
+  const viaCli = await run('trigger', job);
+  assert.match(viaCli.stdout + viaCli.stderr, new RegExp(leader), 'the CLI says which leader committed it');
   const done = await trigger(body.leaderAdminUrl);
   assert.equal(done.status, 200, await done.clone().text());
   assert.equal(((await done.json()) as { job: string }).job, job);
