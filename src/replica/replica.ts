@@ -585,10 +585,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // Sharded: the member row goes first, so the others' balancers stop counting this replica as
     // one with room before its shards come free (else they hand shards "to" it). Bounded: a ledger
     // that does not answer must not hold up the hand-over.
-    const memberGone = this.heartbeat?.stop();
-    if (this.shardCount > 1 && memberGone) await settlesWithin(memberGone, MEMBER_DELETE_WAIT_MS);
+    const memberGone = this.shardCount > 1 ? this.heartbeat?.stop() : undefined;
+    if (memberGone) await settlesWithin(memberGone, MEMBER_DELETE_WAIT_MS);
     await Promise.all(this.shards.map((s) => s.elector.stop()));
-    await memberGone;
+    await (memberGone ?? this.heartbeat?.stop());
     await this.admin?.close();
     await this.worker?.close(this.o.shutdownGraceMs ?? 10_000);
     await this.delivery.close();
