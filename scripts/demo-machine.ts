@@ -183,11 +183,17 @@ export function removalCommands(t: DemoTargets, namespace: string): string[] {
 }
 
 /** How many Redis keys the namespace has. */
+/** The namespace's keys that stay: a key with an expiry (a job lock, the stalled check) goes by itself. */
 export async function countNamespaceKeys(redisUrl: string, namespace: string): Promise<number> {
-  return (await namespaceKeys(redisUrl, namespace, false)).length;
+  return (await namespaceKeys(redisUrl, namespace, false, true)).length;
 }
 
-async function namespaceKeys(redisUrl: string, namespace: string, remove: boolean): Promise<string[]> {
+async function namespaceKeys(
+  redisUrl: string,
+  namespace: string,
+  remove: boolean,
+  lastingOnly = false,
+): Promise<string[]> {
   const redis = redisClient(redisUrl);
   try {
     await redis.connect();
@@ -197,7 +203,11 @@ async function namespaceKeys(redisUrl: string, namespace: string, remove: boolea
       for await (const batch of redis.scanStream({ match: pattern, count: 500 }) as AsyncIterable<string[]>)
         for (const key of batch) found.add(key);
     }
-    const keys = [...found];
+    let keys = [...found];
+    if (lastingOnly && keys.length > 0) {
+      const ttls = await Promise.all(keys.map((k) => redis.pttl(k)));
+      keys = keys.filter((_, i) => ttls[i] === -1);
+    }
     if (remove && keys.length > 0) await redis.unlink(...keys);
     return keys;
   } finally {
