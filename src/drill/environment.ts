@@ -30,7 +30,7 @@ export interface LeaseServers {
   config: BackendConfig;
   restart(all: boolean): Promise<void>;
   /** redis-sentinel-failover: kill the primary, wait for Sentinel's promotion. */
-  failover?(lagMs: number): Promise<string>;
+  failover?(lagMs: number): Promise<{ detail: string; killedAt: number }>;
   cleanup(): Promise<void>;
 }
 

@@ -52,7 +52,8 @@ const strikesLeader: ReadonlySet<FaultKind> = new Set([
 
 /**
  * What struck, and when the fault proper struck if that is later than the strike began (epoch ms):
- * ledger-failover cuts the standby off first (set-up), then kills the primary (the fault).
+ * ledger-failover cuts the standby off first (set-up), then kills the primary (the fault); so does
+ * redis-sentinel-failover (it first waits for its replica to be in sync).
  */
 export interface Struck {
   detail: string;
@@ -67,10 +68,20 @@ export async function strike(kind: FaultKind, c: StrikeContext): Promise<Struck>
     const f = await c.env.ledger.failover!(c.o.ledgerLagMs ?? 1000);
     return { detail: f.detail, struckAt: f.killedAt };
   }
+  if (kind === 'redis-sentinel-failover') {
+    // The group first waits for its replica to be in sync (set-up); the kill is the fault proper.
+    const before = await c.fleet.leader();
+    const f = await c.env.lease.failover!(c.o.sentinelLagMs ?? 0);
+    const after = await c.fleet.leader();
+    return {
+      detail: `${f.detail}; lease token ${before.token ?? '?'} before, ${after.token ?? '?'} after`,
+      struckAt: f.killedAt,
+    };
+  }
   return { detail: await strikeOther(kind, c) };
 }
 
-async function strikeOther(kind: Exclude<FaultKind, 'ledger-failover'>, c: StrikeContext): Promise<string> {
+async function strikeOther(kind: Exclude<FaultKind, 'ledger-failover' | 'redis-sentinel-failover'>, c: StrikeContext): Promise<string> {
   if (!c.leader && strikesLeader.has(kind)) return 'no leader to strike';
   switch (kind) {
     case 'kill':
@@ -85,7 +96,6 @@ async function strikeOther(kind: Exclude<FaultKind, 'ledger-failover'>, c: Strik
       return strikeClock(c.leader!, c);
     case 'backend-restart':
     case 'backend-restart-all':
-    case 'redis-sentinel-failover':
       return strikeLeaseServers(kind, c);
     case 'queue-restart':
     case 'queue-flush':
@@ -173,16 +183,10 @@ async function strikeClock(leader: Proc, c: StrikeContext): Promise<string> {
 }
 
 async function strikeLeaseServers(
-  kind: 'backend-restart' | 'backend-restart-all' | 'redis-sentinel-failover',
+  kind: 'backend-restart' | 'backend-restart-all',
   c: StrikeContext,
 ): Promise<string> {
   const { o, env } = c;
-  if (kind === 'redis-sentinel-failover') {
-    const before = await c.fleet.leader();
-    const detail = await env.lease.failover!(o.sentinelLagMs ?? 0);
-    const after = await c.fleet.leader();
-    return `${detail}; lease token ${before.token ?? '?'} before, ${after.token ?? '?'} after`;
-  }
   if (kind === 'backend-restart-all' && o.backend === 'etcd') {
     await env.lease.restart(true);
     return 'kill -9 and restart of every etcd member';

@@ -30,7 +30,8 @@ export interface SentinelGroup {
   /** `redis-sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/cw`: the lease backend's URL. */
   readonly url: string;
   readonly primary: RedisNode;
-  failover(options?: { lagMs?: number }): Promise<string>;
+  /** What struck, and when the primary was killed (the fault proper; epoch ms). */
+  failover(options?: { lagMs?: number }): Promise<{ detail: string; killedAt: number }>;
   cleanup(): Promise<void>;
 }
 
@@ -66,6 +67,9 @@ function redisNode(dir: string, port: number, label: string, replicaOf?: number)
     'no',
     '--dbfilename',
     `${label}.rdb`,
+    // A replica that comes back empty is synced at once, not after the default 5 s wait for others.
+    '--repl-diskless-sync-delay',
+    '0',
   ];
   if (replicaOf) args.push('--replicaof', '127.0.0.1', String(replicaOf));
   const server = new ServerProcess(
@@ -101,10 +105,20 @@ function sentinelNode(dir: string, port: number, primaryPort: number, i: number)
   );
 }
 
-async function waitFor(what: string, check: () => Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+/** Polls `check`, which names what is still missing (undefined once nothing is), until the timeout. */
+async function waitFor(
+  what: string,
+  check: () => Promise<string | undefined>,
+  timeoutMs = 60_000,
+  logTail: () => string = () => '',
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  while (!(await check().catch(() => false))) {
-    if (Date.now() > deadline) throw new DrillError(`redis sentinel: ${what} not within ${timeoutMs} ms`);
+  for (;;) {
+    const missing = await check().catch((err: unknown) => String(err));
+    if (missing === undefined) return;
+    if (Date.now() > deadline) {
+      throw new DrillError(`redis sentinel: ${what} not within ${timeoutMs} ms; last seen: ${missing}\n${logTail()}`);
+    }
     await sleep(100);
   }
 }
@@ -120,7 +134,7 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
     await primary.server.start();
     await replica.server.start();
     await Promise.all(sentinels.map((s) => s.start()));
-    await waitForGroup(sentinelPorts, replica.port);
+    await waitForGroup(sentinelPorts, replica);
   } catch (err) {
     for (const s of all()) await s.kill();
     removeDir(dir);
@@ -134,6 +148,9 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
       return primary;
     },
     async failover(o = {}) {
+      // A failover needs a replica in sync that every Sentinel knows (the one before it left the
+      // old primary to resync in the background: nothing in the drill needs it until now).
+      await waitForGroup(sentinelPorts, replica);
       // Lag on purpose: an output buffer limit of one byte for replicas makes the primary drop the
       // replica at its next write, and again at every resync, so the replica keeps the state of
       // this moment. (Stopping the replica would not do: the kernel buffers the stream for it.)
@@ -141,20 +158,24 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
         await command(primary.port, 'CONFIG', 'SET', 'client-output-buffer-limit', 'replica 1 1 0');
         await sleep(o.lagMs);
       }
-      const struck = Date.now();
+      const killedAt = Date.now();
       await primary.server.kill();
       const promoted = replica;
-      await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () =>
-        (await Promise.all(sentinelPorts.map(masterPort))).every((p) => p === promoted.port),
-      );
-      const promotedAfter = Date.now() - struck;
+      await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () => {
+        const named = await Promise.all(sentinelPorts.map(masterPort));
+        return named.every((p) => p === promoted.port) ? undefined : `the Sentinels name ${named.join(', ')}`;
+      });
+      const promotedAfter = Date.now() - killedAt;
       // The old primary comes back empty, as a replica of the new one.
       const old = redisNode(dir, primary.port, primary.label, promoted.port);
       await old.server.start();
       primary = promoted;
       replica = old;
-      await waitForGroup(sentinelPorts, replica.port);
-      return `kill -9 of the lease's Redis primary${o.lagMs ? ` (its replica cut off ${o.lagMs} ms before)` : ''}; Sentinel promoted the replica after ${promotedAfter} ms`;
+      const cutOff = o.lagMs ? ` (its replica cut off ${o.lagMs} ms before)` : '';
+      return {
+        detail: `kill -9 of the lease's Redis primary${cutOff}; Sentinel promoted the replica after ${promotedAfter} ms`,
+        killedAt,
+      };
     },
     async cleanup() {
       for (const s of all()) await s.kill();
@@ -163,24 +184,31 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
   };
 }
 
-/** Every Sentinel knows the replica (online) and the two other Sentinels: a failover can happen. */
-async function waitForGroup(sentinelPorts: number[], replicaPort: number): Promise<void> {
-  await waitFor('the Sentinels to find the replica and each other', async () => {
-    for (const port of sentinelPorts) {
-      const replicas = await command<string[][]>(port, 'SENTINEL', 'REPLICAS', SENTINEL_MASTER);
-      const known = replicas.some((r) => {
-        const f = fields(r);
-        return (
-          f.port === String(replicaPort) &&
+/** Every Sentinel knows the replica (online, in sync) and the two other Sentinels: a failover can happen. */
+async function waitForGroup(sentinelPorts: number[], replica: RedisNode): Promise<void> {
+  await waitFor(
+    'the Sentinels to find the replica and each other',
+    async () => {
+      const seen: string[] = [];
+      for (const port of sentinelPorts) {
+        const replicas = await command<string[][]>(port, 'SENTINEL', 'REPLICAS', SENTINEL_MASTER);
+        const f = replicas.map(fields).find((r) => r.port === String(replica.port));
+        const others = await command<unknown[]>(port, 'SENTINEL', 'SENTINELS', SENTINEL_MASTER);
+        const ready =
+          f !== undefined &&
           !/s_down|o_down|disconnected/.test(f.flags ?? '') &&
-          f['master-link-status'] === 'ok'
-        );
-      });
-      const others = await command<unknown[]>(port, 'SENTINEL', 'SENTINELS', SENTINEL_MASTER);
-      if (!known || others.length < sentinelPorts.length - 1) return false;
-    }
-    return true;
-  });
+          f['master-link-status'] === 'ok' &&
+          others.length >= sentinelPorts.length - 1;
+        if (!ready) {
+          const state = f ? `flags ${f.flags}, link ${f['master-link-status']}` : 'unknown';
+          seen.push(`sentinel :${port}: replica :${replica.port} ${state}, ${others.length} other sentinels`);
+        }
+      }
+      return seen.length ? seen.join('; ') : undefined;
+    },
+    60_000,
+    () => `${replica.label} log:\n${replica.server.logTail(15)}`,
+  );
 }
 
 function fields(flat: string[]): Record<string, string> {
