@@ -81,7 +81,10 @@ export async function strike(kind: FaultKind, c: StrikeContext): Promise<Struck>
   return { detail: await strikeOther(kind, c) };
 }
 
-async function strikeOther(kind: Exclude<FaultKind, 'ledger-failover' | 'redis-sentinel-failover'>, c: StrikeContext): Promise<string> {
+async function strikeOther(
+  kind: Exclude<FaultKind, 'ledger-failover' | 'redis-sentinel-failover'>,
+  c: StrikeContext,
+): Promise<string> {
   if (!c.leader && strikesLeader.has(kind)) return 'no leader to strike';
   switch (kind) {
     case 'kill':
@@ -182,10 +185,7 @@ async function strikeClock(leader: Proc, c: StrikeContext): Promise<string> {
   return `${leader.id}'s wall clock +${ahead} min, then -${behind} min, ${hold} ms each (it read ${measured.join(', then ')})`;
 }
 
-async function strikeLeaseServers(
-  kind: 'backend-restart' | 'backend-restart-all',
-  c: StrikeContext,
-): Promise<string> {
+async function strikeLeaseServers(kind: 'backend-restart' | 'backend-restart-all', c: StrikeContext): Promise<string> {
   const { o, env } = c;
   if (kind === 'backend-restart-all' && o.backend === 'etcd') {
     await env.lease.restart(true);
