@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { chromium, type BrowserContext } from 'playwright-core';
 import { Cluster, firstLeader, type Node } from './support.js';
+import { until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
@@ -85,6 +86,8 @@ it(
     const jobs = await page.locator('#jobs tbody').innerText();
     assert.match(jobs, /tick/);
     assert.match(jobs, /Europe\/Berlin/);
+    // The runs view loads once when opened: wait for tick's first run (every 2 s) so there is one.
+    await until(async () => (await db.pool.query(`SELECT 1 FROM cw_runs LIMIT 1`)).rowCount === 1, 'a first run');
     await page.click('#nav-runs');
     await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length > 0, null, { timeout: 10_000 });
     await page.click('#nav-overview');
