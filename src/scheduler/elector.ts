@@ -49,8 +49,6 @@ export class Elector extends EventEmitter<ElectorEvents> {
   private loop: Promise<void> | undefined;
   private stopping = false;
   private campaign = new AbortController();
-  /** How long the next resign leaves the field to the others (a TTL unless resign says). */
-  private resignPauseMs: number | undefined;
 
   /** random: the source of retry jitter, in [0, 1); injectable so tests can fix it. */
   constructor(
@@ -101,8 +99,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
    */
   async resign(pauseMs?: number): Promise<boolean> {
     if (!this.tenure || this.tenure.over) return false;
-    this.resignPauseMs = pauseMs;
-    this.tenure.end({ kind: 'resigned' });
+    this.tenure.end(pauseMs === undefined ? { kind: 'resigned' } : { kind: 'resigned', pauseMs });
     return true;
   }
 
@@ -149,9 +146,7 @@ export class Elector extends EventEmitter<ElectorEvents> {
       if (this.stopping) break;
       this.setRole('follower');
       // After a resign, leave the field to the others for a moment; they were woken by the release.
-      const resignPause = this.resignPauseMs ?? this.options.ttlMs;
-      this.resignPauseMs = undefined;
-      await this.pause(end.kind === 'resigned' ? resignPause : this.backoff());
+      await this.pause(end.kind === 'resigned' ? (end.pauseMs ?? this.options.ttlMs) : this.backoff());
     }
   }
 

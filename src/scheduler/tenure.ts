@@ -4,8 +4,8 @@ import type { Lease } from '../locks/lease.js';
 
 /** Why a tenure ended: data the elector decides on, not a flag set somewhere in a callback. */
 export type TenureEnd =
-  /** resign(): released so a follower leads at once. */
-  | { kind: 'resigned' }
+  /** resign(): released so a follower leads at once; back in the race after pauseMs (default a TTL). */
+  | { kind: 'resigned'; pauseMs?: number }
   /** stop(): released, and no more campaigning. */
   | { kind: 'stopped' }
   /** The lease's local deadline passed without a successful renew (a hung or unreachable backend). */
