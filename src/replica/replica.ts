@@ -98,7 +98,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly runtime: RuntimeAdmin;
   /** Keeps `schedules` current from start to stop, on every replica (the stand-in needs them too). */
   readonly scheduleSync: ScheduleSync;
-  private readonly syncStop = new AbortController();
+  /** Aborted as a stop or a failed start begins: schedule sync ends, a tenure's end re-arms no stand-in. */
+  private readonly windingDown = new AbortController();
   /** The schedules' first load, which a tenure waits for before it plans. */
   private schedulesLoaded: Promise<number> = Promise.resolve(0);
   readonly logger: Logger;
@@ -286,7 +287,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
           u.wonAt = undefined;
           u.fireLoop.stop();
           // A follower again: stand in for whoever leads next (re-armed in slices).
-          if (!this.stopped) void u.standIn.start();
+          if (!this.windingDown.signal.aborted) void u.standIn.start();
         },
       },
       clock,
@@ -470,12 +471,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       await this.startParts();
     } catch (err) {
       // A campaign already begun (or a lease already won) is given up before the error goes out.
-      this.syncStop.abort();
+      this.windDown();
       await Promise.all(this.shards.map((s) => s.elector.stop()));
-      for (const s of this.shards) {
-        s.fireLoop.stop();
-        s.standIn.stop(); // after the electors: a tenure's end re-arms it
-      }
       await this.admin?.close().catch(() => undefined);
       this.admin = undefined;
       throw err;
@@ -491,7 +488,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     await this.ledger.bindNamespace(this.namespace);
     await this.ledgerClock?.start();
     // Runtime schedules load beside the rest; a tenure waits for them (onLeading) before it plans.
-    this.schedulesLoaded = this.scheduleSync.start(this.syncStop.signal).then((loaded) => {
+    this.schedulesLoaded = this.scheduleSync.start(this.windingDown.signal).then((loaded) => {
       if (loaded > 0) this.logger.info({ schedules: loaded }, 'runtime schedules loaded');
       return loaded;
     });
@@ -577,11 +574,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.stopped = true;
     // The hand-over first: stop firing and release the lease, so a follower leads at once. Only
     // then the admin HTTP (whose close waits for in-flight requests) and the member row.
-    for (const s of this.shards) {
-      s.fireLoop.stop();
-      s.standIn.stop();
-    }
-    this.syncStop.abort();
+    this.windDown();
     // Sharded: the member row goes first, so the others' balancers stop counting this replica as
     // one with room before its shards come free (else they hand shards "to" it). Bounded: a ledger
     // that does not answer must not hold up the hand-over.
@@ -602,6 +595,15 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       this.logger.warn('a PostgreSQL client is still checked out by an abandoned handler; not waiting for it');
     }
     this.logger.info('replica stopped');
+  }
+
+  /** Stop firing, standing in and loading schedules: the first step of a stop or a failed start. */
+  private windDown(): void {
+    for (const s of this.shards) {
+      s.fireLoop.stop();
+      s.standIn.stop();
+    }
+    this.windingDown.abort();
   }
 
   private async onLeading(unit: ShardLeader, lease: Lease, signal: AbortSignal): Promise<void> {
