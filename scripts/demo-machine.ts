@@ -182,8 +182,7 @@ export function removalCommands(t: DemoTargets, namespace: string): string[] {
   ];
 }
 
-/** How many Redis keys the namespace has. */
-/** The namespace's keys that stay: a key with an expiry (a job lock, the stalled check) goes by itself. */
+/** How many of the namespace's Redis keys stay (see withoutExpiry). */
 export async function countNamespaceKeys(redisUrl: string, namespace: string): Promise<number> {
   return (await namespaceKeys(redisUrl, namespace, false, true)).length;
 }
@@ -203,16 +202,19 @@ async function namespaceKeys(
       for await (const batch of redis.scanStream({ match: pattern, count: 500 }) as AsyncIterable<string[]>)
         for (const key of batch) found.add(key);
     }
-    let keys = [...found];
-    if (lastingOnly && keys.length > 0) {
-      const ttls = await Promise.all(keys.map((k) => redis.pttl(k)));
-      keys = keys.filter((_, i) => ttls[i] === -1);
-    }
+    const keys = lastingOnly ? await withoutExpiry(redis, [...found]) : [...found];
     if (remove && keys.length > 0) await redis.unlink(...keys);
     return keys;
   } finally {
     redis.disconnect();
   }
+}
+
+/** Of `keys`, those that stay: a key with an expiry (a job lock, BullMQ's stalled check) goes by itself. */
+export async function withoutExpiry(redis: Redis, keys: string[]): Promise<string[]> {
+  if (keys.length === 0) return keys;
+  const ttls = await Promise.all(keys.map((k) => redis.pttl(k)));
+  return keys.filter((_, i) => ttls[i] === -1);
 }
 
 /** Drop the demo database and delete the namespace's Redis keys; returns how many keys went. */

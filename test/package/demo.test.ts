@@ -11,6 +11,7 @@ import { spawn } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { Redis } from 'ioredis';
 import pg from 'pg';
+import { withoutExpiry } from '../../scripts/demo-machine.js';
 import { repoRoot, run } from './support.js';
 
 const adminUrl = process.env.CRONWARDEN_DEMO_ADMIN_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -27,8 +28,10 @@ async function demoDatabaseExists(): Promise<boolean> {
   }
 }
 
-/** Every key that mentions the namespace, whatever its prefix (broader than what the demo deletes). */
-/** The keys mentioning `namespace`; `lastingOnly`: without those that expire by themselves (job locks). */
+/**
+ * Every key that mentions the namespace, whatever its prefix (broader than what the demo deletes);
+ * `lastingOnly`: without those that expire by themselves (job locks).
+ */
 async function keysMentioning(namespace: string, lastingOnly = false): Promise<string[]> {
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
   try {
@@ -36,10 +39,7 @@ async function keysMentioning(namespace: string, lastingOnly = false): Promise<s
     const keys = new Set<string>();
     for await (const batch of redis.scanStream({ match: `*${namespace}*`, count: 1000 }) as AsyncIterable<string[]>)
       for (const key of batch) keys.add(key);
-    if (!lastingOnly) return [...keys];
-    const all = [...keys];
-    const ttls = await Promise.all(all.map((k) => redis.pttl(k)));
-    return all.filter((_, i) => ttls[i] === -1);
+    return lastingOnly ? await withoutExpiry(redis, [...keys]) : [...keys];
   } finally {
     redis.disconnect();
   }
