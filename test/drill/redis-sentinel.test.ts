@@ -46,11 +46,15 @@ describe('redis lease backend through Sentinel', () => {
         assert.notEqual(group.primary.port, primaryBefore);
         // The lease may or may not have reached the replica; either way, once it lapses another
         // holder gets it from the new primary, under a higher token.
-        let second = null;
-        for (let i = 0; i < 100 && !second; i++) {
-          second = await backend.tryAcquire({ ...request, holder: 'b' }).catch(() => null);
-          if (!second) await sleep(100);
-        }
+        const acquireWithin10s = async (holder: string) => {
+          for (let i = 0; i < 100; i++) {
+            const lease = await backend.tryAcquire({ ...request, holder }).catch(() => null);
+            if (lease) return lease;
+            await sleep(100);
+          }
+          return null;
+        };
+        const second = await acquireWithin10s('b');
         assert.ok(second, 'a lease was granted through the promoted replica');
         assert.ok(second.token > first.token, `token ${second.token} after ${first.token}`);
         assert.equal((await backend.current(request.name))?.holder, 'b');
@@ -58,11 +62,7 @@ describe('redis lease backend through Sentinel', () => {
         // then promotes it: the group fails over as often as the drill asks.
         await group.failover();
         assert.equal(group.primary.port, primaryBefore);
-        let third = null;
-        for (let i = 0; i < 100 && !third; i++) {
-          third = await backend.tryAcquire({ ...request, holder: 'c' }).catch(() => null);
-          if (!third) await sleep(100);
-        }
+        const third = await acquireWithin10s('c');
         assert.ok(third, 'a lease was granted after the second failover');
         assert.ok(third.token > second.token, `token ${third.token} after ${second.token}`);
       } finally {
