@@ -49,9 +49,9 @@ const rebalancedAfter: ReadonlySet<FaultKind> = new Set(['kill', 'term', 'stop']
 /**
  * Sharded leadership's bounds for a fault (null: none): the struck replica's shards balanced among
  * the live replicas within 2 TTLs, and no shard without a live leader for longer than I5's crash
- * bound, TTL + the electors' retry period + one tick (1 s), or after SIGTERM its graceful one. A link cut leaves the cut-off replica
- * running and holding nothing, so the shards are balanced only after the link heals: measured, not
- * bounded.
+ * bound, TTL + the electors' retry period + one tick (1 s), or after SIGTERM its graceful one. A
+ * link cut leaves the cut-off replica running and holding nothing, so the shards are balanced only
+ * after the link heals: measured, not bounded.
  */
 export function shardBoundsMs(
   kind: FaultKind,
