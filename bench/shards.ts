@@ -15,7 +15,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import { tablesIn } from '../src/db/tables.js';
-import { shardLeaseName } from '../src/scheduler/shard-map.js';
+import { shardLeaseName } from '../src/scheduler/shards/shard-map.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/postgres-database.js';
 import { fmt, summarize, table } from './stats.js';
 

@@ -10,7 +10,7 @@ export type { JobContext, JobHandler, TransactionClient } from './jobs/job-conte
 export { JobRegistry, UnknownJobError } from './jobs/job-registry.js';
 export { NodeCronCoordinator } from './jobs/node-cron-coordinator.js';
 export { Replica, type ReplicaOptions, type ReplicaAdminOptions, type ReplicaEvents } from './replica/replica.js';
-export { CronSchedule } from './scheduler/cron-schedule.js';
+export { CronSchedule } from './cron/cron-schedule.js';
 export { createLeaseBackend, type BackendConfig } from './locks/create-backend.js';
 export { MemoryLeaseBackend, MemoryLeaseStore } from './locks/memory.js';
 export { withLock, type LockContext, type WithLockOptions } from './locks/with-lock.js';

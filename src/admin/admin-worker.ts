@@ -16,13 +16,13 @@ import {
   StaleTokenError,
 } from '../errors.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
-import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
+import type { BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { Lease, LeaseRecord } from '../locks/lease.js';
-import { CronSchedule } from '../scheduler/cron-schedule.js';
-import type { CodeJob } from '../scheduler/scheduled-job.js';
+import { CronSchedule } from '../cron/cron-schedule.js';
+import type { CodeJob } from '../cron/scheduled-job.js';
 import type { AdminThreadInit, CallOp, FromThread, ThreadError, ThreadState, ToThread } from './admin-thread.js';
 import type { ReplicaEvents, ReplicaView, RuntimeAdmin } from './replica-view.js';
 import { AdminServer } from './server.js';

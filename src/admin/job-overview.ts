@@ -1,6 +1,6 @@
 import type { JobStats } from '../ledger/job-stats.js';
-import { describeSchedule } from '../scheduler/describe-schedule.js';
-import type { ScheduledJob } from '../scheduler/scheduled-job.js';
+import { describeSchedule } from '../cron/describe-schedule.js';
+import type { ScheduledJob } from '../cron/scheduled-job.js';
 import { zoned, type ZonedInstant } from './zoned-time.js';
 
 /** How many upcoming fires the overview lists. */

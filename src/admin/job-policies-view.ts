@@ -3,9 +3,9 @@
  * the body of POST /api/jobs/:name/pause, and the preview of GET /api/jobs/:name/next.
  */
 import { z } from 'zod';
-import type { CodeJob } from '../scheduler/scheduled-job.js';
+import type { CodeJob } from '../cron/scheduled-job.js';
 import { pauseHolds, type JobPause, type PauseRequest } from '../ledger/pauses.js';
-import { previewFires, type PreviewEntry } from '../scheduler/schedule-preview.js';
+import { previewFires, type PreviewEntry } from '../cron/schedule-preview.js';
 
 /** Longest pause reason accepted (characters). */
 export const MAX_PAUSE_REASON = 500;

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { handlerOf } from '../scheduler/runtime-schedules.js';
+import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
 import { activeRunCounts, attemptsFinishedSince, jobHealth } from '../ledger/admin-reads.js';

@@ -8,14 +8,14 @@ import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
-import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
+import type { BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { Lease } from '../locks/lease.js';
-import type { ElectorEvents, ElectorRole } from '../scheduler/elector.js';
-import type { FireLoopEvents } from '../scheduler/fire-loop.js';
-import type { CodeJob } from '../scheduler/scheduled-job.js';
-import { shardOf } from '../scheduler/shard-map.js';
+import type { ElectorEvents, ElectorRole } from '../scheduler/election/elector.js';
+import type { FireLoopEvents } from '../scheduler/firing/fire-loop.js';
+import type { CodeJob } from '../cron/scheduled-job.js';
+import { shardOf } from '../scheduler/shards/shard-map.js';
 
 /** The leader lifted an expired pause (once across replicas). */
 export interface PauseEvents {

@@ -9,8 +9,8 @@ import { InvalidArgumentError, NotLeaderError, ScheduleExistsError, ScheduleNotF
 import { scheduleId } from '../jobs/schedule-input.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { StoredSchedule } from '../ledger/schedule-ledger.js';
-import { CronSchedule } from '../scheduler/cron-schedule.js';
-import { runtimeJobName } from '../scheduler/runtime-schedules.js';
+import { CronSchedule } from '../cron/cron-schedule.js';
+import { runtimeJobName } from '../scheduler/schedules/runtime-schedules.js';
 import { HttpError, parse } from './http-error.js';
 import { jobLease, type ReplicaView, type RuntimeAdmin } from './replica-view.js';
 

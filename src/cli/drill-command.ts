@@ -6,7 +6,7 @@ import type { Percentiles } from '../drill/checker.js';
 import { applicableFaults, faultConflict, faultKinds, topologyFaults, type FaultKind } from '../drill/faults.js';
 import { findLibfaketime } from '../drill/skewed-clock.js';
 import { InvalidConfigError } from '../errors.js';
-import { MAX_SHARDS } from '../scheduler/shard-map.js';
+import { MAX_SHARDS } from '../scheduler/shards/shard-map.js';
 
 const optionsSchema = z.object({
   backend: z.enum(['etcd', 'redis', 'postgres'], 'must be etcd, redis or postgres'),

@@ -7,7 +7,7 @@
 import type pg from 'pg';
 import { effectsInWindow, runsInWindow, type RunHistoryRow } from '../ledger/history-reads.js';
 import { tablesIn } from '../db/tables.js';
-import { shardOf } from '../scheduler/shard-map.js';
+import { shardOf } from '../scheduler/shards/shard-map.js';
 import { readAttemptLog, type AttemptOutcome } from './attempt-log.js';
 
 /** A run as the checker sees it: the ledger's history row, the commit instant optional for planted histories. */

@@ -22,7 +22,7 @@ import { createLeaseBackend } from '../locks/create-backend.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import * as ledgerHistory from '../ledger/history-reads.js';
 import { DEFAULT_SCHEMA, tablesIn } from '../db/tables.js';
-import { shardLeaseName } from '../scheduler/shard-map.js';
+import { shardLeaseName } from '../scheduler/shards/shard-map.js';
 import { DrillError, InvalidConfigError } from '../errors.js';
 import {
   checkHistory,

@@ -1,5 +1,5 @@
 /** Fault kinds the drill can strike, and a seeded schedule of them. */
-import { resolveElectorOptions } from '../scheduler/elector-options.js';
+import { resolveElectorOptions } from '../scheduler/election/elector-options.js';
 
 export const faultKinds = [
   'kill', // SIGKILL of the leader

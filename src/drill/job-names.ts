@@ -6,7 +6,7 @@
  * there already, else `drill-<i>-<k>` for the smallest k that does.
  */
 import { DrillError } from '../errors.js';
-import { shardOf } from '../scheduler/shard-map.js';
+import { shardOf } from '../scheduler/shards/shard-map.js';
 
 export function drillJobNames(count: number, shards = 1): string[] {
   return Array.from({ length: count }, (_, i) => (shards <= 1 ? `drill-${i}` : nameInShard(i, shards)));

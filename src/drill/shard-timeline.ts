@@ -20,7 +20,7 @@
  * sample).
  */
 import type { LeaseBackend } from '../locks/lease.js';
-import { fairShare } from '../scheduler/shard-map.js';
+import { fairShare } from '../scheduler/shards/shard-map.js';
 
 export interface ShardSample {
   at: number;

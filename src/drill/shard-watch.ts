@@ -7,7 +7,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { LeaseBackend } from '../locks/lease.js';
-import { shardLeaseName, shardOf } from '../scheduler/shard-map.js';
+import { shardLeaseName, shardOf } from '../scheduler/shards/shard-map.js';
 import type { ReplicaFleet } from './fleet.js';
 import { drillJobNames } from './job-names.js';
 import type { LedgerProbe } from './ledger-probe.js';

@@ -1,8 +1,8 @@
 import { Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { JobRegistry } from './job-registry.js';
-import { handlerOf } from '../scheduler/runtime-schedules.js';
-import type { DeliverableRun, QueuedState, RunDelivery } from '../scheduler/run-delivery.js';
+import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
+import type { DeliverableRun, QueuedState, RunDelivery } from '../scheduler/firing/run-delivery.js';
 import { bullmqJobId, controlChannel, queueName } from './bullmq-names.js';
 import type { ControlMessage } from './run-executor.js';
 

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { InvalidConfigError, InvalidScheduleError } from '../errors.js';
-import { CronSchedule } from '../scheduler/cron-schedule.js';
-import type { MisfirePolicy, OverlapPolicy, ScheduledJob } from '../scheduler/scheduled-job.js';
-import type { DstGap, DstRepeat } from '../scheduler/cron-schedule.js';
+import { CronSchedule } from '../cron/cron-schedule.js';
+import type { MisfirePolicy, OverlapPolicy, ScheduledJob } from '../cron/scheduled-job.js';
+import type { DstGap, DstRepeat } from '../cron/cron-schedule.js';
 import type { JobHandler } from './job-context.js';
 
 export type { DstGap, DstRepeat, MisfirePolicy, OverlapPolicy };

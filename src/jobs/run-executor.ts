@@ -3,7 +3,7 @@ import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
 import { AbortedError, BackendUnavailableError, StaleTokenError } from '../errors.js';
 import type { Claim, RunLedger } from '../ledger/run-ledger.js';
-import { handlerOf } from '../scheduler/runtime-schedules.js';
+import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { Attempt } from './attempt.js';
 import { AttemptReport } from './attempt-report.js';
 import type { JobRegistry } from './job-registry.js';

@@ -15,14 +15,9 @@ import { expirePauses, listPauses, pauseJob, setPausedFlag, type JobPause, type 
 import { sqlInt, withTransaction, type Queryable } from './transaction.js';
 import { acceptScheduleFires } from './schedule-ledger.js';
 import type { Tables } from '../db/tables.js';
+import type { FireTrigger } from '../cron/fire-trigger.js';
 
-/**
- * Why a run was committed: on schedule, caught up after an election, triggered by hand, by a
- * follower standing in for a silent leader (stand-in.ts): a scheduled slot all the same, inside
- * the unique (job, scheduled_at) key like 'schedule' and 'catchup'; a backfill of past slots (in
- * that key too), or a one-off run (outside it, keyed by its once_key).
- */
-export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'standin' | 'backfill' | 'once';
+export type { FireTrigger } from '../cron/fire-trigger.js';
 
 export interface FireRequest {
   job: string;

@@ -1,8 +1,8 @@
 import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { ReplicaEvents } from '../admin/replica-view.js';
-import type { Elector } from '../scheduler/elector.js';
-import type { FireLoop } from '../scheduler/fire-loop.js';
+import type { Elector } from '../scheduler/election/elector.js';
+import type { FireLoop } from '../scheduler/firing/fire-loop.js';
 
 type Warn = (kind: string, fields: object, message: string) => void;
 

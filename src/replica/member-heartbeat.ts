@@ -9,7 +9,7 @@ import {
   type JoinedJobNames,
   type LiveMember,
 } from '../ledger/members.js';
-import { forEachSliced } from '../scheduler/yielding.js';
+import { forEachSliced } from '../scheduler/firing/yielding.js';
 import type { Tables } from '../db/tables.js';
 
 export interface MemberHeartbeatOptions {

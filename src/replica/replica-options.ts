@@ -5,7 +5,7 @@ import type { Clock } from '../clock.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import type { JobRegistry } from '../jobs/job-registry.js';
 import type { LeaseBackend } from '../locks/lease.js';
-import type { ElectorOptions } from '../scheduler/elector-options.js';
+import type { ElectorOptions } from '../scheduler/election/elector-options.js';
 
 export interface ReplicaOptions {
   /** Unique per process. Default: host-pid-random. */
@@ -54,7 +54,7 @@ export interface ReplicaOptions {
   /**
    * A follower commits a slot the leader has not committed this long after it was due (a crashed
    * leader then costs this, not a lease TTL), under the same unique key, so a slot stays once
-   * (src/scheduler/stand-in.ts). Default 500 ms; 0 turns stand-ins off.
+   * (src/scheduler/stand-in/stand-in.ts). Default 500 ms; 0 turns stand-ins off.
    */
   standInGraceMs?: number;
   /**

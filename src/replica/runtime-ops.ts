@@ -6,10 +6,10 @@ import type { JobRegistry } from '../jobs/job-registry.js';
 import { validateSchedule } from '../jobs/schedule-input.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
-import type { Backfiller, BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
-import type { Leadership } from '../scheduler/fire-loop.js';
-import { RUNTIME_SEPARATOR, type RuntimeSchedules } from '../scheduler/runtime-schedules.js';
-import type { RunDelivery } from '../scheduler/run-delivery.js';
+import type { Backfiller, BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
+import type { Leadership } from '../scheduler/firing/fire-loop.js';
+import { RUNTIME_SEPARATOR, type RuntimeSchedules } from '../scheduler/schedules/runtime-schedules.js';
+import type { RunDelivery } from '../scheduler/firing/run-delivery.js';
 
 export interface RuntimeOpsOptions {
   registry: JobRegistry;

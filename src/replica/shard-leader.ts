@@ -1,9 +1,9 @@
 import { NotLeaderError } from '../errors.js';
-import type { Elector } from '../scheduler/elector.js';
-import type { FireLoop } from '../scheduler/fire-loop.js';
-import type { RunRetrier } from '../scheduler/run-retrier.js';
-import type { ScheduledJobs } from '../scheduler/scheduled-job.js';
-import type { StandIn } from '../scheduler/stand-in.js';
+import type { Elector } from '../scheduler/election/elector.js';
+import type { FireLoop } from '../scheduler/firing/fire-loop.js';
+import type { RunRetrier } from '../scheduler/firing/run-retrier.js';
+import type { ScheduledJobs } from '../cron/scheduled-job.js';
+import type { StandIn } from '../scheduler/stand-in/stand-in.js';
 import type { RuntimeOps } from './runtime-ops.js';
 import type { TenureRecord } from './tenure-record.js';
 

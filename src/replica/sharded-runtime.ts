@@ -1,7 +1,7 @@
 import type { RuntimeAdmin } from '../admin/replica-view.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
-import type { BackfillRequest, BackfillStep } from '../scheduler/backfill.js';
-import { shardOf } from '../scheduler/shard-map.js';
+import type { BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
+import { shardOf } from '../scheduler/shards/shard-map.js';
 import { onShard, type ShardLeader } from './shard-leader.js';
 
 /**

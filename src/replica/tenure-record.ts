@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { Lease } from '../locks/lease.js';
-import type { TenureEnd } from '../scheduler/tenure.js';
+import type { TenureEnd } from '../scheduler/election/tenure.js';
 import { recordRelease, recordRenew } from '../ledger/tenures.js';
 import type { Queryable } from '../ledger/transaction.js';
 import type { Tables } from '../db/tables.js';

@@ -5,7 +5,7 @@ import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
 import { Replica } from '../../src/replica/replica.js';
 import type { JobDefinition } from '../../src/jobs/define-job.js';
-import type { ElectorRole } from '../../src/scheduler/elector.js';
+import type { ElectorRole } from '../../src/scheduler/election/elector.js';
 
 export const SHARED_REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const ADMIN_TOKEN = 'test-admin-token-0123456789';

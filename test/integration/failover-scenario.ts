@@ -4,7 +4,7 @@
  * next leader is killed with SIGKILL. Afterwards the ledger must hold exactly one completed run per
  * job per second of the window, leader tokens must never decrease in commit order, and every run's
  * transactional effect must exist exactly once. While the killed leader's lease runs out, the
- * followers stand in (src/scheduler/stand-in.ts): the slots due in that gap get their first effect
+ * followers stand in (src/scheduler/stand-in/stand-in.ts): the slots due in that gap get their first effect
  * within the stand-in grace plus normal lateness, not a TTL later. One runtime schedule (made
  * through the ledger, as the admin API makes it) fires each second beside the jobs from code and
  * must come through the same way, stand-ins included.

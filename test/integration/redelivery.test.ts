@@ -19,7 +19,7 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { Ledger, type Claim } from '../../src/ledger/ledger.js';
-import { DeliverySweeper } from '../../src/scheduler/delivery-sweeper.js';
+import { DeliverySweeper } from '../../src/scheduler/chores/delivery-sweeper.js';
 import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 

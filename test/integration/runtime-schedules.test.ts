@@ -12,7 +12,7 @@ import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
 import { Replica } from '../../src/replica/replica.js';
 import { AdminClient } from '../../src/admin/client.js';
-import { CronSchedule } from '../../src/scheduler/cron-schedule.js';
+import { CronSchedule } from '../../src/cron/cron-schedule.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 import { firstLeader } from '../admin/support.js';

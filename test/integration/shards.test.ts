@@ -18,8 +18,8 @@ import { tablesIn } from '../../src/db/tables.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { PostgresLeaseBackend } from '../../src/locks/postgres.js';
 import { Replica } from '../../src/replica/replica.js';
-import { resolveElectorOptions } from '../../src/scheduler/elector-options.js';
-import { fairShare, shardLeaseName, shardOf } from '../../src/scheduler/shard-map.js';
+import { resolveElectorOptions } from '../../src/scheduler/election/elector-options.js';
+import { fairShare, shardLeaseName, shardOf } from '../../src/scheduler/shards/shard-map.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 

@@ -14,7 +14,7 @@ import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import { FireLoop, type Leadership } from '../../src/scheduler/fire-loop.js';
+import { FireLoop, type Leadership } from '../../src/scheduler/firing/fire-loop.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';

@@ -5,7 +5,7 @@
  * bench/cron-differential.ts (more expressions).
  */
 import { InvalidScheduleError } from '../../src/errors.js';
-import { CronSchedule } from '../../src/scheduler/cron-schedule.js';
+import { CronSchedule } from '../../src/cron/cron-schedule.js';
 import {
   buildTimeline,
   oracleFiresInZone,

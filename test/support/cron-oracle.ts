@@ -1,6 +1,6 @@
 /**
  * An independent oracle for cron schedules, for the differential test and bench: it reads the
- * dialect with its own small tokenizer (not src/scheduler/cron-pattern.ts) and finds fire times by
+ * dialect with its own small tokenizer (not src/cron/cron-pattern.ts) and finds fire times by
  * brute force, walking every minute instant of a window and asking Intl.DateTimeFormat for the
  * local wall-clock fields, then applying the product's DST rule as stated in the README:
  * - a wall-clock time fires at its first occurrence only (a repeated minute never fires again);

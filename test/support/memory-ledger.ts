@@ -6,7 +6,7 @@
  * behaviour; MemoryRunLedger (memory-run-ledger.ts) is the workers' side over the same runs.
  */
 import { StaleTokenError } from '../../src/errors.js';
-import type { FireLoopLedger } from '../../src/scheduler/fire-loop.js';
+import type { FireLoopLedger } from '../../src/scheduler/firing/fire-loop.js';
 import type {
   CommittedFire,
   FireBatchResult,

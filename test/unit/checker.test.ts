@@ -8,7 +8,7 @@ import {
   type RunRecord,
 } from '../../src/drill/checker.js';
 import { drillJobNames } from '../../src/drill/job-names.js';
-import { shardOf } from '../../src/scheduler/shard-map.js';
+import { shardOf } from '../../src/scheduler/shards/shard-map.js';
 
 const T = Date.UTC(2026, 0, 1);
 function clean(): { history: History; expected: Map<string, number[]> } {

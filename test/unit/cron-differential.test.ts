@@ -7,7 +7,7 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { InvalidScheduleError } from '../../src/errors.js';
-import { CronSchedule } from '../../src/scheduler/cron-schedule.js';
+import { CronSchedule } from '../../src/cron/cron-schedule.js';
 import { ZONES, randomExpression, runDifferential } from '../support/cron-differential.js';
 import { oracleFiresUtc, oracleNeverFires, oracleParse, prng } from '../support/cron-oracle.js';
 

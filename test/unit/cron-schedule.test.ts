@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { CronSchedule } from '../../src/scheduler/cron-schedule.js';
+import { CronSchedule } from '../../src/cron/cron-schedule.js';
 import { InvalidConfigError, InvalidScheduleError } from '../../src/errors.js';
 
 const iso = (ms: number | null) => (ms === null ? null : new Date(ms).toISOString());

@@ -1,6 +1,6 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
-import { describeSchedule } from '../../src/scheduler/describe-schedule.js';
+import { describeSchedule } from '../../src/cron/describe-schedule.js';
 import { zoned } from '../../src/admin/zoned-time.js';
 
 it('describes the common schedule shapes in words, and anything else field by field', () => {

@@ -6,8 +6,8 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { CronSchedule, type DstPolicy } from '../../src/scheduler/cron-schedule.js';
-import { previewFires } from '../../src/scheduler/schedule-preview.js';
+import { CronSchedule, type DstPolicy } from '../../src/cron/cron-schedule.js';
+import { previewFires } from '../../src/cron/schedule-preview.js';
 import { InvalidConfigError } from '../../src/errors.js';
 import { runDifferential } from '../support/cron-differential.js';
 

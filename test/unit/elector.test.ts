@@ -2,7 +2,7 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ManualClock } from '../support/manual-clock.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
-import { Elector, type ElectorRole, type TenureEnd } from '../../src/scheduler/elector.js';
+import { Elector, type ElectorRole, type TenureEnd } from '../../src/scheduler/election/elector.js';
 import { InvalidConfigError, BackendUnavailableError, LeaseLostError } from '../../src/errors.js';
 import type { Lease, LeaseBackend } from '../../src/locks/lease.js';
 

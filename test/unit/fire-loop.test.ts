@@ -4,9 +4,9 @@ import { pino } from 'pino';
 import { ManualClock } from '../support/manual-clock.js';
 import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
-import type { DeliverableRun, RunDelivery } from '../../src/scheduler/run-delivery.js';
+import type { DeliverableRun, RunDelivery } from '../../src/scheduler/firing/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
-import { COMMIT_CHUNK, COMMIT_RETRY_MS, FireLoop } from '../../src/scheduler/fire-loop.js';
+import { COMMIT_CHUNK, COMMIT_RETRY_MS, FireLoop } from '../../src/scheduler/firing/fire-loop.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);

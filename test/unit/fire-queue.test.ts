@@ -1,6 +1,6 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
-import { FireQueue } from '../../src/scheduler/fire-queue.js';
+import { FireQueue } from '../../src/scheduler/firing/fire-queue.js';
 
 it('pops entries in time order and popDue takes exactly the due ones', () => {
   const q = new FireQueue();

@@ -14,9 +14,9 @@ import type { JobContext } from '../../src/jobs/job-context.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import type { Lease } from '../../src/locks/lease.js';
-import { FireLoop } from '../../src/scheduler/fire-loop.js';
-import { PauseExpiry } from '../../src/scheduler/pause-expiry.js';
-import type { DeliverableRun } from '../../src/scheduler/run-delivery.js';
+import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
+import { PauseExpiry } from '../../src/scheduler/chores/pause-expiry.js';
+import type { DeliverableRun } from '../../src/scheduler/firing/run-delivery.js';
 import { InvalidConfigError } from '../../src/errors.js';
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0);

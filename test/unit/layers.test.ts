@@ -10,7 +10,7 @@ import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const src = resolve(dirname(fileURLToPath(import.meta.url)), '../../src');
-const order = ['db', 'locks', 'ledger', 'scheduler', 'jobs', 'admin', 'replica', 'config', 'drill', 'cli'];
+const order = ['cron', 'db', 'locks', 'ledger', 'scheduler', 'jobs', 'admin', 'replica', 'config', 'drill', 'cli'];
 
 function layerOf(file: string): number {
   const rel = relative(src, file);

@@ -4,7 +4,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { LedgerClock } from '../../src/scheduler/ledger-clock.js';
+import { LedgerClock } from '../../src/scheduler/election/ledger-clock.js';
 
 /** A host whose wall clock can be set anywhere while its monotonic clock only moves forward. */
 class Host {

@@ -1,7 +1,7 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { planCatchUp } from '../../src/scheduler/misfire.js';
-import { CronSchedule } from '../../src/scheduler/cron-schedule.js';
+import { planCatchUp } from '../../src/cron/misfire.js';
+import { CronSchedule } from '../../src/cron/cron-schedule.js';
 
 const everySecond = CronSchedule.parse('* * * * * *');
 const T = Date.UTC(2026, 0, 1);

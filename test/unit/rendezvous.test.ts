@@ -1,6 +1,6 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { rendezvousOwners } from '../../src/scheduler/rendezvous.js';
+import { rendezvousOwners } from '../../src/scheduler/stand-in/rendezvous.js';
 
 const members = Array.from({ length: 10 }, (_, i) => `replica-${i}`);
 const keys = Array.from({ length: 5000 }, (_, i) => `job-${i}`);

@@ -2,7 +2,7 @@ import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { ManualClock } from '../support/manual-clock.js';
-import { RunRetention } from '../../src/scheduler/run-retention.js';
+import { RunRetention } from '../../src/scheduler/chores/run-retention.js';
 
 /** A ledger with `backlog` prunable runs; records each call. */
 function fakeLedger(backlog: number, failFirst = false) {

@@ -13,14 +13,14 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { validateSchedule } from '../../src/jobs/schedule-input.js';
 import type { ScheduleSpec, ScheduleVersion } from '../../src/ledger/schedule-ledger.js';
 import type { FireRequest } from '../../src/ledger/fire-ledger.js';
-import { FireLoop } from '../../src/scheduler/fire-loop.js';
-import { FireQueue } from '../../src/scheduler/fire-queue.js';
+import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
+import { FireQueue } from '../../src/scheduler/firing/fire-queue.js';
 import {
   RuntimeSchedules,
   handlerOf,
   runtimeJob,
   withRuntimeSchedules,
-} from '../../src/scheduler/runtime-schedules.js';
+} from '../../src/scheduler/schedules/runtime-schedules.js';
 import type { Lease } from '../../src/locks/lease.js';
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);

@@ -18,7 +18,7 @@ import {
   ShardTimeline,
   type ShardSample,
 } from '../../src/drill/shard-timeline.js';
-import { shardOf } from '../../src/scheduler/shard-map.js';
+import { shardOf } from '../../src/scheduler/shards/shard-map.js';
 
 const T = 1_000_000;
 const live3 = ['a', 'b', 'c'];

@@ -1,8 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { InvalidArgumentError } from '../../src/errors.js';
-import { shardsToHandBack, type BalanceView } from '../../src/scheduler/shard-balance.js';
-import { ShardedJobs } from '../../src/scheduler/shard-jobs.js';
+import { shardsToHandBack, type BalanceView } from '../../src/scheduler/shards/shard-balance.js';
+import { ShardedJobs } from '../../src/scheduler/shards/shard-jobs.js';
 import {
   MAX_SHARDS,
   fairShare,
@@ -10,8 +10,8 @@ import {
   shardLeaseName,
   shardOf,
   validShardCount,
-} from '../../src/scheduler/shard-map.js';
-import type { ScheduledJob, ScheduledJobs } from '../../src/scheduler/scheduled-job.js';
+} from '../../src/scheduler/shards/shard-map.js';
+import type { ScheduledJob, ScheduledJobs } from '../../src/cron/scheduled-job.js';
 
 const names = Array.from({ length: 8000 }, (_, i) => `job-${i}`);
 

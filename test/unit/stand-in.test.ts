@@ -4,12 +4,12 @@ import { pino } from 'pino';
 import { ManualClock } from '../support/manual-clock.js';
 import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
-import type { DeliverableRun } from '../../src/scheduler/run-delivery.js';
+import type { DeliverableRun } from '../../src/scheduler/firing/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
-import { FireLoop } from '../../src/scheduler/fire-loop.js';
-import { StandIn } from '../../src/scheduler/stand-in.js';
-import { rendezvousOwners } from '../../src/scheduler/rendezvous.js';
-import type { ScheduledJobs } from '../../src/scheduler/scheduled-job.js';
+import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
+import { StandIn } from '../../src/scheduler/stand-in/stand-in.js';
+import { rendezvousOwners } from '../../src/scheduler/stand-in/rendezvous.js';
+import type { ScheduledJobs } from '../../src/cron/scheduled-job.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);

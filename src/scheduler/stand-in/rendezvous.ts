@@ -4,7 +4,7 @@
  * moves only the keys it owns (1/n of them), where `hash mod n` would move almost all.
  * Hand-written: the npm packages for it are unmaintained, and the whole idea is FNV-1a and a sort.
  */
-import { fnv1a } from './stable-hash.js';
+import { fnv1a } from '../shards/stable-hash.js';
 
 /** The `k` members with the highest weight for `key` (all of them when there are `k` or fewer). */
 export function rendezvousOwners(key: string, members: readonly string[], k: number): string[] {

@@ -3,8 +3,7 @@
  * window) and count (maxCatchUp), pause with a reason and an expiry, and the bounded overlap queue.
  * Pure functions, so each rule is tested on its own (test/unit/job-policies.test.ts).
  */
-import type { FireTrigger } from '../ledger/fire-ledger.js';
-import type { JobPause } from '../ledger/pauses.js';
+import type { FireTrigger } from './fire-trigger.js';
 import { planCatchUp, type CatchUpPlan } from './misfire.js';
 import type { ScheduledJob } from './scheduled-job.js';
 
@@ -30,7 +29,7 @@ export function fireTrigger(job: ScheduledJob, atMs: number, nowMs: number, onTi
 }
 
 /** The reason a skipped fire records for a pause: who, why and until when. */
-export function pauseReason(pause: Pick<JobPause, 'reason' | 'by' | 'until'>): string {
+export function pauseReason(pause: { reason: string | null; by: string | null; until: Date | null }): string {
   const parts = ['job is paused'];
   if (pause.by) parts.push(`by ${pause.by}`);
   if (pause.until) parts.push(`until ${pause.until.toISOString()}`);

@@ -1,16 +1,16 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
-import type { Clock, TimerHandle } from '../clock.js';
-import { NotLeaderError, StaleTokenError } from '../errors.js';
-import type { Lease } from '../locks/lease.js';
+import type { Clock, TimerHandle } from '../../clock.js';
+import { NotLeaderError, StaleTokenError } from '../../errors.js';
+import type { Lease } from '../../locks/lease.js';
 import { FireQueue, type FireEntry } from './fire-queue.js';
-import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigger } from '../ledger/fire-ledger.js';
+import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigger } from '../../ledger/fire-ledger.js';
 import type { RunDelivery } from './run-delivery.js';
-import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
-import type { CatchUpPlan } from './misfire.js';
+import type { ScheduledJob, ScheduledJobs } from '../../cron/scheduled-job.js';
+import type { CatchUpPlan } from '../../cron/misfire.js';
 import { tracedFireCommit } from './fire-tracing.js';
-import { fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from './job-policies.js';
-import { pauseHolds } from '../ledger/pauses.js';
+import { fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from '../../cron/job-policies.js';
+import { pauseHolds } from '../../ledger/pauses.js';
 import { HandOverGuard } from './hand-over-guard.js';
 import { forEachSliced } from './yielding.js';
 

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
-import type { FireLedger } from '../ledger/fire-ledger.js';
+import type { Clock } from '../../clock.js';
+import type { FireLedger } from '../../ledger/fire-ledger.js';
 
 export interface RunRetentionOptions {
   ledger: Pick<FireLedger, 'pruneFinishedRuns'>;

@@ -24,16 +24,16 @@
  * leader's. A healthy cluster's followers commit nothing: `trigger = 'standin'` counts what they did.
  */
 import type { Logger } from 'pino';
-import type { Clock, TimerHandle } from '../clock.js';
-import { limitedWarn } from '../once-per-kind.js';
-import type { CommittedFire, FireLedger, FireRequest } from '../ledger/fire-ledger.js';
-import type { FireLoop } from './fire-loop.js';
-import { FireQueue } from './fire-queue.js';
-import { forEachSliced } from './yielding.js';
-import type { RunDelivery } from './run-delivery.js';
+import type { Clock, TimerHandle } from '../../clock.js';
+import { limitedWarn } from '../../once-per-kind.js';
+import type { CommittedFire, FireLedger, FireRequest } from '../../ledger/fire-ledger.js';
+import type { FireLoop } from '../firing/fire-loop.js';
+import { FireQueue } from '../firing/fire-queue.js';
+import { forEachSliced } from '../firing/yielding.js';
+import type { RunDelivery } from '../firing/run-delivery.js';
 import { rendezvousOwners } from './rendezvous.js';
-import type { Reschedulable } from './schedule-sync.js';
-import type { ScheduledJobs } from './scheduled-job.js';
+import type { Reschedulable } from '../schedules/schedule-sync.js';
+import type { ScheduledJobs } from '../../cron/scheduled-job.js';
 
 /** How long past a slot a follower waits for the leader's commit before it commits the slot itself. */
 export const DEFAULT_STAND_IN_GRACE_MS = 500;

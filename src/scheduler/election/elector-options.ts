@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { InvalidConfigError } from '../errors.js';
-import { defaultSafetyMargin } from '../locks/lease-request.js';
+import { InvalidConfigError } from '../../errors.js';
+import { defaultSafetyMargin } from '../../locks/lease-request.js';
 
 export interface ElectorOptions {
   /** Lease name shared by all replicas of one deployment. */

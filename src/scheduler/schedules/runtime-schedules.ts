@@ -6,12 +6,12 @@
  * version against the ledger in the same transaction (schedule-ledger.ts states the rule).
  */
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
-import type { FireRequest } from '../ledger/fire-ledger.js';
-import type { ScheduleLedger, ScheduleSpec, ScheduleVersion } from '../ledger/schedule-ledger.js';
-import { CronSchedule } from './cron-schedule.js';
-import type { FireLoopLedger } from './fire-loop.js';
-import type { FireSchedule, ScheduledJob, ScheduledJobs } from './scheduled-job.js';
+import type { Clock } from '../../clock.js';
+import type { FireRequest } from '../../ledger/fire-ledger.js';
+import type { ScheduleLedger, ScheduleSpec, ScheduleVersion } from '../../ledger/schedule-ledger.js';
+import { CronSchedule } from '../../cron/cron-schedule.js';
+import type { FireLoopLedger } from '../firing/fire-loop.js';
+import type { FireSchedule, ScheduledJob, ScheduledJobs } from '../../cron/scheduled-job.js';
 
 /** Job names from code never contain '/', so a runtime schedule's name cannot meet one. */
 export const RUNTIME_SEPARATOR = '/';

@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
-import { StaleTokenError } from '../errors.js';
-import type { FireLedger } from '../ledger/fire-ledger.js';
-import type { JobPause } from '../ledger/pauses.js';
-import type { Leadership } from './fire-loop.js';
+import type { Clock } from '../../clock.js';
+import { StaleTokenError } from '../../errors.js';
+import type { FireLedger } from '../../ledger/fire-ledger.js';
+import type { JobPause } from '../../ledger/pauses.js';
+import type { Leadership } from '../firing/fire-loop.js';
 
 export interface PauseExpiryOptions {
   ledger: Pick<FireLedger, 'expirePauses'>;

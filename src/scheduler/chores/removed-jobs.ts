@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
-import type { Tables } from '../db/tables.js';
-import type { FireLedger } from '../ledger/fire-ledger.js';
-import { jobsOfLiveMembers } from '../ledger/members.js';
-import type { Queryable } from '../ledger/transaction.js';
+import type { Clock } from '../../clock.js';
+import type { Tables } from '../../db/tables.js';
+import type { FireLedger } from '../../ledger/fire-ledger.js';
+import { jobsOfLiveMembers } from '../../ledger/members.js';
+import type { Queryable } from '../../ledger/transaction.js';
 
 export interface RemovedJobsOptions {
   ledger: Pick<FireLedger, 'cancelRunsOfUndefinedJobs' | 'forgetUndefinedJobs'>;

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
-import { systemClock, type Clock } from '../clock.js';
-import { LeaseLostError, NotHolderError } from '../errors.js';
-import type { Lease, LeaseBackend } from '../locks/lease.js';
+import { systemClock, type Clock } from '../../clock.js';
+import { LeaseLostError, NotHolderError } from '../../errors.js';
+import type { Lease, LeaseBackend } from '../../locks/lease.js';
 import { resolveElectorOptions, type ElectorOptions, type ResolvedElectorOptions } from './elector-options.js';
 import { LeaderTerm, Tenure, describeTenureEnd, mayStillHold, type TenureEnd } from './tenure.js';
 

@@ -10,8 +10,8 @@
  * host's wall clock between syncs is invisible too. Each sync keeps the sample with the shortest
  * round trip (its error is at most half that round trip), as NTP does.
  */
-import type { Clock, TimerHandle } from '../clock.js';
-import { systemClock } from '../clock.js';
+import type { Clock, TimerHandle } from '../../clock.js';
+import { systemClock } from '../../clock.js';
 
 export interface LedgerClockOptions {
   /** The server's current time, epoch ms (e.g. `SELECT clock_timestamp()`). */

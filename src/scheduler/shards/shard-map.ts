@@ -4,7 +4,7 @@
  * or off keeps its history; with N shards each has its own lease, so the fence of one shard never
  * refuses another's leader.
  */
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError } from '../../errors.js';
 import { fnv1a } from './stable-hash.js';
 
 /** Enough for 100 replicas a few times over; each shard costs one lease renewal per renew period. */

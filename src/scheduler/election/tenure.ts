@@ -1,6 +1,6 @@
-import type { Clock, TimerHandle } from '../clock.js';
-import type { LeaseLostError } from '../errors.js';
-import type { Lease } from '../locks/lease.js';
+import type { Clock, TimerHandle } from '../../clock.js';
+import type { LeaseLostError } from '../../errors.js';
+import type { Lease } from '../../locks/lease.js';
 
 /** Why a tenure ended: data the elector decides on, not a flag set somewhere in a callback. */
 export type TenureEnd =

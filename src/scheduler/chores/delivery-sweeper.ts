@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
-import type { FireLedger, HandedOverRun } from '../ledger/fire-ledger.js';
-import type { QueuedState, RunDelivery } from './run-delivery.js';
+import type { Clock } from '../../clock.js';
+import type { FireLedger, HandedOverRun } from '../../ledger/fire-ledger.js';
+import type { QueuedState, RunDelivery } from '../firing/run-delivery.js';
 
 export interface DeliverySweeperOptions {
   ledger: Pick<FireLedger, 'deliveriesToCheck' | 'failUnrecorded'>;

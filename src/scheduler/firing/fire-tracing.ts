@@ -1,7 +1,7 @@
 import { SpanKind, SpanStatusCode, context, trace } from '@opentelemetry/api';
-import { StaleTokenError } from '../errors.js';
-import type { FireBatchResult } from '../ledger/fire-ledger.js';
-import { SpanAttr, traceparentOf, tracer } from '../tracing.js';
+import { StaleTokenError } from '../../errors.js';
+import type { FireBatchResult } from '../../ledger/fire-ledger.js';
+import { SpanAttr, traceparentOf, tracer } from '../../tracing.js';
 
 /**
  * One commit of fires, traced: a span for the fenced transaction and, under it, one producer span

@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
-import { NotLeaderError, StaleTokenError } from '../errors.js';
-import type { FireLedger } from '../ledger/fire-ledger.js';
-import type { RetriedRun } from '../ledger/run-retry.js';
+import { NotLeaderError, StaleTokenError } from '../../errors.js';
+import type { FireLedger } from '../../ledger/fire-ledger.js';
+import type { RetriedRun } from '../../ledger/run-retry.js';
 import type { Leadership } from './fire-loop.js';
 import type { RunDelivery } from './run-delivery.js';
 

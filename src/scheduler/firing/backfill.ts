@@ -7,12 +7,12 @@
  * that simply resumes on the next leader after a failover.
  */
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
-import { InvalidArgumentError, NotLeaderError, StaleTokenError } from '../errors.js';
-import type { FireLedger, FireRequest } from '../ledger/fire-ledger.js';
+import type { Clock } from '../../clock.js';
+import { InvalidArgumentError, NotLeaderError, StaleTokenError } from '../../errors.js';
+import type { FireLedger, FireRequest } from '../../ledger/fire-ledger.js';
 import type { Leadership } from './fire-loop.js';
 import type { RunDelivery } from './run-delivery.js';
-import type { ScheduledJobs } from './scheduled-job.js';
+import type { ScheduledJobs } from '../../cron/scheduled-job.js';
 
 /** Slots in one backfill range, at most: a bigger range is refused (split it). */
 export const MAX_BACKFILL_SLOTS = 100_000;

@@ -4,8 +4,8 @@
  * go). The list is split into all shards in one pass, again only when the underlying list is a new
  * one, so a million jobs are hashed once per change, not once per shard per tick.
  */
-import { InvalidArgumentError } from '../errors.js';
-import type { ScheduledJob, ScheduledJobs } from './scheduled-job.js';
+import { InvalidArgumentError } from '../../errors.js';
+import type { ScheduledJob, ScheduledJobs } from '../../cron/scheduled-job.js';
 import { shardOf } from './shard-map.js';
 
 export class ShardedJobs {

@@ -7,7 +7,7 @@
  */
 import type pg from 'pg';
 import type { Logger } from 'pino';
-import type { Clock } from '../clock.js';
+import type { Clock } from '../../clock.js';
 import type { RuntimeJob, RuntimeSchedules } from './runtime-schedules.js';
 
 /** What plans slots from the schedules (the fire loop, the stand-in): told which jobs changed. */
