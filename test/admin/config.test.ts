@@ -224,9 +224,9 @@ it('every setting has one definition: the flag, env name and file key derive fro
   assert.ok(!fileKeys.includes('jobsModule') && !fileKeys.includes('ttlMs') && !fileKeys.includes('config'));
 });
 
-it("the README's configuration table is the one derived from the definitions", async () => {
-  const readme = await readFile(new URL('../../README.md', import.meta.url), 'utf8');
-  const block = /<!-- settings-table:start -->\n([\s\S]*?)\n<!-- settings-table:end -->/.exec(readme)?.[1];
+it('the configuration table in docs/reference/configuration.md is the one derived from the definitions', async () => {
+  const page = await readFile(new URL('../../docs/reference/configuration.md', import.meta.url), 'utf8');
+  const block = /<!-- settings-table:start -->\n([\s\S]*?)\n<!-- settings-table:end -->/.exec(page)?.[1];
   assert.equal(block, settingsTable(), 'regenerate it with: node --import tsx scripts/settings-table.ts');
 });
 
