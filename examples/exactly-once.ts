@@ -3,7 +3,7 @@
  * seconds; one writes its effect in ctx.transaction, one guards a "latest wins" row with ctx.fence.
  * Then it counts the effects: one row per scheduled second, never two.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx examples/exactly-once.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx --tsconfig examples/tsconfig.json examples/exactly-once.ts
  */
 import { once } from 'node:events';
 import pg from 'pg';

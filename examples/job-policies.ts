@@ -2,7 +2,7 @@
  * Job policies (docs/guides/job-policies.md): a job's schedule, zone, DST rules, misfire and
  * overlap policies, checked when it is defined. Prints each job's next fires; needs no server.
  *
- *   npx tsx examples/job-policies.ts
+ *   npx tsx --tsconfig examples/tsconfig.json examples/job-policies.ts
  */
 import { CronSchedule, InvalidConfigError, defineJob } from 'cronwarden';
 

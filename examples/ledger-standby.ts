@@ -4,7 +4,7 @@
  * connection keeps the first server that accepts writes. Here the first host is down (nothing
  * listens on 127.0.0.1:1), as a dead primary would be, and the runs reach the second.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx examples/ledger-standby.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx --tsconfig examples/tsconfig.json examples/ledger-standby.ts
  */
 import { once } from 'node:events';
 import { pino } from 'pino';

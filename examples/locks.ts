@@ -4,7 +4,7 @@
  * write it protects. Two contenders here: the second waits for the first; a third that will not
  * wait gets nothing.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… npx tsx examples/locks.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… npx tsx --tsconfig examples/tsconfig.json examples/locks.ts
  */
 import { createLeaseBackend, migrateDatabase, withLock } from 'cronwarden';
 

@@ -3,7 +3,7 @@
  * which process runs each slot. Run this same file in several processes: only the lease holder
  * runs a slot, and each slot is committed to the ledger once, across processes and failovers.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… npx tsx examples/node-cron.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… npx tsx --tsconfig examples/tsconfig.json examples/node-cron.ts
  */
 import cron from 'node-cron';
 import pg from 'pg';

@@ -4,7 +4,7 @@
  * as during a rolling deploy, and the members view says which versions run and which replica lacks
  * which job. Then 1.0.0 stops (it resigns; 1.1.0 leads at once) and the roll is done.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx examples/rolling-upgrade.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx --tsconfig examples/tsconfig.json examples/rolling-upgrade.ts
  */
 import { once } from 'node:events';
 import { pino } from 'pino';

@@ -3,7 +3,7 @@
  * admin API of one replica: a schedule created at runtime for a handler defined in code, a one-off
  * run, and a backfill of a past range. Each prints what the ledger did.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx examples/runtime-schedules.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx --tsconfig examples/tsconfig.json examples/runtime-schedules.ts
  */
 import { once } from 'node:events';
 import { randomBytes } from 'node:crypto';

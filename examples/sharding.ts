@@ -3,7 +3,7 @@
  * lease and fence; the replicas spread the shards evenly, and a stopped replica's shards move to the
  * others while nobody else's change hands. Prints who leads which shard before and after.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx examples/sharding.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx --tsconfig examples/tsconfig.json examples/sharding.ts
  */
 import { pino } from 'pino';
 import { Replica, createLeaseBackend, defineJob, migrateDatabase } from 'cronwarden';

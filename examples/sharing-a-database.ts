@@ -4,7 +4,7 @@
  * own schema, queue, lease and channels). Then both namespaces are dropped: their Redis keys and
  * their schemas, which is all they leave behind.
  *
- *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx examples/sharing-a-database.ts
+ *   CRONWARDEN_DATABASE_URL=postgres://… CRONWARDEN_REDIS_URL=redis://… npx tsx --tsconfig examples/tsconfig.json examples/sharing-a-database.ts
  */
 import { Redis } from 'ioredis';
 import pg from 'pg';
