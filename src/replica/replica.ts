@@ -439,8 +439,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   hostOffsetMs(): number | undefined {
     return this.ledgerClock?.hostOffsetMs();
   }
-  async pingLedger(): Promise<void> {
-    await this.pool.query('SELECT 1');
+  pingLedger(): Promise<void> {
+    return this.ledger.ping();
   }
   trigger(job: string): Promise<CommittedFire> {
     const shard = this.shardOf(job);
