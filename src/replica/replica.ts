@@ -31,19 +31,17 @@ import { FireLoop, type FireLoopLedger } from '../scheduler/firing/fire-loop.js'
 import type { FireLedger } from '../ledger/fire-ledger.js';
 import { Ledger } from '../ledger/ledger.js';
 import { LedgerClock } from '../scheduler/election/ledger-clock.js';
-import { RunRetention } from '../scheduler/chores/run-retention.js';
-import { DeliverySweeper } from '../scheduler/chores/delivery-sweeper.js';
-import { RemovedJobs } from '../scheduler/chores/removed-jobs.js';
+import { ChoreRunner } from '../scheduler/chores/chore.js';
 import { RuntimeSchedules, withRuntimeSchedules } from '../scheduler/schedules/runtime-schedules.js';
 import { ScheduleSync } from '../scheduler/schedules/schedule-sync.js';
 import { Backfiller } from '../scheduler/firing/backfill.js';
 import { RuntimeOps } from './runtime-ops.js';
 import { DEFAULT_STAND_IN_GRACE_MS, DEFAULT_STAND_INS_PER_JOB, StandIn } from '../scheduler/stand-in/stand-in.js';
-import { PauseExpiry } from '../scheduler/chores/pause-expiry.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
 import { forwardEvents } from './forward-events.js';
+import { leaderChores } from './leader-chores.js';
 import { MemberHeartbeat } from './member-heartbeat.js';
 import { TenureRecord } from './tenure-record.js';
 import { RunRetrier } from '../scheduler/firing/run-retrier.js';
@@ -124,10 +122,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly ledgerClock: LedgerClock | undefined;
   /** The scheduler's clock: the ledger's, unless one was given. */
   readonly clock: Clock;
-  private readonly retention: RunRetention | undefined;
-  private readonly sweeper: DeliverySweeper;
-  private readonly removedJobs: RemovedJobs;
-  private readonly pauseExpiry: PauseExpiry;
+  /** The leader's chores, run by shard 0's tenures. */
+  private readonly chores: ChoreRunner;
   private stopped = false;
   /** The aggregate role last announced (sharded: 'leader' while leading any shard). */
   private announcedRole: ElectorRole | undefined;
@@ -165,7 +161,6 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       registry: this.registry,
       ledger: this.ledger,
     });
-    ({ retention: this.retention, sweeper: this.sweeper, removedJobs: this.removedJobs } = this.leaderChores(clock));
     this.schedules = new RuntimeSchedules({
       code: this.registry,
       ledger: this.ledger.schedules,
@@ -191,14 +186,21 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       logger: this.logger,
     });
     // The leader's chores for the whole deployment run under shard 0's lease and fence.
-    this.pauseExpiry = new PauseExpiry({
-      ledger: this.ledger.fires,
+    const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
+    if (!(retentionMs >= 0))
+      throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
+    const chores = leaderChores({
+      ...o,
+      retentionMs,
+      ledger: this.ledger,
+      delivery: this.delivery,
       leadership: first.elector,
+      fenceResource: first.fenceResource,
       clock,
       logger: this.logger,
-      fenceResource: first.fenceResource,
-      onResumed: (pause) => this.emit('pause:expired', pause),
+      onPauseExpired: (pause) => this.emit('pause:expired', pause),
     });
+    this.chores = new ChoreRunner(chores, { clock, logger: this.logger });
     this.executor = new RunExecutor({
       ledger: this.ledger.runs,
       registry: this.registry,
@@ -292,39 +294,6 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       },
       clock,
     );
-  }
-
-  /** The leader's periodic chores: retention, the re-delivery sweep, removed jobs' runs. */
-  private leaderChores(clock: Clock): {
-    retention: RunRetention | undefined;
-    sweeper: DeliverySweeper;
-    removedJobs: RemovedJobs;
-  } {
-    const o = this.o;
-    const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
-    if (!(retentionMs >= 0))
-      throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
-    return {
-      retention:
-        retentionMs > 0
-          ? new RunRetention({ ledger: this.ledger.fires, clock, logger: this.logger, retentionMs })
-          : undefined,
-      sweeper: new DeliverySweeper({
-        ledger: this.ledger.fires,
-        delivery: this.delivery,
-        clock,
-        logger: this.logger,
-        ...o.redelivery,
-      }),
-      removedJobs: new RemovedJobs({
-        ledger: this.ledger.fires,
-        db: this.pool,
-        tables: this.ledger.tables,
-        clock,
-        logger: this.logger,
-        ...o.removedJobs,
-      }),
-    };
   }
 
   /** The follower's stand-in for a silent leader of the shard (see stand-in.ts). */
@@ -618,12 +587,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       .catch((err: Error) => {
         this.logger.warn({ err, ...shard }, 'could not record the election');
       });
-    if (unit.shard === 0) {
-      void this.retention?.run(signal);
-      void this.sweeper.run(signal);
-      void this.removedJobs.run(signal);
-      void this.pauseExpiry.run(signal);
-    }
+    if (unit.shard === 0) void this.chores.run(signal);
     // The tenure's catch-up plans with runtime schedules as the ledger holds them now.
     await this.schedulesLoaded;
     await this.scheduleSync.current();
