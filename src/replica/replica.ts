@@ -1,10 +1,8 @@
 import { EventEmitter } from 'node:events';
-import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { Redis } from 'ioredis';
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { AdminServer } from '../admin/server.js';
 import { AdminThread } from '../admin/admin-thread.js';
 import type { ReplicaEvents, ReplicaView } from '../admin/replica-view.js';
@@ -21,7 +19,7 @@ import { runDetail } from '../ledger/run-reads.js';
 import type { LiveMember } from '../ledger/members.js';
 import type { RuntimeAdmin } from '../admin/replica-view.js';
 import { ShardedJobs } from '../scheduler/shards/shard-jobs.js';
-import { shardFenceResource, shardLeaseName, shardOf, validShardCount } from '../scheduler/shards/shard-map.js';
+import { shardFenceResource, shardLeaseName, shardOf } from '../scheduler/shards/shard-map.js';
 import { shardsToHandBack } from '../scheduler/shards/shard-balance.js';
 import type { ScheduledJobs } from '../cron/scheduled-job.js';
 import { onShard, type ShardLeader } from './shard-leader.js';
@@ -36,7 +34,7 @@ import { RuntimeSchedules, withRuntimeSchedules } from '../scheduler/schedules/r
 import { ScheduleSync } from '../scheduler/schedules/schedule-sync.js';
 import { Backfiller } from '../scheduler/firing/backfill.js';
 import { RuntimeOps } from './runtime-ops.js';
-import { DEFAULT_STAND_IN_GRACE_MS, DEFAULT_STAND_INS_PER_JOB, StandIn } from '../scheduler/stand-in/stand-in.js';
+import { StandIn } from '../scheduler/stand-in/stand-in.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
@@ -46,11 +44,11 @@ import { MemberHeartbeat } from './member-heartbeat.js';
 import { TenureRecord } from './tenure-record.js';
 import { RunRetrier } from '../scheduler/firing/run-retrier.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
-import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
+import type { ReplicaOptions } from './replica-options.js';
 
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 export type { ReplicaEvents } from '../admin/replica-view.js';
-import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
+import { resolveReplicaOptions, type ResolvedReplicaOptions } from './replica-defaults.js';
 import { reportClientErrors } from '../db/client-errors.js';
 import { ledgerConnection } from '../db/ledger-url.js';
 
@@ -60,11 +58,6 @@ const HOST_CLOCK_WARN_MS = 1000;
 const MEMBER_DELETE_WAIT_MS = 250;
 /** How long stop() waits for the ledger's pool to drain. */
 const POOL_END_TIMEOUT_MS = 2000;
-
-/** This package's version, advertised in cw_members. */
-const PACKAGE_VERSION = (
-  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
-).version;
 
 /**
  * One cronwarden replica, the composition root: campaigns for leadership, fires while leading,
@@ -131,16 +124,19 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   /** Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited. */
   private readonly warn: ReturnType<typeof limitedWarn>;
 
-  constructor(private readonly o: ReplicaOptions) {
+  /** The options with every default filled and every value checked (replica-defaults.ts). */
+  private readonly o: ResolvedReplicaOptions;
+
+  constructor(options: ReplicaOptions) {
     super();
-    requireConnections(o);
-    this.replicaId = o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
-    this.namespace = o.namespace ?? DEFAULT_NAMESPACE;
-    this.schema = resolveSchema({ schema: o.schema, namespace: this.namespace });
-    this.shardCount = validShardCount(o.shards ?? 1);
+    const o = (this.o = resolveReplicaOptions(options));
+    this.replicaId = o.replicaId;
+    this.namespace = o.namespace;
+    this.schema = o.schema;
+    this.shardCount = o.shards;
     this.leaseName = shardLeaseName(this.namespace, 0, this.shardCount);
     this.registry = o.jobs instanceof JobRegistry ? o.jobs : new JobRegistry(o.jobs);
-    this.logger = (o.logger ?? pino({ name: 'cronwarden' })).child({ replica: this.replicaId });
+    this.logger = o.logger.child({ replica: this.replicaId });
     this.startedAt = (o.clock ?? systemClock).now();
     this.warn = limitedWarn(this.logger, () => (o.clock ?? systemClock).monotonic());
     this.ownsPool = !o.pool;
@@ -186,12 +182,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       logger: this.logger,
     });
     // The leader's chores for the whole deployment run under shard 0's lease and fence.
-    const retentionMs = o.retentionMs ?? 14 * 24 * 3600 * 1000;
-    if (!(retentionMs >= 0))
-      throw new InvalidArgumentError(`retentionMs must be 0 (keep everything) or positive, got ${retentionMs}`);
     const chores = leaderChores({
       ...o,
-      retentionMs,
       ledger: this.ledger,
       delivery: this.delivery,
       leadership: first.elector,
@@ -316,8 +308,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       logger,
       replicaId: this.replicaId,
       fenceResource,
-      graceMs: this.o.standInGraceMs ?? DEFAULT_STAND_IN_GRACE_MS,
-      perJob: this.o.standInsPerJob ?? DEFAULT_STAND_INS_PER_JOB,
+      graceMs: this.o.standInGraceMs,
+      perJob: this.o.standInsPerJob,
       followers: () => this.heartbeat?.followers,
       onCommitted: (fire, latenessMs) => this.emit('fire:committed', fire, latenessMs, fire.trigger),
     });
@@ -466,16 +458,16 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     for (const s of this.shards) s.elector.start();
     for (const s of this.shards) void s.standIn.start();
     this.logger.info({ sinceProcessStartMs: Math.round(process.uptime() * 1000) }, 'campaigning for leadership');
-    if (this.o.worker?.enabled !== false) {
+    if (this.o.worker.enabled) {
       this.worker = new BullmqWorker({
         redisUrl: this.o.redisUrl,
         redis: this.o.redis,
         namespace: this.namespace,
         executor: this.executor,
         logger: this.logger,
-        concurrency: this.o.worker?.concurrency,
-        lockDurationMs: this.o.worker?.lockDurationMs,
-        stalledIntervalMs: this.o.worker?.stalledIntervalMs,
+        concurrency: this.o.worker.concurrency,
+        lockDurationMs: this.o.worker.lockDurationMs,
+        stalledIntervalMs: this.o.worker.stalledIntervalMs,
       });
       this.executor.setPublisher(this.worker.publisherFor());
       await this.worker.start();
@@ -485,7 +477,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
 
   /** The admin HTTP, if configured: in a thread of its own (the default) when the ledger is a URL. */
   private createAdmin(): AdminServer | AdminThread | undefined {
-    const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
+    const a = this.o.admin;
     if (!a) return undefined;
     const admin = {
       replica: this,
@@ -509,10 +501,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
 
   /** The admin HTTP, if configured, and this replica's member row with the URL it advertises. */
   private async startAdmin(): Promise<void> {
-    const a: ReplicaAdminOptions | undefined = this.o.admin === false ? undefined : this.o.admin;
+    const a = this.o.admin;
     if (a && this.admin) {
       const bound = await this.admin.listen();
-      this.adminUrl = a.url ?? advertised(bound, a.host ?? '127.0.0.1');
+      this.adminUrl = a.url ?? advertised(bound, a.host);
     }
     const sharded = this.shardCount > 1;
     this.heartbeat = new MemberHeartbeat({
@@ -520,7 +512,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       tables: this.ledger.tables,
       replicaId: this.replicaId,
       role: () => this.role,
-      version: this.o.version ?? PACKAGE_VERSION,
+      version: this.o.version,
       jobs: () => this.registry.list(),
       adminUrl: this.adminUrl,
       logger: this.logger,
@@ -552,7 +544,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     await Promise.all(this.shards.map((s) => s.elector.stop()));
     await (memberGone ?? this.heartbeat?.stop());
     await this.admin?.close();
-    await this.worker?.close(this.o.shutdownGraceMs ?? 10_000);
+    await this.worker?.close(this.o.shutdownGraceMs);
     await this.delivery.close();
     if (this.ownsRedis) await this.redis.quit().catch(() => {});
     await this.o.backend.close();
@@ -656,13 +648,4 @@ function advertised(bound: string, host: string): string {
   if (host !== '0.0.0.0' && host !== '::') return bound;
   const port = new URL(bound.replace(/\[.*\]/, 'localhost')).port;
   return `http://${hostname()}:${port}`;
-}
-
-/** A replica needs a lease backend, the ledger's PostgreSQL and Redis (given as URLs or clients). */
-function requireConnections(o: ReplicaOptions): void {
-  if (!o.backend) throw new InvalidArgumentError('a lease backend is required');
-  if (!o.databaseUrl && !o.pool)
-    throw new InvalidArgumentError('databaseUrl or pool is required (the ledger lives in PostgreSQL)');
-  if (!o.redisUrl && !o.redis)
-    throw new InvalidArgumentError('redisUrl or redis is required (runs are delivered through BullMQ)');
 }
