@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
 import { describeConfig, loadReplicaConfig, type AdminConfig, type SettingFlags } from '../config/replica-config.js';
+import { toReplicaOptions } from '../config/to-replica-options.js';
 import {
   envName,
   optionSpecs,
@@ -16,7 +17,7 @@ import { settlesWithin } from '../settles-within.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
-import { Replica, type ReplicaAdminOptions } from '../replica/replica.js';
+import { Replica } from '../replica/replica.js';
 import { resolveSchema } from '../db/tables.js';
 
 export function registerStart(program: Command): void {
@@ -43,24 +44,7 @@ async function startReplica(flags: SettingFlags): Promise<void> {
     await settlesWithin(backend.close(), 1000);
     throw err;
   }
-  const replica = new Replica({
-    replicaId: config.replicaId,
-    namespace: config.namespace,
-    schema,
-    backend,
-    databaseUrl: config.databaseUrl,
-    redisUrl: config.redisUrl,
-    jobs,
-    election: { ttlMs: config.ttlMs },
-    worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
-    shutdownGraceMs: config.shutdownGraceMs,
-    standInGraceMs: config.standInGraceMs,
-    standInsPerJob: config.standInsPerJob,
-    shards: config.shards,
-    retentionMs: config.retentionDays * 24 * 3600 * 1000,
-    admin: config.admin.enabled ? replicaAdmin(config.admin) : false,
-    logger,
-  });
+  const replica = new Replica(toReplicaOptions(config, { backend, jobs, logger, schema }));
   replica.logger.info({ config: describeConfig(config) }, 'starting replica');
   stopOnSignals(replica);
   await replica.start();
@@ -87,18 +71,6 @@ function stopOnSignals(replica: Replica): void {
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
-}
-
-/** The Replica's admin options from the configuration. */
-function replicaAdmin(a: AdminConfig): ReplicaAdminOptions {
-  return {
-    host: a.host,
-    port: a.port,
-    token: a.token,
-    url: a.url,
-    niceness: a.niceness,
-    probe: a.probePort === undefined ? undefined : { host: a.probeHost, port: a.probePort },
-  };
 }
 
 /** Where the admin HTTP listens, and what an operator should know about its exposure. */
