@@ -11,12 +11,15 @@ import {
   settings,
   type SettingDefinition,
 } from '../config/settings.js';
-import { checkStartup } from '../config/startup-checks.js';
+import { checkStartup, type CheckedConnections } from '../config/startup-checks.js';
 import { createLogger } from '../config/logger.js';
 import { settlesWithin } from '../settles-within.js';
+import { limitedWarn } from '../once-per-kind.js';
+import { systemClock } from '../clock.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
+import { endPool, watchConnections } from '../replica/connections.js';
 import { Replica } from '../replica/replica.js';
 import { resolveSchema } from '../db/tables.js';
 
@@ -38,21 +41,28 @@ async function startReplica(flags: SettingFlags): Promise<void> {
   const backend = await createLeaseBackend(
     config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend,
   );
+  // Connection errors repeat during a restart or failover: the first of a kind, then one a minute.
+  const warn = limitedWarn(logger, () => systemClock.monotonic());
+  let checked: CheckedConnections;
   try {
-    await checkStartup(config, backend, schema);
+    checked = await checkStartup(config, backend, schema, (err) =>
+      warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'),
+    );
   } catch (err) {
     await settlesWithin(backend.close(), 1000);
     throw err;
   }
-  const replica = new Replica(toReplicaOptions(config, { backend, jobs, logger, schema }));
+  // The connections the checks opened are the replica's: watched here, closed after its stop.
+  watchConnections(checked, warn);
+  const replica = new Replica(toReplicaOptions(config, { ...checked, backend, jobs, logger, schema }));
   replica.logger.info({ config: describeConfig(config) }, 'starting replica');
-  stopOnSignals(replica);
+  stopOnSignals(replica, checked);
   await replica.start();
   if (replica.adminUrl) logAdmin(replica, config.admin);
 }
 
-/** SIGTERM / SIGINT stop the replica gracefully and exit; a second signal exits at once. */
-function stopOnSignals(replica: Replica): void {
+/** SIGTERM / SIGINT stop the replica gracefully, close its connections and exit; a second signal exits at once. */
+function stopOnSignals(replica: Replica, connections: CheckedConnections): void {
   let stopping = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (stopping) {
@@ -61,7 +71,7 @@ function stopOnSignals(replica: Replica): void {
     }
     stopping = true;
     replica.logger.info({ signal }, 'stopping: resigning leadership and draining running handlers');
-    replica.stop().then(
+    stopAndClose(replica, connections).then(
       () => process.exit(0),
       (err: Error) => {
         replica.logger.error({ err }, 'graceful stop failed');
@@ -71,6 +81,12 @@ function stopOnSignals(replica: Replica): void {
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+}
+
+async function stopAndClose(replica: Replica, connections: CheckedConnections): Promise<void> {
+  await replica.stop();
+  await connections.redis.quit().catch(() => {});
+  await endPool(connections.pool, replica.logger);
 }
 
 /** Where the admin HTTP listens, and what an operator should know about its exposure. */

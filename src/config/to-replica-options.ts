@@ -4,17 +4,18 @@ import type { AdminConfig, ReplicaConfig } from './replica-config.js';
 
 /**
  * The Replica's options from `cronwarden start`'s configuration, plus what start-up made: the lease
- * backend, the jobs module's definitions and the logger. The Replica
+ * backend, the jobs module's definitions, the logger, and the connections it checked. The Replica
  * fills and checks them in the same step as any library caller's (replica/replica-defaults.ts).
  */
 export function toReplicaOptions(
   config: ReplicaConfig,
-  made: Pick<ReplicaOptions, 'backend' | 'jobs' | 'logger' | 'schema'>,
+  made: Pick<ReplicaOptions, 'backend' | 'jobs' | 'logger' | 'pool' | 'redis' | 'schema'>,
 ): ReplicaOptions {
   return {
     ...made,
     replicaId: config.replicaId,
     namespace: config.namespace,
+    // The URLs stay: the admin thread opens its own pool from the ledger's URL.
     databaseUrl: config.databaseUrl,
     redisUrl: config.redisUrl,
     election: { ttlMs: config.ttlMs },

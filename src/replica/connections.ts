@@ -1,6 +1,6 @@
 /**
- * The ledger pool and the Redis client a replica makes from its URLs, how their errors are
- * watched, and how its stop ends the pool.
+ * The ledger pool and the Redis client of a replica, made one way: by the Replica from its URLs,
+ * and by `cronwarden start`, which checks them at start-up and hands them to its Replica.
  */
 import pg from 'pg';
 import { Redis, type RedisOptions } from 'ioredis';
@@ -13,8 +13,14 @@ export const LEDGER_POOL_CONNECT_TIMEOUT_MS = 5000;
 /** How long a stop waits for the ledger's pool to drain. */
 const POOL_END_TIMEOUT_MS = 2000;
 
-export function ledgerPool(url: string): pg.Pool {
-  return new pg.Pool({ ...ledgerConnection(url), max: 10, connectionTimeoutMillis: LEDGER_POOL_CONNECT_TIMEOUT_MS });
+/** `connectTimeoutMs`: another bound for a first connection (start-up's check); then usualConnectTimeout(). */
+export function ledgerPool(url: string, connectTimeoutMs = LEDGER_POOL_CONNECT_TIMEOUT_MS): pg.Pool {
+  return new pg.Pool({ ...ledgerConnection(url), max: 10, connectionTimeoutMillis: connectTimeoutMs });
+}
+
+/** Back to the usual connect timeout: pg.Pool reads its options for every connection it makes. */
+export function usualConnectTimeout(pool: pg.Pool): void {
+  (pool as pg.Pool & { options: pg.PoolConfig }).options.connectionTimeoutMillis = LEDGER_POOL_CONNECT_TIMEOUT_MS;
 }
 
 /** BullMQ's producer connection (the worker's blocking ones are duplicates of it). */
