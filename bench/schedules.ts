@@ -79,7 +79,7 @@ export async function benchSchedules(): Promise<Record<string, unknown>> {
   try {
     delay.enable();
     t = performance.now();
-    const armed = new Promise<void>((resolve) => replica.fireLoop.once('loop:armed', () => resolve()));
+    const armed = new Promise<void>((resolve) => replica.shards.first.fireLoop.once('loop:armed', () => resolve()));
     await replica.start();
     await armed;
     const armMs = performance.now() - t;

@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
 import { describeConfig, loadReplicaConfig, type AdminConfig, type SettingFlags } from '../config/replica-config.js';
+import { toReplicaOptions } from '../config/to-replica-options.js';
 import {
   envName,
   optionSpecs,
@@ -10,13 +11,16 @@ import {
   settings,
   type SettingDefinition,
 } from '../config/settings.js';
-import { checkStartup } from '../config/startup-checks.js';
+import { checkStartup, type CheckedConnections } from '../config/startup-checks.js';
 import { createLogger } from '../config/logger.js';
 import { settlesWithin } from '../settles-within.js';
+import { limitedWarn } from '../once-per-kind.js';
+import { systemClock } from '../clock.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
-import { Replica, type ReplicaAdminOptions } from '../replica/replica.js';
+import { endPool, watchConnections } from '../replica/connections.js';
+import { Replica } from '../replica/replica.js';
 import { resolveSchema } from '../db/tables.js';
 
 export function registerStart(program: Command): void {
@@ -37,38 +41,28 @@ async function startReplica(flags: SettingFlags): Promise<void> {
   const backend = await createLeaseBackend(
     config.backend.kind === 'postgres' ? { ...config.backend, schema } : config.backend,
   );
+  // Connection errors repeat during a restart or failover: the first of a kind, then one a minute.
+  const warn = limitedWarn(logger, () => systemClock.monotonic());
+  let checked: CheckedConnections;
   try {
-    await checkStartup(config, backend, schema);
+    checked = await checkStartup(config, backend, schema, (err) =>
+      warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'),
+    );
   } catch (err) {
     await settlesWithin(backend.close(), 1000);
     throw err;
   }
-  const replica = new Replica({
-    replicaId: config.replicaId,
-    namespace: config.namespace,
-    schema,
-    backend,
-    databaseUrl: config.databaseUrl,
-    redisUrl: config.redisUrl,
-    jobs,
-    election: { ttlMs: config.ttlMs },
-    worker: { concurrency: config.concurrency, lockDurationMs: config.workerLockMs },
-    shutdownGraceMs: config.shutdownGraceMs,
-    standInGraceMs: config.standInGraceMs,
-    standInsPerJob: config.standInsPerJob,
-    shards: config.shards,
-    retentionMs: config.retentionDays * 24 * 3600 * 1000,
-    admin: config.admin.enabled ? replicaAdmin(config.admin) : false,
-    logger,
-  });
+  // The connections the checks opened are the replica's: watched here, closed after its stop.
+  watchConnections(checked, warn);
+  const replica = new Replica(toReplicaOptions(config, { ...checked, backend, jobs, logger, schema }));
   replica.logger.info({ config: describeConfig(config) }, 'starting replica');
-  stopOnSignals(replica);
+  stopOnSignals(replica, checked);
   await replica.start();
   if (replica.adminUrl) logAdmin(replica, config.admin);
 }
 
-/** SIGTERM / SIGINT stop the replica gracefully and exit; a second signal exits at once. */
-function stopOnSignals(replica: Replica): void {
+/** SIGTERM / SIGINT stop the replica gracefully, close its connections and exit; a second signal exits at once. */
+function stopOnSignals(replica: Replica, connections: CheckedConnections): void {
   let stopping = false;
   const onSignal = (signal: NodeJS.Signals) => {
     if (stopping) {
@@ -77,7 +71,7 @@ function stopOnSignals(replica: Replica): void {
     }
     stopping = true;
     replica.logger.info({ signal }, 'stopping: resigning leadership and draining running handlers');
-    replica.stop().then(
+    stopAndClose(replica, connections).then(
       () => process.exit(0),
       (err: Error) => {
         replica.logger.error({ err }, 'graceful stop failed');
@@ -89,16 +83,10 @@ function stopOnSignals(replica: Replica): void {
   process.on('SIGINT', onSignal);
 }
 
-/** The Replica's admin options from the configuration. */
-function replicaAdmin(a: AdminConfig): ReplicaAdminOptions {
-  return {
-    host: a.host,
-    port: a.port,
-    token: a.token,
-    url: a.url,
-    niceness: a.niceness,
-    probe: a.probePort === undefined ? undefined : { host: a.probeHost, port: a.probePort },
-  };
+async function stopAndClose(replica: Replica, connections: CheckedConnections): Promise<void> {
+  await replica.stop();
+  await connections.redis.quit().catch(() => {});
+  await endPool(connections.pool, replica.logger);
 }
 
 /** Where the admin HTTP listens, and what an operator should know about its exposure. */

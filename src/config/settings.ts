@@ -1,12 +1,15 @@
 import { z } from 'zod';
 import { parseLedgerUrl } from '../db/ledger-url.js';
+import { DEFAULT_CONNECT_TIMEOUT_MS } from '../db/migrate.js';
+import { replicaDefaults, replicaSettings, type BoundedSetting } from '../replica/replica-defaults.js';
 
 /**
  * Every setting of `cronwarden start` and `cronwarden migrate`, defined once. The key is the config
  * file key; the flag is its kebab-case (`leaseTtlMs` → `--lease-ttl-ms`), the environment variable
  * `CRONWARDEN_` + its SNAKE_CASE (`CRONWARDEN_LEASE_TTL_MS`). Commander options, environment and
  * file parsing, defaults, the names in error messages and the README table are all derived from
- * this table (see replica-config.ts and settingsTable()).
+ * this table (see replica-config.ts and settingsTable()). A setting the library has too takes its
+ * default and range from the library's definition (replica/replica-defaults.ts), never its own.
  */
 export interface SettingDefinition {
   /** Validates a value from a flag, the environment (always text) or the config file (JSON). */
@@ -97,6 +100,12 @@ const int = (min: number, max: number) =>
       .max(max, `must be at most ${max}`),
   );
 
+/** A whole-number setting the library has too: its range and default, as the library defines them. */
+const bounded = (setting: BoundedSetting) => ({ schema: int(setting.min, setting.max), default: setting.default });
+
+/** A TCP port; 0 picks a free one. */
+const port = () => int(replicaSettings.adminPort.min, replicaSettings.adminPort.max);
+
 const hostName = () =>
   text().regex(/^[A-Za-z0-9.:-]{1,253}$/, 'must be a host name or IP address, e.g. 127.0.0.1 or 0.0.0.0');
 
@@ -170,7 +179,7 @@ export const settings = {
   namespace: {
     schema: text().regex(/^[A-Za-z0-9_-]{1,64}$/, 'may contain only letters, digits, _ and - (at most 64)'),
     arg: 'name',
-    default: 'default',
+    default: replicaDefaults.namespace,
     description: 'separates deployments sharing servers',
   },
   schema: {
@@ -183,35 +192,30 @@ export const settings = {
       'PostgreSQL schema of the ledger; default `cronwarden`, or `cronwarden_<namespace>` for another namespace',
   },
   leaseTtlMs: {
-    schema: int(1000, 600_000),
+    ...bounded(replicaSettings.ttlMs),
     arg: 'ms',
-    default: 10_000,
     description: 'leader lease TTL; renew every TTL/3, step down at TTL − TTL/10',
     formerFileKey: 'ttlMs',
   },
   concurrency: {
-    schema: int(1, 1000),
+    ...bounded(replicaSettings.concurrency),
     arg: 'n',
-    default: 10,
     description: 'runs this replica executes at once',
   },
   workerLockMs: {
-    schema: int(1000, 600_000),
+    ...bounded(replicaSettings.lockDurationMs),
     arg: 'ms',
-    default: 30_000,
     description: "BullMQ's lock on a running run: a dead or frozen worker's run is re-delivered after it",
     details: 'A frozen one that wakes is fenced out',
   },
   shutdownGraceMs: {
-    schema: int(0, 600_000),
+    ...bounded(replicaSettings.shutdownGraceMs),
     arg: 'ms',
-    default: 10_000,
     description: 'how long running handlers may finish on SIGTERM',
   },
   standInGraceMs: {
-    schema: int(0, 60_000),
+    ...bounded(replicaSettings.standInGraceMs),
     arg: 'ms',
-    default: 500,
     description:
       'a follower commits a slot the leader has not committed this long after it is due (a crashed leader costs this, not a TTL); `0` = off',
     details:
@@ -219,16 +223,14 @@ export const settings = {
       'a healthy cluster commits none this way (runs with trigger `standin`)',
   },
   standInsPerJob: {
-    schema: int(0, 1000),
+    ...bounded(replicaSettings.standInsPerJob),
     arg: 'n',
-    default: 2,
     description:
       'how many followers stand in for each job, chosen per job by a rendezvous hash over the live members (so a large cluster does not read the ledger once per follower per slot); `0` = every follower',
   },
   shards: {
-    schema: int(1, 256),
+    ...bounded(replicaSettings.shards),
     arg: 'n',
-    default: 1,
     description:
       'sharded leadership: each job belongs to one of n shards by a stable hash of its name, each shard has its own lease and fence, and the replicas spread the shards evenly; `1` = one leader for every job',
     details:
@@ -236,9 +238,8 @@ export const settings = {
       '(job, scheduled_at) key still keeps each slot once while old and new counts overlap)',
   },
   retentionDays: {
-    schema: int(0, 3650),
+    ...bounded(replicaSettings.retentionDays),
     arg: 'days',
-    default: 14,
     description: 'the leader deletes finished runs (and their attempts) older than this; `0` keeps everything',
     details:
       'In batches of 5,000 every 10 minutes. A job due every second adds 86,400 runs a day. ' +
@@ -247,7 +248,7 @@ export const settings = {
   connectTimeoutMs: {
     schema: int(100, 600_000),
     arg: 'ms',
-    default: 10_000,
+    default: DEFAULT_CONNECT_TIMEOUT_MS,
     description:
       'start-up and `migrate` give up on PostgreSQL, Redis and the lease backend after this, with one line and exit 1',
   },
@@ -267,13 +268,12 @@ export const settings = {
   adminHost: {
     schema: hostName(),
     arg: 'host',
-    default: '127.0.0.1',
+    default: replicaDefaults.adminHost,
     description: 'interface the admin HTTP binds to',
   },
   adminPort: {
-    schema: int(0, 65535),
+    ...bounded(replicaSettings.adminPort),
     arg: 'port',
-    default: 8080,
     description: 'admin HTTP port; `0` = any free port',
   },
   adminUrl: {
@@ -298,16 +298,15 @@ export const settings = {
     description: '`false` runs without the admin HTTP (and without the probe listener)',
   },
   adminNiceness: {
-    schema: int(0, 19),
+    ...bounded(replicaSettings.adminNiceness),
     arg: 'n',
-    default: 10,
     description:
       "added to the admin HTTP thread's nice value (Linux), so under a flood of admin readers the scheduler's thread (fires, lease renewals) wins the cores; `0` = off",
     details:
       'Only that thread is reniced (at most to 19); where threads cannot be reniced (not Linux) one info line says so and it runs at the process priority',
   },
   probePort: {
-    schema: int(0, 65535),
+    schema: port(),
     arg: 'port',
     description:
       "a second, small listener with only `/healthz` and `/readyz`, answered by the scheduler's own thread, for Kubernetes or load balancer probes; unset: none (probe the admin port)",

@@ -1,3 +1,4 @@
+import type pg from 'pg';
 import { Redis } from 'ioredis';
 import {
   AccessDeniedError,
@@ -7,9 +8,10 @@ import {
   NotMigratedError,
   TimedOutError,
 } from '../errors.js';
-import { assertMigrated, connectLedger } from '../db/migrate.js';
+import { assertMigrated, connectPooled } from '../db/migrate.js';
 import { parseLedgerUrl } from '../db/ledger-url.js';
 import type { LeaseBackend } from '../locks/lease.js';
+import { deliveryRedis, ledgerPool, usualConnectTimeout } from '../replica/connections.js';
 import type { ReplicaConfig } from './replica-config.js';
 import { settingName, type SettingKey } from './settings.js';
 
@@ -21,59 +23,105 @@ import { settingName, type SettingKey } from './settings.js';
  * Exit codes follow from the error (see cli/main.ts): a refused login, a missing database or an
  * unmigrated ledger is a configuration error (2: restarting cannot help); a server that does not
  * answer in time may be booting, so that is a runtime failure (1: the unit may retry).
+ *
+ * The ledger pool and the Redis client it checked are the replica's (made as the Replica makes its
+ * own, replica/connections.ts): handed over connected, not closed and opened again. A ledger
+ * client that errs meanwhile goes to `onClientError`; the caller watches the rest from then on.
  */
-export async function checkStartup(config: ReplicaConfig, backend: LeaseBackend, schema: string): Promise<void> {
+export async function checkStartup(
+  config: ReplicaConfig,
+  backend: LeaseBackend,
+  schema: string,
+  onClientError: (err: Error) => void,
+): Promise<CheckedConnections> {
   const ms = config.connectTimeoutMs;
-  // Ledger and Redis first: when the lease backend is the same server, their errors are the
-  // clearer ones (a refused login, not a backend that "did not answer").
-  await Promise.all([checkLedger(config.databaseUrl, schema, ms), checkRedis(config.redisUrl, ms)]);
-  await checkLeaseBackend(backend, leaseBackendSetting(config), ms);
+  const ledger = checkLedger(config.databaseUrl, schema, ms, onClientError);
+  const redis = checkRedis(config.redisUrl, ms);
+  try {
+    // Ledger and Redis first: when the lease backend is the same server, their errors are the
+    // clearer ones (a refused login, not a backend that "did not answer").
+    await Promise.all([ledger.checked, redis.checked]);
+    await checkLeaseBackend(backend, leaseBackendSetting(config), ms);
+  } catch (err) {
+    redis.client.disconnect();
+    void ledger.pool.end().catch(() => undefined);
+    throw err;
+  } finally {
+    ledger.done();
+    redis.done();
+  }
+  return { pool: ledger.pool, redis: redis.client };
 }
 
-async function checkLedger(url: string, schema: string, ms: number): Promise<void> {
+/** What start-up checked, for the replica to use as it is. */
+export interface CheckedConnections {
+  pool: pg.Pool;
+  redis: Redis;
+}
+
+/** `checked` settles when the check is over; `done()` removes what only the check listens to. */
+function checkLedger(url: string, schema: string, ms: number, onClientError: (err: Error) => void) {
   const name = settingName('databaseUrl');
-  let client;
-  try {
-    client = await connectLedger(url, { connectTimeoutMs: ms });
-  } catch (err) {
-    throw startupError('PostgreSQL', err, name);
-  }
-  try {
-    await within(assertMigrated(client, where(url), schema), ms, 'migrations check');
-  } catch (err) {
-    throw startupError('PostgreSQL', err, name);
-  } finally {
-    void client.end().catch(() => undefined);
-  }
+  const pool = ledgerPool(url, ms);
+  // The Replica reports the errors of each client its pool connects later; the client connected
+  // here reports to onClientError for its whole life (see db/client-errors.ts).
+  const watch = (client: pg.PoolClient) => client.on('error', onClientError);
+  pool.on('connect', watch);
+  pool.on('error', onClientError);
+  const checked = (async () => {
+    let client;
+    try {
+      client = await connectPooled(pool, ms);
+    } catch (err) {
+      throw startupError('PostgreSQL', err, name);
+    }
+    try {
+      await within(assertMigrated(client, where(url), schema), ms, 'migrations check');
+    } catch (err) {
+      throw startupError('PostgreSQL', err, name);
+    } finally {
+      client.release();
+    }
+    usualConnectTimeout(pool);
+  })();
+  return {
+    pool,
+    checked,
+    done: () => {
+      pool.off('connect', watch);
+      pool.off('error', onClientError);
+    },
+  };
 }
 
-async function checkRedis(url: string, ms: number): Promise<void> {
+function checkRedis(url: string, ms: number) {
   const name = settingName('redisUrl');
-  // No retries and no offline queue: one attempt, bounded, and then one line.
-  const redis = new Redis(url, {
-    lazyConnect: true,
-    connectTimeout: ms,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    enableOfflineQueue: false,
-  });
+  const client = deliveryRedis(url, { lazyConnect: true });
+  // One attempt while start-up checks it, bounded, and then one line; afterwards it reconnects as
+  // any replica's client does (ioredis reads these options on each connect).
+  const { connectTimeout, retryStrategy } = client.options;
+  Object.assign(client.options, { connectTimeout: ms, retryStrategy: () => null });
   let lastError: Error | undefined;
-  redis.on('error', (err: Error) => (lastError = err));
-  try {
-    await within(
-      redis.connect().then(() => redis.ping()),
-      ms,
-      'PING',
-    );
-  } catch (err) {
-    throw startupError(
-      'Redis',
-      lastError && !(err instanceof TimedOutError) && !authFailure(err) ? lastError : err,
-      name,
-    );
-  } finally {
-    redis.disconnect();
-  }
+  const noteError = (err: Error) => (lastError = err);
+  client.on('error', noteError);
+  const checked = (async () => {
+    try {
+      await within(
+        client.connect().then(() => client.ping()),
+        ms,
+        'PING',
+      );
+    } catch (err) {
+      throw startupError(
+        'Redis',
+        lastError && !(err instanceof TimedOutError) && !authFailure(err) ? lastError : err,
+        name,
+      );
+    }
+    // Duplicates (the worker's connections) then connect at once, as those of a replica's own client.
+    Object.assign(client.options, { connectTimeout, retryStrategy, lazyConnect: false });
+  })();
+  return { client, checked, done: () => client.off('error', noteError) };
 }
 
 async function checkLeaseBackend(backend: LeaseBackend, key: SettingKey, ms: number): Promise<void> {

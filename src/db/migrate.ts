@@ -177,6 +177,18 @@ export async function connectLedger(connectionString: string, options: ConnectOp
   }
 }
 
+/**
+ * A client of `pool` (made with `connectionTimeoutMillis: timeoutMs`), its failure classified as
+ * connectLedger's: for a check whose connection then stays in the pool for its user.
+ */
+export async function connectPooled(pool: pg.Pool, timeoutMs: number): Promise<pg.PoolClient> {
+  try {
+    return await pool.connect();
+  } catch (err) {
+    throw classifyConnectError(err, timeoutMs);
+  }
+}
+
 /** SQLSTATE 28xxx: authorization refused (wrong password, no pg_hba entry); 3D000: no such database. */
 function classifyConnectError(err: unknown, timeoutMs: number): unknown {
   if (err instanceof pg.DatabaseError && (err.code?.startsWith('28') || err.code === '3D000')) {

@@ -85,6 +85,11 @@ export class Ledger {
     if (bound !== namespace) throw new NamespaceMismatchError(this.schema, bound, namespace);
   }
 
+  /** Resolves once the ledger's pool can run a query (readiness). */
+  async ping(): Promise<void> {
+    await this.pool.query('SELECT 1');
+  }
+
   /** The database server's clock, epoch ms: the time every replica schedules against. */
   async serverTime(): Promise<number> {
     const res = await this.pool.query<{ t: number }>(

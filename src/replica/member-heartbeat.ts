@@ -12,6 +12,17 @@ import {
 import { forEachSliced } from '../scheduler/firing/yielding.js';
 import type { Tables } from '../db/tables.js';
 
+/** How often a replica beats, unless its leadership is sharded. */
+const DEFAULT_BEAT_MS = 3000;
+
+/**
+ * Sharded leadership's beat: the shard balancer needs to see a dead replica gone within a TTL, so
+ * a replica beats thrice a TTL (never more often than every 100 ms, never less than the default).
+ */
+export function shardedBeatMs(ttlMs: number): number {
+  return Math.min(DEFAULT_BEAT_MS, Math.max(100, Math.floor(ttlMs / 3)));
+}
+
 export interface MemberHeartbeatOptions {
   pool: Pick<pg.Pool, 'query'>;
   /** The deployment's tables (replica.ledger.tables). */
@@ -50,7 +61,7 @@ export class MemberHeartbeat {
   readonly intervalMs: number;
 
   constructor(private readonly o: MemberHeartbeatOptions) {
-    this.intervalMs = o.intervalMs ?? 3000;
+    this.intervalMs = o.intervalMs ?? DEFAULT_BEAT_MS;
   }
 
   /** Write the row now, then every intervalMs. Resolves after the first write (or its failure, logged). */

@@ -35,7 +35,11 @@ export interface ReplicaOptions {
   redisUrl?: string;
   redis?: Redis;
   jobs: JobDefinition[] | JobRegistry;
-  election?: Omit<ElectorOptions, 'leaseName' | 'replicaId'>;
+  /**
+   * The lease's timings: `ttlMs` (default 10 s, from 1 s to 10 min, as replica-defaults.ts defines
+   * it for the CLI too); renew, retry and safety margin are derived from it unless given.
+   */
+  election?: Partial<Omit<ElectorOptions, 'leaseName' | 'replicaId'>>;
   worker?: { enabled?: boolean; concurrency?: number; lockDurationMs?: number; stalledIntervalMs?: number };
   /**
    * The admin HTTP (console, JSON API, /metrics, /healthz) that `cronwarden start` serves, and

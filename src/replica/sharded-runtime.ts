@@ -2,7 +2,7 @@ import type { RuntimeAdmin } from '../admin/replica-view.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
 import type { BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
 import { shardOf } from '../scheduler/shards/shard-map.js';
-import { onShard, type ShardLeader } from './shard-leader.js';
+import type { ShardLeadership } from './shard-leadership.js';
 
 /**
  * The admin API's runtime actions with sharded leadership: schedule changes work on any replica
@@ -11,7 +11,7 @@ import { onShard, type ShardLeader } from './shard-leader.js';
  */
 export class ShardedRuntime implements RuntimeAdmin {
   constructor(
-    private readonly shards: readonly ShardLeader[],
+    private readonly shards: readonly ShardLeadership[],
     private readonly any: RuntimeAdmin,
   ) {}
 
@@ -28,15 +28,13 @@ export class ShardedRuntime implements RuntimeAdmin {
     return this.any.delete(id, actor);
   }
   once(job: string, o: { at: Date; key: string; payload: unknown }): Promise<OnceRun> {
-    const shard = this.shardOf(job);
-    return onShard(shard, () => shard.runtime.once(job, o));
+    return this.shardOf(job).once(job, o);
   }
   backfill(r: BackfillRequest): Promise<BackfillStep> {
-    const shard = this.shardOf(r.job);
-    return onShard(shard, () => shard.runtime.backfill(r));
+    return this.shardOf(r.job).backfill(r);
   }
 
-  private shardOf(job: string): ShardLeader {
+  private shardOf(job: string): ShardLeadership {
     return this.shards[shardOf(job, this.shards.length)]!;
   }
 }

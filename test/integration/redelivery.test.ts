@@ -11,7 +11,6 @@ import { randomUUID } from 'node:crypto';
 import { Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
-import { systemClock } from '../../src/clock.js';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { queueName } from '../../src/jobs/bullmq-names.js';
 import { defineJob } from '../../src/jobs/define-job.js';
@@ -62,7 +61,7 @@ describe('re-delivery from the ledger (real PostgreSQL, Redis, BullMQ)', () => {
     namespace = `rd${randomUUID().slice(0, 8)}`;
     delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
     deliveries.push(delivery);
-    sweeper = new DeliverySweeper({ ledger: ledger.fires, delivery, clock: systemClock, logger, checkAfterMs: 0 });
+    sweeper = new DeliverySweeper({ ledger: ledger.fires, delivery, logger, checkAfterMs: 0 });
   };
   after(async () => {
     for (const d of deliveries) {

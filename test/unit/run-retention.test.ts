@@ -2,6 +2,7 @@ import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { ManualClock } from '../support/manual-clock.js';
+import { ChoreRunner } from '../../src/scheduler/chores/chore.js';
 import { RunRetention } from '../../src/scheduler/chores/run-retention.js';
 
 /** A ledger with `backlog` prunable runs; records each call. */
@@ -28,16 +29,16 @@ function fakeLedger(backlog: number, failFirst = false) {
 it('prunes at the start of the tenure in batches until one comes back short, then every interval, and stops with the tenure', async () => {
   const clock = new ManualClock();
   const ledger = fakeLedger(12);
+  const logger = pino({ level: 'silent' });
   const retention = new RunRetention({
     ledger,
-    clock,
-    logger: pino({ level: 'silent' }),
+    logger,
     retentionMs: 86_400_000,
     intervalMs: 60_000,
     batchSize: 5,
   });
   const tenure = new AbortController();
-  const running = retention.run(tenure.signal);
+  const running = new ChoreRunner([retention], { clock, logger }).run(tenure.signal);
   await clock.advance(0);
   assert.deepEqual(
     ledger.calls.map((c) => c.batch),
@@ -57,11 +58,9 @@ it('prunes at the start of the tenure in batches until one comes back short, the
 });
 
 it('a failed round is logged and tried again at the next interval, never thrown', async () => {
-  const clock = new ManualClock();
   const ledger = fakeLedger(4, true);
   const retention = new RunRetention({
     ledger,
-    clock,
     logger: pino({ level: 'silent' }),
     retentionMs: 1000,
     intervalMs: 10_000,

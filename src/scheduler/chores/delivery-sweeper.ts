@@ -1,12 +1,11 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../../clock.js';
 import type { FireLedger, HandedOverRun } from '../../ledger/fire-ledger.js';
 import type { QueuedState, RunDelivery } from '../firing/run-delivery.js';
+import type { Chore } from './chore.js';
 
 export interface DeliverySweeperOptions {
   ledger: Pick<FireLedger, 'deliveriesToCheck' | 'failUnrecorded'>;
   delivery: Pick<RunDelivery, 'inspect' | 'redeliver'>;
-  clock: Clock;
   logger: Logger;
   /** A handed-over run still active after this long is looked up in the queue. Default 30 s. */
   checkAfterMs?: number;
@@ -33,20 +32,16 @@ export interface SweepResult {
  * Unfenced on purpose: every write is conditional on the run's state and newest claim, and a
  * re-delivery under the same job id is idempotent, so a stale leader sweeping does no harm.
  */
-export class DeliverySweeper {
-  constructor(private readonly o: DeliverySweeperOptions) {}
+export class DeliverySweeper implements Chore {
+  readonly name = 're-delivery sweep';
+  readonly intervalMs: number;
 
-  /** Sweep until `signal` aborts (the end of the tenure). Never rejects. */
-  async run(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      await this.o.clock.sleep(this.o.intervalMs ?? 5000, signal).catch(() => undefined);
-      if (signal.aborted) return;
-      try {
-        await this.sweepOnce();
-      } catch (err) {
-        this.o.logger.warn({ err }, 're-delivery sweep failed; trying again next round');
-      }
-    }
+  constructor(private readonly o: DeliverySweeperOptions) {
+    this.intervalMs = o.intervalMs ?? 5000;
+  }
+
+  round(): Promise<SweepResult> {
+    return this.sweepOnce();
   }
 
   async sweepOnce(): Promise<SweepResult> {

@@ -4,6 +4,7 @@ import { StaleTokenError } from '../../errors.js';
 import type { FireLedger } from '../../ledger/fire-ledger.js';
 import type { JobPause } from '../../ledger/pauses.js';
 import type { Leadership } from '../firing/fire-loop.js';
+import type { Chore } from './chore.js';
 
 export interface PauseExpiryOptions {
   ledger: Pick<FireLedger, 'expirePauses'>;
@@ -23,20 +24,16 @@ export interface PauseExpiryOptions {
  * resume is recorded once. Which slots fire does not wait for it: the fire loop already fires a
  * slot at or after `until` (see src/ledger/pauses.ts), so a failover before the lift loses nothing.
  */
-export class PauseExpiry {
-  constructor(private readonly o: PauseExpiryOptions) {}
+export class PauseExpiry implements Chore {
+  readonly name = 'lifting expired pauses';
+  readonly intervalMs: number;
 
-  /** Look every interval until `signal` aborts (the end of the tenure). Never rejects. */
-  async run(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      await this.o.clock.sleep(this.o.intervalMs ?? 1000, signal).catch(() => undefined);
-      if (signal.aborted) return;
-      try {
-        await this.liftExpired();
-      } catch (err) {
-        this.o.logger.warn({ err }, 'could not lift expired pauses; trying again next round');
-      }
-    }
+  constructor(private readonly o: PauseExpiryOptions) {
+    this.intervalMs = o.intervalMs ?? 1000;
+  }
+
+  round(): Promise<JobPause[]> {
+    return this.liftExpired();
   }
 
   /** Lift the pauses expired by now; returns them (none when not leading or the fence refused us). */

@@ -1,16 +1,15 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../../clock.js';
 import type { Tables } from '../../db/tables.js';
 import type { FireLedger } from '../../ledger/fire-ledger.js';
 import { jobsOfLiveMembers } from '../../ledger/members.js';
 import type { Queryable } from '../../ledger/transaction.js';
+import type { Chore } from './chore.js';
 
 export interface RemovedJobsOptions {
   ledger: Pick<FireLedger, 'cancelRunsOfUndefinedJobs' | 'forgetUndefinedJobs'>;
   /** Where the members' job sets are read. */
   db: Queryable;
   tables: Tables;
-  clock: Clock;
   logger: Logger;
   /** How often the leader looks. Default 30 s. */
   intervalMs?: number;
@@ -27,17 +26,16 @@ export interface RemovedJobsOptions {
  * Unfenced on purpose: the statement is conditional on the run being active, so a stale leader
  * repeating it does no harm.
  */
-export class RemovedJobs {
-  constructor(private readonly o: RemovedJobsOptions) {}
+export class RemovedJobs implements Chore {
+  readonly name = "settling removed jobs' runs";
+  readonly intervalMs: number;
 
-  async run(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      await this.o.clock.sleep(this.o.intervalMs ?? 30_000, signal).catch(() => undefined);
-      if (signal.aborted) return;
-      await this.settleOnce().catch((err: unknown) =>
-        this.o.logger.warn({ err }, 'could not settle the runs of removed jobs; trying again next round'),
-      );
-    }
+  constructor(private readonly o: RemovedJobsOptions) {
+    this.intervalMs = o.intervalMs ?? 30_000;
+  }
+
+  round(): Promise<{ runId: bigint; job: string }[]> {
+    return this.settleOnce();
   }
 
   /** One round; returns the runs settled. */

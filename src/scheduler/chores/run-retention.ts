@@ -1,10 +1,9 @@
 import type { Logger } from 'pino';
-import type { Clock } from '../../clock.js';
 import type { FireLedger } from '../../ledger/fire-ledger.js';
+import type { Chore } from './chore.js';
 
 export interface RunRetentionOptions {
   ledger: Pick<FireLedger, 'pruneFinishedRuns'>;
-  clock: Clock;
   logger: Logger;
   /** Finished runs older than this are deleted. */
   retentionMs: number;
@@ -22,15 +21,18 @@ const MAX_BATCHES_PER_ROUND = 100;
  * Runs on the leader only, for the length of its tenure: right away, then every interval, it
  * deletes finished runs older than the retention period in small batches.
  */
-export class RunRetention {
-  constructor(private readonly o: RunRetentionOptions) {}
+export class RunRetention implements Chore {
+  readonly name = 'retention';
+  readonly intervalMs: number;
+  /** Right away: a leader that has just won prunes before its first interval. */
+  readonly atStart = true;
 
-  /** Prune until `signal` aborts (the end of the tenure). Never rejects. */
-  async run(signal: AbortSignal): Promise<void> {
-    while (!signal.aborted) {
-      await this.pruneOnce(signal);
-      await this.o.clock.sleep(this.o.intervalMs ?? 10 * 60_000, signal).catch(() => undefined);
-    }
+  constructor(private readonly o: RunRetentionOptions) {
+    this.intervalMs = o.intervalMs ?? 10 * 60_000;
+  }
+
+  round(signal: AbortSignal): Promise<number> {
+    return this.pruneOnce(signal);
   }
 
   /** One round: batches until one comes back short. Returns the number of runs deleted. */

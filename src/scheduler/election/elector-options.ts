@@ -7,8 +7,11 @@ export interface ElectorOptions {
   leaseName: string;
   /** This replica's identity (unique per process). */
   replicaId: string;
-  /** Lease TTL: how long a crashed leader blocks the others. Default 10 s. */
-  ttlMs?: number;
+  /**
+   * Lease TTL: how long a crashed leader blocks the others. Its default and valid range are the
+   * replica's (src/replica/replica-defaults.ts); here only the timings below are derived from it.
+   */
+  ttlMs: number;
   /** Renew this often while leading. Default TTL / 3. */
   renewEveryMs?: number;
   /** Followers retry this often when the backend errs or no notification comes. Default TTL / 5. */
@@ -24,11 +27,7 @@ export type ResolvedElectorOptions = Required<ElectorOptions>;
 const schema = z.object({
   leaseName: z.string().min(1),
   replicaId: z.string().min(1),
-  ttlMs: z
-    .number()
-    .int()
-    .min(100)
-    .max(24 * 3600 * 1000),
+  ttlMs: z.number().int().positive(),
   renewEveryMs: z.number().int().positive(),
   retryPeriodMs: z.number().int().positive(),
   retryJitterMs: z.number().int().min(0),
@@ -40,7 +39,7 @@ const schema = z.object({
  * margin plus a renew interval, or a healthy leader would step down between two renews.
  */
 export function resolveElectorOptions(options: ElectorOptions): ResolvedElectorOptions {
-  const ttlMs = options.ttlMs ?? 10_000;
+  const ttlMs = options.ttlMs;
   const retryPeriodMs = options.retryPeriodMs ?? Math.max(50, Math.floor(ttlMs / 5));
   const resolved = {
     leaseName: options.leaseName,

@@ -6,7 +6,7 @@
  * every process on the same principle; River, Oban and Kubernetes leave the gap).
  *
  * Rules, so a stand-in fire means the same as the leader's:
- * - only a slot overdue by `graceMs` (default 500 ms, far above a healthy leader's commit lateness)
+ * - only a slot overdue by `graceMs` (the replica's standInGraceMs, far above a healthy leader's commit lateness)
  *   that is the next slot after the job's last committed one (never leaving a hole the next
  *   leader's catch-up could not see): one indexed read of cw_job_state per check;
  * - only while the slot is still on time for its job (within its misfire grace): older slots are
@@ -15,7 +15,7 @@
  *   are left to the leader, since cancelling other runs needs its fence;
  * - committed with the scheduler fence's current token, read under a share lock on the fence row, so
  *   tokens on committed runs never decrease (I3); nothing while no leader ever raised the fence.
- * - by `perJob` followers per job (default 2), chosen by a rendezvous hash over the live followers,
+ * - by `perJob` followers per job (the replica's standInsPerJob), chosen by a rendezvous hash over the live followers,
  *   so a large cluster reads the ledger twice per slot, not once per follower;
  * - runtime schedules too: every replica keeps them current (schedule-sync.ts), a slot is planned
  *   with the version in effect at its instant and the commit re-checks that version in its own
@@ -35,11 +35,6 @@ import { rendezvousOwners } from './rendezvous.js';
 import type { Reschedulable } from '../schedules/schedule-sync.js';
 import type { ScheduledJobs } from '../../cron/scheduled-job.js';
 
-/** How long past a slot a follower waits for the leader's commit before it commits the slot itself. */
-export const DEFAULT_STAND_IN_GRACE_MS = 500;
-/** How many followers stand in for each job: two, so one dead follower leaves another. */
-export const DEFAULT_STAND_INS_PER_JOB = 2;
-
 export interface StandInOptions {
   registry: ScheduledJobs;
   ledger: Pick<FireLedger, 'lastFiredOf' | 'commitStandInFires' | 'markEnqueued'>;
@@ -54,7 +49,7 @@ export interface StandInOptions {
   logger: Logger;
   replicaId: string;
   fenceResource: string;
-  /** 0 turns stand-ins off. */
+  /** How long past a slot a follower waits for the leader's commit before it commits the slot itself; 0: off. */
   graceMs: number;
   /**
    * How many followers stand in for each job, chosen per job by a rendezvous hash over `followers`

@@ -1,0 +1,51 @@
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import { AdminServer } from '../admin/server.js';
+import { AdminThread } from '../admin/admin-thread.js';
+import type { ReplicaView } from '../admin/replica-view.js';
+import type { LeaseBackend } from '../locks/lease.js';
+import type { ResolvedAdminOptions } from './replica-defaults.js';
+
+export interface AdminFactoryOptions {
+  admin: ResolvedAdminOptions;
+  replica: ReplicaView;
+  backend: LeaseBackend;
+  /** The ledger as a URL, if the replica was given one. */
+  databaseUrl?: string;
+  /** The replica's ledger pool, whose connection settings an in-thread admin copies otherwise. */
+  pool: pg.Pool;
+}
+
+/**
+ * The admin HTTP: in a worker thread of its own (the default) when the ledger is a URL, so a flood
+ * of admin connections costs that thread's event loop and not the scheduler's. A pool's settings
+ * (functions, a Client class) cannot cross to a thread: then in the scheduler's thread.
+ */
+export function createAdmin(o: AdminFactoryOptions): AdminServer | AdminThread {
+  const a = o.admin;
+  const admin = {
+    replica: o.replica,
+    backend: o.backend,
+    token: a.token,
+    host: a.host,
+    port: a.port,
+    advertisedUrl: a.url,
+    allowedHosts: a.allowedHosts,
+    probe: a.probe,
+  };
+  if (a.thread !== false && o.databaseUrl)
+    return new AdminThread({ ...admin, databaseUrl: o.databaseUrl, niceness: a.niceness });
+  return new AdminServer({
+    ...admin,
+    // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
+    databaseUrl: o.databaseUrl ?? (o.pool as pg.Pool & { options: pg.PoolConfig }).options,
+  });
+}
+
+/** The URL the admin HTTP advertises: the configured one, or the bound one (a wildcard bind under this host's name). */
+export function advertisedUrl(admin: ResolvedAdminOptions, bound: string): string {
+  if (admin.url) return admin.url;
+  if (admin.host !== '0.0.0.0' && admin.host !== '::') return bound;
+  const port = new URL(bound.replace(/\[.*\]/, 'localhost')).port;
+  return `http://${hostname()}:${port}`;
+}

@@ -1,0 +1,47 @@
+/**
+ * The ledger pool and the Redis client of a replica, made one way: by the Replica from its URLs,
+ * and by `cronwarden start`, which checks them at start-up and hands them to its Replica.
+ */
+import pg from 'pg';
+import { Redis, type RedisOptions } from 'ioredis';
+import type { Logger } from 'pino';
+import { ledgerConnection } from '../db/ledger-url.js';
+import { settlesWithin } from '../settles-within.js';
+
+/** How long a query waits for a connection from the ledger's pool. */
+export const LEDGER_POOL_CONNECT_TIMEOUT_MS = 5000;
+/** How long a stop waits for the ledger's pool to drain. */
+const POOL_END_TIMEOUT_MS = 2000;
+
+/** `connectTimeoutMs`: another bound for a first connection (start-up's check); then usualConnectTimeout(). */
+export function ledgerPool(url: string, connectTimeoutMs = LEDGER_POOL_CONNECT_TIMEOUT_MS): pg.Pool {
+  return new pg.Pool({ ...ledgerConnection(url), max: 10, connectionTimeoutMillis: connectTimeoutMs });
+}
+
+/** Back to the usual connect timeout: pg.Pool reads its options for every connection it makes. */
+export function usualConnectTimeout(pool: pg.Pool): void {
+  (pool as pg.Pool & { options: pg.PoolConfig }).options.connectionTimeoutMillis = LEDGER_POOL_CONNECT_TIMEOUT_MS;
+}
+
+/** BullMQ's producer connection (the worker's blocking ones are duplicates of it). */
+export function deliveryRedis(url: string, options: RedisOptions = {}): Redis {
+  return new Redis(url, { maxRetriesPerRequest: 2, ...options });
+}
+
+type Warn = (kind: string, fields: object, message: string) => void;
+
+/** Connection errors of clients made for a replica are logged (rate-limited by `warn`), never unhandled. */
+export function watchConnections(c: { pool?: pg.Pool; redis?: Redis }, warn: Warn): void {
+  c.pool?.on('error', (err) => warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
+  c.redis?.on('error', (err) => warn(`redis:${err.message}`, { err }, 'Redis connection error'));
+}
+
+/**
+ * End a replica's pool after its stop. An abandoned handler may still hold a pooled client (e.g.
+ * inside ctx.transaction): do not wait for it; exiting the process ends its session and PostgreSQL
+ * rolls its transaction back.
+ */
+export async function endPool(pool: pg.Pool, logger: Logger): Promise<void> {
+  if (!(await settlesWithin(pool.end(), POOL_END_TIMEOUT_MS)))
+    logger.warn('a PostgreSQL client is still checked out by an abandoned handler; not waiting for it');
+}

@@ -1,0 +1,45 @@
+import type { Logger } from 'pino';
+import type { Clock } from '../clock.js';
+import type { BullmqDelivery } from '../jobs/bullmq-delivery.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { JobPause } from '../ledger/pauses.js';
+import type { Chore } from '../scheduler/chores/chore.js';
+import { DeliverySweeper } from '../scheduler/chores/delivery-sweeper.js';
+import { PauseExpiry } from '../scheduler/chores/pause-expiry.js';
+import { RemovedJobs } from '../scheduler/chores/removed-jobs.js';
+import { RunRetention } from '../scheduler/chores/run-retention.js';
+import type { Leadership } from '../scheduler/firing/fire-loop.js';
+import type { ReplicaOptions } from './replica-options.js';
+
+export interface LeaderChoresOptions extends Pick<ReplicaOptions, 'redelivery' | 'removedJobs'> {
+  /** 0 keeps every run. */
+  retentionMs: number;
+  ledger: Ledger;
+  delivery: BullmqDelivery;
+  /** Shard 0's leadership: the chores for the whole deployment run under its lease and fence. */
+  leadership: Leadership;
+  fenceResource: string;
+  clock: Clock;
+  logger: Logger;
+  onPauseExpired: (pause: JobPause) => void;
+}
+
+/** The leader's chores: retention (unless 0), the re-delivery sweep, pause expiry and removed jobs' runs. */
+export function leaderChores(o: LeaderChoresOptions): Chore[] {
+  const { ledger, delivery, clock, logger } = o;
+  const chores: Chore[] = [];
+  if (o.retentionMs > 0) chores.push(new RunRetention({ ledger: ledger.fires, logger, retentionMs: o.retentionMs }));
+  chores.push(
+    new DeliverySweeper({ ledger: ledger.fires, delivery, logger, ...o.redelivery }),
+    new PauseExpiry({
+      ledger: ledger.fires,
+      leadership: o.leadership,
+      clock,
+      logger,
+      fenceResource: o.fenceResource,
+      onResumed: o.onPauseExpired,
+    }),
+    new RemovedJobs({ ledger: ledger.fires, db: ledger.pool, tables: ledger.tables, logger, ...o.removedJobs }),
+  );
+  return chores;
+}
