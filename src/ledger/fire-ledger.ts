@@ -15,6 +15,7 @@ import { expirePauses, listPauses, pauseJob, setPausedFlag, type JobPause, type 
 import { sqlInt, withTransaction, type Queryable } from './transaction.js';
 import { acceptScheduleFires } from './schedule-ledger.js';
 import type { Tables } from '../db/tables.js';
+import type { LeaderStamp, StandInStamp } from './commit-stamps.js';
 import type { FireTrigger } from '../cron/fire-trigger.js';
 
 export type { FireTrigger } from '../cron/fire-trigger.js';
@@ -77,22 +78,6 @@ export interface HandedOverRun {
 interface CommitStamp {
   token: bigint;
   replicaId: string;
-}
-
-/** A follower standing in for a silent leader: no lease of its own, so no token to fence with. */
-export interface StandInStamp {
-  /** The scheduler's fence, whose current token the stand-in's fires carry. */
-  fenceResource: string;
-  replicaId: string;
-}
-
-/** Who commits a batch of fires, and the check made just before COMMIT. */
-export interface LeaderStamp {
-  fenceResource: string;
-  token: bigint;
-  replicaId: string;
-  /** False once the leader's local deadline passed: the batch rolls back instead of committing. */
-  stillLeading: () => boolean;
 }
 
 export class FireLedger {

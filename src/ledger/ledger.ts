@@ -96,7 +96,7 @@ export class Ledger {
   }
 }
 
-export type { CommittedFire, FireBatchResult, FireRequest, FireTrigger, LeaderStamp } from './fire-ledger.js';
+export type { CommittedFire, FireBatchResult, FireRequest, FireTrigger } from './fire-ledger.js';
 export type { Claim, ClaimResult, Outcome, TransactionResult } from './run-ledger.js';
 export type { Queryable } from './transaction.js';
 export type { JobPause, PauseRequest } from './pauses.js';
