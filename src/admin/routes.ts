@@ -1,4 +1,8 @@
-/** Every route of the admin HTTP; the server registers exactly these (server.ts). */
+/**
+ * Every route of the admin HTTP, in the order the route table lists them; the server registers
+ * exactly these (server.ts), and docs/reference/admin-api.md shows routesTable() between its
+ * routes-table markers (scripts/routes-table.ts writes it, a unit test compares it).
+ */
 import type { AdminRoute } from './admin-route.js';
 import { jobRoutes } from './job-routes.js';
 import { leadershipRoutes } from './leadership-routes.js';
@@ -13,3 +17,9 @@ export const adminRoutes: readonly AdminRoute[] = [
   ...runRoutes,
   ...runtimeRoutes,
 ];
+
+/** The Markdown table of the routes: method, path, who may call it, what it does. */
+export function routesTable(routes: readonly AdminRoute[] = adminRoutes): string {
+  const rows = routes.map((r) => `| ${r.method} | \`${r.path}\` | ${r.access} | ${r.summary} |`);
+  return ['| method | path | who may call it | what it does |', '| --- | --- | --- | --- |', ...rows].join('\n');
+}
