@@ -8,7 +8,8 @@
  *   liveness;
  * - the replica's events, for the metrics;
  * - calls the worker cannot answer alone (trigger, pause, resign, runtime schedule changes, one-off
- *   runs and backfills, the lease backend, the ledger ping) are forwarded here and answered by message.
+ *   runs and backfills, the lease backend, the ledger ping) are forwarded here and answered by
+ *   message; admin-calls.ts lists them, once, for both sides.
  * The worker lowers its own CPU priority (`niceness`, thread-priority.ts), so the flood's parsing
  * yields the cores to this thread; the probe listener, if any, is served here (probe-server.ts).
  */
@@ -18,10 +19,9 @@ import { Worker } from 'node:worker_threads';
 import type { Lease, LeaseBackend } from '../locks/lease.js';
 import type { ElectorRole } from '../scheduler/election/elector.js';
 import type { DstPolicy } from '../cron/cron-schedule.js';
-import type { PauseRequest } from '../ledger/pauses.js';
-import type { BackfillRequest } from '../scheduler/firing/backfill.js';
 import { InvalidArgumentError, InvalidConfigError } from '../errors.js';
 import type { MisfirePolicy, OverlapPolicy } from '../cron/scheduled-job.js';
+import { answerCall, type AdminCall } from './admin-calls.js';
 import type { ReplicaEvents, ReplicaView } from './replica-view.js';
 import type { ProbeServer } from './probe-server.js';
 import { probeServer, type AdminServerOptions } from './server.js';
@@ -87,12 +87,6 @@ export interface ThreadState {
   clockOffsetMs: number;
 }
 
-export type CallOp = 'current' | 'ping' | 'trigger' | 'setPaused' | 'pause' | 'resign' | 'retry' | RuntimeCallOp;
-
-/** ReplicaView.runtime's methods, forwarded by name. */
-export type RuntimeCallOp =
-  'runtime.create' | 'runtime.update' | 'runtime.setPaused' | 'runtime.delete' | 'runtime.once' | 'runtime.backfill';
-
 /** An error as it crosses to the admin thread: its class by name, and its plain fields. */
 export interface ThreadError {
   name: string;
@@ -113,7 +107,7 @@ export type ToThread =
 export type FromThread =
   | { type: 'listening'; url: string; priority: ThreadPriority | undefined }
   | { type: 'failed'; error: { name: string; message: string } }
-  | { type: 'call'; id: number; op: CallOp; args: unknown[] }
+  | { type: 'call'; id: number; call: AdminCall }
   | { type: 'closed' };
 
 export interface AdminThreadOptions extends Omit<AdminServerOptions, 'replica' | 'backend' | 'databaseUrl'> {
@@ -198,7 +192,7 @@ export class AdminThread {
       this.worker.on('message', (m: FromThread) => {
         if (m.type === 'listening') resolve(m);
         else if (m.type === 'failed') reject(Object.assign(new Error(m.error.message), { name: m.error.name }));
-        else if (m.type === 'call') void this.answer(m.id, m.op, m.args);
+        else if (m.type === 'call') void this.answer(m.id, m.call);
       });
       this.worker.once('exit', (code) => {
         this.exited = true;
@@ -285,9 +279,10 @@ export class AdminThread {
     }
   }
 
-  private async answer(id: number, op: CallOp, args: unknown[]): Promise<void> {
+  private async answer(id: number, call: AdminCall): Promise<void> {
+    const r = this.o.replica;
     try {
-      const value = await this.call(op, args);
+      const value = await answerCall({ replica: r, runtime: r.runtime, lease: this.o.backend }, call);
       this.post({ type: 'reply', id, ok: true, value });
     } catch (err) {
       const e = err as Error & { code?: unknown };
@@ -303,48 +298,6 @@ export class AdminThread {
         ok: false,
         error: { name: e.name, message: e.message, code, fields, invalidArgument },
       });
-    }
-  }
-
-  private call(op: CallOp, args: unknown[]): Promise<unknown> {
-    const r = this.o.replica;
-    switch (op) {
-      case 'current':
-        return this.o.backend.current(args[0] as string);
-      case 'ping':
-        return r.pingLedger();
-      case 'trigger':
-        return r.trigger(args[0] as string);
-      case 'setPaused':
-        return r.setPaused(args[0] as string, args[1] as boolean);
-      case 'resign':
-        return r.resign();
-      case 'retry':
-        return r.retry(args[0] as bigint);
-      case 'pause':
-        return r.pause(args[0] as string, args[1] as PauseRequest);
-      default:
-        return this.runtimeCall(op, args);
-    }
-  }
-
-  private runtimeCall(op: RuntimeCallOp, args: unknown[]): Promise<unknown> {
-    const rt = this.o.replica.runtime;
-    if (!rt) return Promise.reject(new Error('runtime schedules are not served here'));
-    const [id, a1, a2] = args as [string, unknown, unknown];
-    switch (op) {
-      case 'runtime.create':
-        return rt.create(id, a1, a2 as string);
-      case 'runtime.update':
-        return rt.update(id, a1, a2 as string);
-      case 'runtime.setPaused':
-        return rt.setPaused(id, a1 as boolean, a2 as string);
-      case 'runtime.delete':
-        return rt.delete(id, a1 as string);
-      case 'runtime.once':
-        return rt.once(id, a1 as { at: Date; key: string; payload: unknown });
-      case 'runtime.backfill':
-        return rt.backfill(args[0] as BackfillRequest);
     }
   }
 }

@@ -15,16 +15,12 @@ import {
   ScheduleNotFoundError,
   StaleTokenError,
 } from '../errors.js';
-import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
-import type { BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
-import type { RetriedRun } from '../ledger/run-retry.js';
-import type { JobPause, PauseRequest } from '../ledger/pauses.js';
-import type { CommittedFire } from '../ledger/fire-ledger.js';
-import type { Lease, LeaseRecord } from '../locks/lease.js';
+import type { Lease } from '../locks/lease.js';
 import { CronSchedule } from '../cron/cron-schedule.js';
 import type { CodeJob } from '../cron/scheduled-job.js';
-import type { AdminThreadInit, CallOp, FromThread, ThreadError, ThreadState, ToThread } from './admin-thread.js';
-import type { ReplicaEvents, ReplicaView, RuntimeAdmin } from './replica-view.js';
+import { remoteCalls, type AdminCall } from './admin-calls.js';
+import type { AdminThreadInit, FromThread, ThreadError, ThreadState, ToThread } from './admin-thread.js';
+import type { ReplicaActions, ReplicaEvents, ReplicaView } from './replica-view.js';
 import { AdminServer } from './server.js';
 import { lowerThreadPriority } from './thread-priority.js';
 
@@ -32,8 +28,11 @@ const port = parentPort!;
 const init = workerData as AdminThreadInit;
 const send = (m: FromThread) => port.postMessage(m);
 
-/** The replica as the main thread last described it; what it cannot answer alone it asks for. */
-class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
+/**
+ * The replica as the main thread last described it. What it cannot answer alone (ReplicaActions,
+ * the runtime schedules, the lease backend) it asks for: see remoteCalls in main().
+ */
+class RemoteState extends EventEmitter<ReplicaEvents> implements Omit<ReplicaView, keyof ReplicaActions | 'runtime'> {
   readonly replicaId = init.identity.replicaId;
   readonly namespace = init.identity.namespace;
   readonly schema = init.identity.schema;
@@ -54,7 +53,6 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   private leaseDeadline = 0;
   private readonly pending = new Map<number, { resolve(v: unknown): void; reject(e: Error): void }>();
   private nextId = 1;
-  readonly runtime: RuntimeAdmin | undefined = init.runtime ? remoteRuntime(this) : undefined;
 
   constructor() {
     super();
@@ -75,11 +73,12 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
     p.reject(reviveError(m.error));
   }
 
-  call<T>(op: CallOp, ...args: unknown[]): Promise<T> {
+  /** Post `call` to the main thread; resolves with its answer. */
+  call(call: AdminCall): Promise<unknown> {
     const id = this.nextId++;
-    return new Promise<T>((resolve, reject) => {
-      this.pending.set(id, { resolve: resolve, reject });
-      send({ type: 'call', id, op, args });
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, { resolve, reject });
+      send({ type: 'call', id, call });
     });
   }
 
@@ -109,39 +108,6 @@ class RemoteView extends EventEmitter<ReplicaEvents> implements ReplicaView {
   hostOffsetMs() {
     return this.current.hostOffsetMs;
   }
-  pingLedger(): Promise<void> {
-    return this.call('ping');
-  }
-  trigger(job: string): Promise<CommittedFire> {
-    return this.call('trigger', job);
-  }
-  setPaused(job: string, paused: boolean): Promise<void> {
-    return this.call('setPaused', job, paused);
-  }
-  resign(): Promise<boolean> {
-    return this.call('resign');
-  }
-  retry(runId: bigint): Promise<RetriedRun> {
-    return this.call('retry', runId);
-  }
-  pause(job: string, request: PauseRequest): Promise<JobPause> {
-    return this.call('pause', job, request);
-  }
-}
-
-/** ReplicaView.runtime over messages: each call runs on the main thread. */
-function remoteRuntime(view: RemoteView): RuntimeAdmin {
-  return {
-    create: (id: string, input: unknown, actor: string) =>
-      view.call<StoredSchedule>('runtime.create', id, input, actor),
-    update: (id: string, input: unknown, actor: string) =>
-      view.call<StoredSchedule>('runtime.update', id, input, actor),
-    setPaused: (id: string, paused: boolean, actor: string) =>
-      view.call<StoredSchedule>('runtime.setPaused', id, paused, actor),
-    delete: (id: string, actor: string) => view.call<StoredSchedule>('runtime.delete', id, actor),
-    once: (job: string, o: { at: Date; key: string; payload: unknown }) => view.call<OnceRun>('runtime.once', job, o),
-    backfill: (r: BackfillRequest) => view.call<BackfillStep>('runtime.backfill', r),
-  };
 }
 
 /** The errors the routes tell apart by class, rebuilt with their fields so `instanceof` holds here too. */
@@ -163,7 +129,11 @@ function reviveError(e: ThreadError): Error {
 }
 
 async function main(): Promise<void> {
-  const view = new RemoteView();
+  const state = new RemoteState();
+  const remote = remoteCalls((call) => state.call(call));
+  const view: ReplicaView = Object.assign(state, remote.replica, {
+    runtime: init.runtime ? remote.runtime : undefined,
+  });
   // Before the first connection: the flood's parsing then always yields to the scheduler's thread.
   const priority = init.niceness > 0 ? lowerThreadPriority(init.niceness) : undefined;
   if (priority && 'unavailable' in priority) {
@@ -175,17 +145,17 @@ async function main(): Promise<void> {
   const server = new AdminServer({
     ...init.server,
     replica: view,
-    backend: { current: (name: string) => view.call<LeaseRecord | null>('current', name) },
+    backend: remote.lease,
     databaseUrl: init.databaseUrl,
   });
   // Started while the replica already leads (its events passed): the metrics start from its state.
   const lease = view.lease();
-  if (view.role === 'leader') view.emit('role:changed', 'leader');
-  if (lease) view.emit('lease:acquired', lease);
+  if (view.role === 'leader') state.emit('role:changed', 'leader');
+  if (lease) state.emit('lease:acquired', lease);
   port.on('message', (m: ToThread) => {
-    if (m.type === 'state') view.update(m.state);
-    else if (m.type === 'event') (view.emit as (n: string, ...a: unknown[]) => boolean)(m.name, ...m.args);
-    else if (m.type === 'reply') view.settle(m);
+    if (m.type === 'state') state.update(m.state);
+    else if (m.type === 'event') (state.emit as (n: string, ...a: unknown[]) => boolean)(m.name, ...m.args);
+    else if (m.type === 'reply') state.settle(m);
     else if (m.type === 'close') void server.close().finally(() => send({ type: 'closed' }));
   });
   try {

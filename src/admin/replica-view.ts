@@ -6,16 +6,13 @@
 import type { EventEmitter } from 'node:events';
 import type { Logger } from 'pino';
 import type { Clock } from '../clock.js';
-import type { CommittedFire } from '../ledger/fire-ledger.js';
-import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
-import type { BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
-import type { RetriedRun } from '../ledger/run-retry.js';
-import type { JobPause, PauseRequest } from '../ledger/pauses.js';
+import type { JobPause } from '../ledger/pauses.js';
 import type { Lease } from '../locks/lease.js';
 import type { ElectorEvents, ElectorRole } from '../scheduler/election/elector.js';
 import type { FireLoopEvents } from '../scheduler/firing/fire-loop.js';
 import type { CodeJob } from '../cron/scheduled-job.js';
 import { shardOf } from '../scheduler/shards/shard-map.js';
+import type { AdminCalls } from './admin-calls.js';
 
 /** The leader lifted an expired pause (once across replicas). */
 export interface PauseEvents {
@@ -25,7 +22,13 @@ export interface PauseEvents {
 /** Everything a replica announces: its elector's and its fire loop's events, and pause expiries. */
 export type ReplicaEvents = FireLoopEvents & ElectorEvents & PauseEvents;
 
-export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'off'> {
+/** What the admin server asks the replica to do (pingLedger, trigger, pause, resign, retry…): admin-calls.ts. */
+export type ReplicaActions = AdminCalls['replica'];
+
+/** The admin API's mutations of runtime schedules, one-off runs and backfills: admin-calls.ts. */
+export type RuntimeAdmin = AdminCalls['runtime'];
+
+export interface ReplicaView extends ReplicaActions, Pick<EventEmitter<ReplicaEvents>, 'on' | 'off'> {
   readonly replicaId: string;
   readonly namespace: string;
   /** The PostgreSQL schema of this deployment's ledger. */
@@ -55,32 +58,8 @@ export interface ReplicaView extends Pick<EventEmitter<ReplicaEvents>, 'on' | 'o
   stalled?(): string | undefined;
   /** This host's wall clock minus the ledger's, once known. */
   hostOffsetMs(): number | undefined;
-  /** Answers when the ledger's own pool can run a query (for /readyz). */
-  pingLedger(): Promise<void>;
-  /** Fire a job now (leader only). */
-  trigger(job: string): Promise<CommittedFire>;
-  setPaused(job: string, paused: boolean): Promise<void>;
-  /** Pause with a reason, who and an optional expiry (slots at or after `until` fire). */
-  pause(job: string, request: PauseRequest): Promise<JobPause>;
-  /** Give up leadership; false when not leading. */
-  resign(): Promise<boolean>;
-  /** Retry a failed or cancelled run (leader only, fenced like a fire). */
-  retry(runId: bigint): Promise<RetriedRun>;
   /** Runtime schedules, one-off runs and backfill; absent on a view without them. */
   readonly runtime?: RuntimeAdmin;
-}
-
-/** The admin API's mutations of runtime schedules, one-off runs and backfills. */
-export interface RuntimeAdmin {
-  create(id: string, input: unknown, actor: string): Promise<StoredSchedule>;
-  /** A partial input laid over the current version. */
-  update(id: string, input: unknown, actor: string): Promise<StoredSchedule>;
-  setPaused(id: string, paused: boolean, actor: string): Promise<StoredSchedule>;
-  delete(id: string, actor: string): Promise<StoredSchedule>;
-  /** Leader only (NotLeaderError otherwise). */
-  once(job: string, o: { at: Date; key: string; payload: unknown }): Promise<OnceRun>;
-  /** Leader only (NotLeaderError otherwise). */
-  backfill(r: BackfillRequest): Promise<BackfillStep>;
 }
 
 /** The lease whose leader may fire `job`: its shard's with sharded leadership, else the scheduler's. */

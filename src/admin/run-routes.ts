@@ -2,28 +2,15 @@
  * The console's run routes: the whole ledger paged newest first (keyset cursor), one run with
  * every attempt, the per-minute history, and retrying a failed run (token, leader only, fenced).
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type pg from 'pg';
 import { z } from 'zod';
 import { NotLeaderError, RunNotFoundError, RunNotRetryableError, StaleTokenError } from '../errors.js';
 import { runStates } from '../db/schema.js';
-import type { Tables } from '../db/tables.js';
 import { pageRuns, runDetail, type RunCursor, type RunPageFilter } from '../ledger/run-reads.js';
 import { minuteHistory } from '../ledger/job-stats.js';
+import type { AdminRoute } from './admin-route.js';
 import { boundText } from './guards.js';
 import { HttpError, parse } from './http-error.js';
-import type { ReplicaView } from './replica-view.js';
-
-export interface RunRoutesContext {
-  app: FastifyInstance;
-  pool: Pick<pg.Pool, 'query'>;
-  tables: Tables;
-  replica: ReplicaView;
-  capped: <T>(handler: (req: FastifyRequest) => Promise<T>) => (req: FastifyRequest) => Promise<T>;
-  requireToken: (req: FastifyRequest) => Promise<void>;
-  /** 409 naming the leader of that lease (the scheduler's by default). */
-  notLeader: (leaseName?: string) => Promise<never>;
-}
+import { notLeader } from './not-leader.js';
 
 const MAX_BIGINT = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
 const runId = z
@@ -76,91 +63,101 @@ function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot'> {
   return { slot: { job: q.slice(0, at), scheduledAt: new Date(when) } };
 }
 
-export function runRoutes(c: RunRoutesContext): void {
-  runReads(c);
-  retryRoute(c);
-}
-
-/** Open reads, each under the read cap. */
-function runReads(c: RunRoutesContext): void {
-  const { app, pool, tables } = c;
-
-  app.get(
-    '/api/runs',
-    c.capped(async (req) => {
-      const q = parse(runsQuery, req.query);
-      // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
-      const page = await pageRuns(pool, tables, {
-        job: q.job,
-        state: q.state,
-        trigger: q.trigger,
-        from: q.from === undefined ? undefined : new Date(q.from),
-        to: q.to === undefined ? undefined : new Date(q.to),
-        ...search(q.q),
-        limit: q.limit,
-        cursor: decodeCursor(q.cursor),
-      });
-      // Handler text is served bounded, whatever the ledger holds.
-      return {
-        runs: page.runs.map((r) => ({ ...r, error: boundText(r.error) })),
-        nextCursor: encodeCursor(page.nextCursor),
-      };
-    }),
-  );
-
-  app.get(
-    '/api/runs/:id',
-    c.capped(async (req) => {
+export const runRoutes: AdminRoute[] = [
+  {
+    method: 'GET',
+    path: '/api/runs',
+    access: 'open',
+    summary: 'every run, newest first, a page at a time (`?job=&state=&trigger=&from=&to=&q=&limit=&cursor=`)',
+    handle: (c, req) =>
+      c.read(req, async () => {
+        const q = parse(runsQuery, req.query);
+        // No 404 for a job these replicas do not define: a renamed or removed job keeps its history.
+        const page = await pageRuns(c.pool, c.reads.tables, {
+          job: q.job,
+          state: q.state,
+          trigger: q.trigger,
+          from: q.from === undefined ? undefined : new Date(q.from),
+          to: q.to === undefined ? undefined : new Date(q.to),
+          ...search(q.q),
+          limit: q.limit,
+          cursor: decodeCursor(q.cursor),
+        });
+        // Handler text is served bounded, whatever the ledger holds.
+        return {
+          runs: page.runs.map((r) => ({ ...r, error: boundText(r.error) })),
+          nextCursor: encodeCursor(page.nextCursor),
+        };
+      }),
+  },
+  {
+    method: 'GET',
+    path: '/api/runs/:id',
+    access: 'open',
+    summary: 'one run with its idempotency key and every attempt (token, worker, state, times, error)',
+    handle: (c, req) =>
+      c.read(req, async () => {
+        const { id } = parse(z.object({ id: runId }), req.params);
+        const run = await runDetail(c.pool, c.reads.tables, BigInt(id));
+        if (!run) throw new HttpError(404, 'unknown_run', new RunNotFoundError(BigInt(id)).message);
+        return {
+          ...run,
+          error: boundText(run.error),
+          idempotencyKey: `${run.job}@${run.scheduledAt}`,
+          attempts: run.attempts.map((a) => ({
+            ...a,
+            error: boundText(a.error),
+            errorStack: boundText(a.errorStack),
+          })),
+        };
+      }),
+  },
+  {
+    method: 'GET',
+    path: '/api/history',
+    access: 'open',
+    summary: 'fires, failures and lateness p95 a minute, for the cluster and per job (`?minutes=5..1440&job=`)',
+    handle: (c, req) =>
+      c.read(req, async () => {
+        const q = parse(historyQuery, req.query);
+        return minuteHistory(c.pool, c.reads.tables, q.minutes, q.job);
+      }),
+  },
+  {
+    method: 'POST',
+    path: '/api/runs/:id/retry',
+    access: 'token',
+    summary:
+      'a new attempt of a failed or cancelled run, fenced like a fire (leader only; 409 `not_retryable`, `fenced`)',
+    // Refusals are 404 / 409 with a code saying which.
+    handle: async (c, req) => {
       const { id } = parse(z.object({ id: runId }), req.params);
-      const run = await runDetail(pool, tables, BigInt(id));
-      if (!run) throw new HttpError(404, 'unknown_run', new RunNotFoundError(BigInt(id)).message);
-      return {
-        ...run,
-        error: boundText(run.error),
-        idempotencyKey: `${run.job}@${run.scheduledAt}`,
-        attempts: run.attempts.map((a) => ({ ...a, error: boundText(a.error), errorStack: boundText(a.errorStack) })),
-      };
-    }),
-  );
-
-  app.get(
-    '/api/history',
-    c.capped(async (req) => {
-      const q = parse(historyQuery, req.query);
-      return minuteHistory(pool, tables, q.minutes, q.job);
-    }),
-  );
-}
-
-/** Retry a failed run: token, leader only; refusals are 404 / 409 with a code saying which. */
-function retryRoute(c: RunRoutesContext): void {
-  c.app.post('/api/runs/:id/retry', { onRequest: c.requireToken }, async (req) => {
-    const { id } = parse(z.object({ id: runId }), req.params);
-    // Sharded, the run's shard decides who may retry it: the replica answers that, naming its leader.
-    if (c.replica.role !== 'leader' && !c.replica.shardLeases) return c.notLeader();
-    try {
-      const run = await c.replica.retry(BigInt(id));
-      c.replica.logger.info({ runId: id, job: run.job }, 'admin: run retried');
-      return {
-        retried: true,
-        runId: id,
-        job: run.job,
-        scheduledAt: run.scheduledAt.toISOString(),
-        previousState: run.previousState,
-        leader: c.replica.replicaId,
-      };
-    } catch (err) {
-      if (err instanceof NotLeaderError) return c.notLeader(err.leaseName);
-      if (err instanceof RunNotFoundError) throw new HttpError(404, 'unknown_run', err.message);
-      if (err instanceof RunNotRetryableError)
-        throw new HttpError(409, 'not_retryable', err.message, { state: err.state });
-      if (err instanceof StaleTokenError)
-        throw new HttpError(
-          409,
-          'fenced',
-          `refused by the fence, nothing changed: ${err.message}; a newer leader exists`,
-        );
-      throw err;
-    }
-  });
-}
+      // Sharded, the run's shard decides who may retry it: the replica answers that, naming its leader.
+      if (c.replica.role !== 'leader' && !c.replica.shardLeases) return notLeader(c);
+      try {
+        const run = await c.replica.retry(BigInt(id));
+        c.replica.logger.info({ runId: id, job: run.job }, 'admin: run retried');
+        return {
+          retried: true,
+          runId: id,
+          job: run.job,
+          scheduledAt: run.scheduledAt.toISOString(),
+          previousState: run.previousState,
+          leader: c.replica.replicaId,
+        };
+      } catch (err) {
+        if (err instanceof NotLeaderError) return notLeader(c, err.leaseName);
+        if (err instanceof RunNotFoundError) throw new HttpError(404, 'unknown_run', err.message);
+        if (err instanceof RunNotRetryableError)
+          throw new HttpError(409, 'not_retryable', err.message, { state: err.state });
+        if (err instanceof StaleTokenError)
+          throw new HttpError(
+            409,
+            'fenced',
+            `refused by the fence, nothing changed: ${err.message}; a newer leader exists`,
+          );
+        throw err;
+      }
+    },
+  },
+];

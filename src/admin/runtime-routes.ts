@@ -3,26 +3,16 @@
  * every read); changes need the bearer token. Schedule changes work on any replica; one-off runs
  * and backfills are the leader's (a follower answers 409 with the leader's URL, as for trigger).
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { z } from 'zod';
 import { InvalidArgumentError, NotLeaderError, ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
 import { scheduleId } from '../jobs/schedule-input.js';
-import type { Ledger } from '../ledger/ledger.js';
 import type { StoredSchedule } from '../ledger/schedule-ledger.js';
 import { CronSchedule } from '../cron/cron-schedule.js';
 import { runtimeJobName } from '../scheduler/schedules/runtime-schedules.js';
+import type { AdminRoute, RouteContext } from './admin-route.js';
 import { HttpError, parse } from './http-error.js';
-import { jobLease, type ReplicaView, type RuntimeAdmin } from './replica-view.js';
-
-export interface RuntimeRoutesContext {
-  app: FastifyInstance;
-  replica: ReplicaView;
-  reads: Ledger;
-  requireToken: (req: FastifyRequest) => Promise<void>;
-  /** 409 naming the leader of that lease (the scheduler's by default). */
-  notLeader: (leaseName?: string) => Promise<never>;
-  capped: <T>(h: (req: FastifyRequest) => Promise<T>) => (req: FastifyRequest) => Promise<T>;
-}
+import { notLeader } from './not-leader.js';
+import { jobLease, type RuntimeAdmin } from './replica-view.js';
 
 /** Who made a change: the admin bearer token has one name. */
 const ACTOR = 'admin';
@@ -47,105 +37,137 @@ const backfillBody = z.strictObject({
   rate: z.number().int().min(1).max(2000).optional(),
 });
 
-export function runtimeRoutes(c: RuntimeRoutesContext): void {
-  scheduleReads(c);
-  scheduleChanges(c);
-  runRoutes(c);
-}
-
-function scheduleReads(c: RuntimeRoutesContext): void {
-  const now = () => c.replica.clock.now();
-  c.app.get(
-    '/api/schedules',
-    c.capped(async (req) => {
-      const q = parse(listQuery, req.query);
-      const list = await c.reads.schedules.list({
-        handler: q.handler,
-        includeDeleted: q.deleted === '1' || q.deleted === 'true',
-        limit: q.limit,
+export const runtimeRoutes: AdminRoute[] = [
+  {
+    method: 'GET',
+    path: '/api/schedules',
+    access: 'open',
+    summary: 'runtime schedules by id, with their next fire (`?handler=&deleted=1&limit=`)',
+    handle: (c, req) =>
+      c.read(req, async () => {
+        const q = parse(listQuery, req.query);
+        const list = await c.reads.schedules.list({
+          handler: q.handler,
+          includeDeleted: q.deleted === '1' || q.deleted === 'true',
+          limit: q.limit,
+        });
+        return { schedules: list.map((s) => view(s, c.replica.clock.now())) };
+      }),
+  },
+  {
+    method: 'GET',
+    path: '/api/schedules/:id',
+    access: 'open',
+    summary: 'one runtime schedule with every version (who changed what, when)',
+    handle: (c, req) =>
+      c.read(req, async () => {
+        const { id } = parse(idParams, req.params);
+        const s = await c.reads.schedules.get(id);
+        if (!s) throw new HttpError(404, 'unknown_schedule', `no runtime schedule "${id}"`);
+        return { schedule: view(s, c.replica.clock.now()), versions: await c.reads.schedules.versions(id) };
+      }),
+  },
+  {
+    method: 'POST',
+    path: '/api/schedules',
+    access: 'token',
+    summary: 'create a runtime schedule (any replica; 409 `schedule_exists`)',
+    handle: async (c, req, reply) => {
+      const body = (req.body ?? {}) as Record<string, unknown>;
+      const { id, ...input } = body;
+      const s = await refuse(() => ops(c).create(typeof id === 'string' ? id : '', input, ACTOR));
+      return reply.code(201).send({ schedule: view(s, c.replica.clock.now()) });
+    },
+  },
+  {
+    method: 'PATCH',
+    path: '/api/schedules/:id',
+    access: 'token',
+    summary: 'change a runtime schedule: the fields given, laid over its current version (any replica)',
+    handle: async (c, req) => {
+      const { id } = parse(idParams, req.params);
+      return { schedule: view(await refuse(() => ops(c).update(id, req.body ?? {}, ACTOR)), c.replica.clock.now()) };
+    },
+  },
+  ...(['pause', 'resume'] as const).map((action): AdminRoute => ({
+    method: 'POST',
+    path: `/api/schedules/:id/${action}`,
+    access: 'token',
+    summary: `${action} a runtime schedule, as a new version (any replica)`,
+    handle: async (c, req) => {
+      const { id } = parse(idParams, req.params);
+      const s = await refuse(() => ops(c).setPaused(id, action === 'pause', ACTOR));
+      return { schedule: view(s, c.replica.clock.now()) };
+    },
+  })),
+  {
+    method: 'DELETE',
+    path: '/api/schedules/:id',
+    access: 'token',
+    summary: 'delete a runtime schedule; its versions stay (any replica)',
+    handle: async (c, req) => {
+      const { id } = parse(idParams, req.params);
+      return { schedule: view(await refuse(() => ops(c).delete(id, ACTOR)), c.replica.clock.now()) };
+    },
+  },
+  {
+    method: 'POST',
+    path: '/api/jobs/:name/once',
+    access: 'token',
+    summary: 'a one-off run of a job, once per `key` (leader only; a follower answers 409 naming the leader)',
+    handle: async (c, req, reply) => {
+      const { name } = parse(jobParams, req.params);
+      const b = parse(onceBody, req.body);
+      if (c.replica.role !== 'leader') return notLeader(c, jobLease(c.replica, name));
+      const at = b.at ? new Date(b.at) : new Date(c.replica.clock.now());
+      const run = await refuse(() => ops(c).once(name, { at, key: b.key, payload: b.payload ?? null }), c);
+      return reply.code(run.created ? 201 : 200).send({
+        job: run.job,
+        runId: run.runId.toString(),
+        scheduledAt: run.scheduledAt.toISOString(),
+        state: run.state,
+        key: b.key,
+        created: run.created,
+        leader: c.replica.replicaId,
       });
-      return { schedules: list.map((s) => view(s, now())) };
-    }),
-  );
-  c.app.get(
-    '/api/schedules/:id',
-    c.capped(async (req) => {
-      const { id } = parse(idParams, req.params);
-      const s = await c.reads.schedules.get(id);
-      if (!s) throw new HttpError(404, 'unknown_schedule', `no runtime schedule "${id}"`);
-      return { schedule: view(s, now()), versions: await c.reads.schedules.versions(id) };
-    }),
-  );
-}
+    },
+  },
+  {
+    method: 'POST',
+    path: '/api/jobs/:name/backfill',
+    access: 'token',
+    summary: "fire a job's slots from `from` to `to`, a step at a time (leader only; a follower answers 409)",
+    handle: async (c, req) => {
+      const { name } = parse(jobParams, req.params);
+      const b = parse(backfillBody, req.body);
+      if (c.replica.role !== 'leader') return notLeader(c, jobLease(c.replica, name));
+      const step = await refuse(
+        () =>
+          ops(c).backfill({
+            job: name,
+            from: new Date(b.from),
+            to: new Date(b.to),
+            limit: b.limit,
+            ratePerSec: b.rate,
+          }),
+        c,
+      );
+      return { ...step, next: step.next?.toISOString() ?? null, leader: c.replica.replicaId };
+    },
+  },
+];
 
-function scheduleChanges(c: RuntimeRoutesContext): void {
-  const { app } = c;
-  const now = () => c.replica.clock.now();
-  const auth = { onRequest: c.requireToken };
-  app.post('/api/schedules', auth, async (req, reply) => {
-    const body = (req.body ?? {}) as Record<string, unknown>;
-    const { id, ...input } = body;
-    const s = await refuse(() => ops(c).create(typeof id === 'string' ? id : '', input, ACTOR));
-    return reply.code(201).send({ schedule: view(s, now()) });
-  });
-  app.patch('/api/schedules/:id', auth, async (req) => {
-    const { id } = parse(idParams, req.params);
-    return { schedule: view(await refuse(() => ops(c).update(id, req.body ?? {}, ACTOR)), now()) };
-  });
-  for (const action of ['pause', 'resume'] as const) {
-    app.post(`/api/schedules/:id/${action}`, auth, async (req) => {
-      const { id } = parse(idParams, req.params);
-      return { schedule: view(await refuse(() => ops(c).setPaused(id, action === 'pause', ACTOR)), now()) };
-    });
-  }
-  app.delete('/api/schedules/:id', auth, async (req) => {
-    const { id } = parse(idParams, req.params);
-    return { schedule: view(await refuse(() => ops(c).delete(id, ACTOR)), now()) };
-  });
-}
-
-function runRoutes(c: RuntimeRoutesContext): void {
-  const auth = { onRequest: c.requireToken };
-  c.app.post('/api/jobs/:name/once', auth, async (req, reply) => {
-    const { name } = parse(jobParams, req.params);
-    const b = parse(onceBody, req.body);
-    if (c.replica.role !== 'leader') return c.notLeader(jobLease(c.replica, name));
-    const at = b.at ? new Date(b.at) : new Date(c.replica.clock.now());
-    const run = await refuse(() => ops(c).once(name, { at, key: b.key, payload: b.payload ?? null }), c);
-    return reply.code(run.created ? 201 : 200).send({
-      job: run.job,
-      runId: run.runId.toString(),
-      scheduledAt: run.scheduledAt.toISOString(),
-      state: run.state,
-      key: b.key,
-      created: run.created,
-      leader: c.replica.replicaId,
-    });
-  });
-  c.app.post('/api/jobs/:name/backfill', auth, async (req) => {
-    const { name } = parse(jobParams, req.params);
-    const b = parse(backfillBody, req.body);
-    if (c.replica.role !== 'leader') return c.notLeader(jobLease(c.replica, name));
-    const step = await refuse(
-      () =>
-        ops(c).backfill({ job: name, from: new Date(b.from), to: new Date(b.to), limit: b.limit, ratePerSec: b.rate }),
-      c,
-    );
-    return { ...step, next: step.next?.toISOString() ?? null, leader: c.replica.replicaId };
-  });
-}
-
-function ops(c: RuntimeRoutesContext): RuntimeAdmin {
+function ops(c: RouteContext): RuntimeAdmin {
   if (!c.replica.runtime) throw new HttpError(404, 'not_found', 'runtime schedules are not served here');
   return c.replica.runtime;
 }
 
 /** The library's refusals as HTTP: bad input 400, unknown 404, a taken id 409, not the leader 409. */
-async function refuse<T>(fn: () => Promise<T>, c?: RuntimeRoutesContext): Promise<T> {
+async function refuse<T>(fn: () => Promise<T>, c?: RouteContext): Promise<T> {
   try {
     return await fn();
   } catch (err) {
-    if (err instanceof NotLeaderError && c) return c.notLeader(err.leaseName);
+    if (err instanceof NotLeaderError && c) return notLeader(c, err.leaseName);
     if (err instanceof ScheduleNotFoundError) throw new HttpError(404, 'unknown_schedule', err.message);
     if (err instanceof ScheduleExistsError) throw new HttpError(409, 'schedule_exists', err.message);
     if (err instanceof InvalidArgumentError) throw new HttpError(400, 'bad_request', err.message);

@@ -4,36 +4,29 @@ import { hostname } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import Fastify, { type FastifyInstance, type FastifyRequest } from 'fastify';
 import type pg from 'pg';
-import { z } from 'zod';
-import { NotLeaderError } from '../errors.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
-import { jobLease, type ReplicaView } from './replica-view.js';
+import { jobStats, type JobStats } from '../ledger/job-stats.js';
+import { OncePerKind } from '../once-per-kind.js';
+import type { RouteContext } from './admin-route.js';
 import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-pool.js';
 import { bearerMatches } from './auth.js';
-import { memberAgreement } from './member-agreement.js';
-import { OncePerKind } from '../once-per-kind.js';
-import { health, readiness, readinessCheck, type Readiness } from './probes.js';
-import { ProbeServer, type ProbeListenOptions } from './probe-server.js';
 import {
   ConcurrencyCap,
   SharedCheck,
   apiPolicy,
-  boundText,
   hostAllowed,
   hostPolicy,
   pagePolicy,
   sameOrigin,
   type HostPolicy,
 } from './guards.js';
+import { HttpError } from './http-error.js';
 import { ReplicaMetrics } from './metrics.js';
-import { HttpError, parse } from './http-error.js';
-import { runtimeRoutes } from './runtime-routes.js';
-import { electedAt, lastRuns, listElections, listMembers, memberAdminUrl } from '../ledger/admin-reads.js';
-import { jobStats, type JobStats } from '../ledger/job-stats.js';
-import { runRoutes } from './run-routes.js';
-import { jobOverview } from './job-overview.js';
-import { pauseFields, pauseRequest, policyFields, previewBody } from './job-policies-view.js';
+import { ProbeServer, type ProbeListenOptions } from './probe-server.js';
+import { readinessCheck, type Readiness } from './probes.js';
+import type { ReplicaView } from './replica-view.js';
+import { adminRoutes } from './routes.js';
 
 export interface AdminServerOptions {
   replica: ReplicaView;
@@ -68,21 +61,7 @@ export interface AdminServerOptions {
   probe?: ProbeListenOptions;
 }
 
-const jobName = z.string().regex(/^[A-Za-z0-9_.:@/-]{1,200}$/, 'must be 1-200 letters, digits or _ . : @ / -');
 const STATS_REUSE_MS = 10_000;
-const limitQuery = z.object({
-  limit: z.coerce
-    .number()
-    .int('must be a whole number')
-    .min(1, 'must be at least 1')
-    .max(500, 'must be at most 500')
-    .default(20),
-});
-
-/** GET /api/elections: the limit, and with sharded leadership the shard (default 0). */
-const electionsQuery = limitQuery.extend({
-  shard: z.coerce.number().int('must be a whole number').min(0, 'must be at least 0').optional(),
-});
 
 const pageCandidates = [
   new URL('./console.html', import.meta.url),
@@ -92,7 +71,8 @@ const pageCandidates = [
 /**
  * The admin HTTP server of one replica. Reads are open (bind to loopback unless you mean it);
  * mutations need `Authorization: Bearer <token>`. Trigger and resign are leader-only: a follower
- * answers 409 with the leader's id and admin URL (from cw_members), and the CLI follows it.
+ * answers 409 with the leader's id and admin URL (from cw_members), and the CLI follows it. The
+ * routes are defined in modules of their own (routes.ts lists them); this is what they share.
  *
  * It cannot starve the scheduler: reads use their own small pool (never the ledger's), at most
  * `maxConcurrentReads` run at once (503 + Retry-After beyond), idle sockets are closed and the
@@ -224,35 +204,33 @@ export class AdminServer {
   }
 
   /**
-   * Wraps a database-reading handler in the read cap: 503 with Retry-After when it is full. A GET
-   * of a URL already being read shares that read (its answer would be the same), so a dashboard
-   * open in many tabs, or a flood of one URL, costs one query at a time, not one per request.
-   * Handlers return their data and never touch `reply`, so one answer can serve many.
+   * Runs a database read under the read cap: 503 with Retry-After when it is full. A GET of a URL
+   * already being read shares that read (its answer would be the same), so a dashboard open in
+   * many tabs, or a flood of one URL, costs one query at a time, not one per request. So `work`
+   * returns its data and never touches the reply: one answer can serve many.
    */
-  private capped<T>(handler: (req: FastifyRequest) => Promise<T>) {
-    return async (req: FastifyRequest): Promise<T> => {
-      const key = req.method === 'GET' ? req.url : undefined;
-      let read = key === undefined ? undefined : (this.sharedReads.get(key) as Promise<{ value: T } | undefined>);
-      if (!read) {
-        read = this.cap.run(() => handler(req));
-        if (key !== undefined) {
-          this.sharedReads.set(key, read);
-          const forget = () => void this.sharedReads.delete(key);
-          read.then(forget, forget);
-        }
+  private async read<T>(req: FastifyRequest, work: () => Promise<T>): Promise<T> {
+    const key = req.method === 'GET' ? req.url : undefined;
+    let read = key === undefined ? undefined : (this.sharedReads.get(key) as Promise<{ value: T } | undefined>);
+    if (!read) {
+      read = this.cap.run(work);
+      if (key !== undefined) {
+        this.sharedReads.set(key, read);
+        const forget = () => void this.sharedReads.delete(key);
+        read.then(forget, forget);
       }
-      const done = await read;
-      if (!done) {
-        // The refusal is held for the Retry-After second (a timer, no work): a keep-alive flood gets
-        // one refused read per connection per second instead of spinning this event loop on 503s.
-        await this.o.replica.clock.sleep(this.o.busyDelayMs ?? 1000);
-        throw new HttpError(503, 'busy', `too many admin reads at once (${this.cap.max}); try again`);
-      }
-      return done.value;
-    };
+    }
+    const done = await read;
+    if (!done) {
+      // The refusal is held for the Retry-After second (a timer, no work): a keep-alive flood gets
+      // one refused read per connection per second instead of spinning this event loop on 503s.
+      await this.o.replica.clock.sleep(this.o.busyDelayMs ?? 1000);
+      throw new HttpError(503, 'busy', `too many admin reads at once (${this.cap.max}); try again`);
+    }
+    return done.value;
   }
 
-  private statusPage(): Promise<{ html: string; csp: string }> {
+  private consolePage(): Promise<{ html: string; csp: string }> {
     this.page ??= (async () => {
       const path = pageCandidates.find((p) => existsSync(p));
       if (!path) throw new HttpError(500, 'internal', 'console.html not found');
@@ -272,246 +250,27 @@ export class AdminServer {
     }
   };
 
-  private job(params: unknown) {
-    const { name } = parse(z.object({ name: jobName }), params);
-    const job = this.o.replica.job(name);
-    if (!job) throw new HttpError(404, 'unknown_job', `unknown job "${name}"`);
-    return job;
-  }
-
-  /** 409 naming the leader of `leaseName` (sharded: the job's shard's), the scheduler's lease by default. */
-  private async notLeader(leaseName?: string): Promise<never> {
-    const r = this.o.replica;
-    const cur = await this.o.backend.current(leaseName ?? r.leaseName).catch(() => null);
-    const leaderAdminUrl = cur
-      ? await memberAdminUrl(this.pool, this.reads.tables, cur.holder).catch(() => null)
-      : null;
-    throw new HttpError(409, 'not_leader', `replica "${r.replicaId}" is not the leader`, {
-      leader: cur?.holder ?? null,
-      leaderAdminUrl,
-    });
-  }
-
-  async leaseStatus() {
-    const r = this.o.replica;
-    const cur = await this.o.backend.current(r.leaseName);
-    return {
-      backend: r.backendKind,
-      leaseName: r.leaseName,
-      holder: cur?.holder ?? null,
-      token: cur?.token.toString() ?? null,
-      ttlMs: r.ttlMs,
-      expiresInMs: cur ? Math.max(0, Math.round(cur.expiresInMs)) : null,
-      leaderSince: cur ? await electedAt(this.pool, this.reads.tables, r.leaseName, cur.holder, cur.token) : null,
-      leaderAdminUrl: cur ? await memberAdminUrl(this.pool, this.reads.tables, cur.holder) : null,
-      replicaId: r.replicaId,
-      role: r.role,
-      leadingSince: r.leadingSince === undefined ? null : new Date(r.leadingSince).toISOString(),
-      shards: r.shardLeases ? await this.shardStatus(r.shardLeases) : undefined,
-    };
-  }
-
-  /** Sharded leadership: who leads which shard, with its token and admin URL. */
-  private async shardStatus(leases: readonly string[]) {
-    const holders = await Promise.all(leases.map((name) => this.o.backend.current(name).catch(() => null)));
-    const urls = new Map<string, string | null>();
-    for (const h of new Set(holders.map((c) => c?.holder).filter((h): h is string => h !== undefined)))
-      urls.set(h, await memberAdminUrl(this.pool, this.reads.tables, h));
-    return leases.map((leaseName, shard) => {
-      const cur = holders[shard];
-      return {
-        shard,
-        leaseName,
-        holder: cur?.holder ?? null,
-        token: cur?.token.toString() ?? null,
-        expiresInMs: cur ? Math.max(0, Math.round(cur.expiresInMs)) : null,
-        leaderAdminUrl: cur ? (urls.get(cur.holder) ?? null) : null,
-      };
-    });
-  }
-
+  /** Every route of routes.ts, a token route behind the bearer check. */
   private routes(): void {
-    this.pageAndHealthRoutes();
-    this.readRoutes();
-    this.jobRoutes();
-    this.leaderRoutes();
-    runRoutes({
-      app: this.app,
+    const c: RouteContext = {
+      replica: this.o.replica,
+      backend: this.o.backend,
       pool: this.pool,
-      tables: this.reads.tables,
-      replica: this.o.replica,
-      capped: (handler) => this.capped(handler),
-      requireToken: this.requireToken,
-      notLeader: (leaseName) => this.notLeader(leaseName),
-    });
-    runtimeRoutes({
-      app: this.app,
-      replica: this.o.replica,
       reads: this.reads,
-      requireToken: this.requireToken,
-      notLeader: (leaseName) => this.notLeader(leaseName),
-      capped: (h) => this.capped(h),
-    });
-  }
-
-  /** The console page and the probes: /healthz reads no database, /readyz shares one check. */
-  private pageAndHealthRoutes(): void {
-    const app = this.app;
-    const r = this.o.replica;
-
-    app.get('/', async (_req, reply) => {
-      const page = await this.statusPage();
-      return reply
-        .type('text/html; charset=utf-8')
-        .header('cache-control', 'no-store')
-        .header('content-security-policy', page.csp)
-        .send(page.html);
-    });
-
-    app.get('/healthz', async (_req, reply) => {
-      // Served from the admin thread: a scheduler thread that stopped answering is not healthy.
-      const answer = health(r, r.stalled?.());
-      return reply.code(answer.status).send(answer.body);
-    });
-
-    app.get('/readyz', async (_req, reply) => {
-      const answer = await readiness(this.ready);
-      return reply.code(answer.status).send(answer.body);
-    });
-  }
-
-  /** Open reads of the database, each under the read cap. */
-  private readRoutes(): void {
-    const app = this.app;
-    const r = this.o.replica;
-
-    const exposition = this.capped(() => this.metrics.exposition());
-    app.get('/metrics', async (req, reply) => reply.type(this.metrics.contentType).send(await exposition(req)));
-
-    app.get(
-      '/api/lease',
-      this.capped(async () => this.leaseStatus()),
-    );
-
-    app.get(
-      '/api/members',
-      this.capped(async () => {
-        const members = await listMembers(this.pool, this.reads.tables);
-        return { members, agreement: memberAgreement(members) };
-      }),
-    );
-
-    app.get(
-      '/api/jobs',
-      this.capped(async () => this.jobsStatus()),
-    );
-
-    app.get(
-      '/api/elections',
-      this.capped(async (req) => {
-        const q = parse(electionsQuery, req.query);
-        const leases = r.shardLeases ?? [r.leaseName];
-        const leaseName = leases[q.shard ?? 0];
-        if (leaseName === undefined)
-          throw new HttpError(400, 'bad_request', `shard: must be below ${leases.length} (the shard count)`);
-        return { leaseName, elections: await listElections(this.pool, this.reads.tables, leaseName, q.limit) };
-      }),
-    );
-  }
-
-  /** The body of GET /api/jobs: each defined job with its pause flag, next fire and last run. */
-  private async jobsStatus() {
-    const r = this.o.replica;
-    const jobs = r.jobs();
-    const names = jobs.map((j) => j.name);
-    const [pauses, last, stats] = await Promise.all([
-      this.reads.fires.pauses(),
-      lastRuns(this.pool, this.reads.tables, names),
-      this.stats.get(),
-    ]);
-    const now = r.clock.now(); // the scheduler's (ledger's) clock, not this host's
-    return {
-      jobs: jobs.map((j) => {
-        const next = j.schedule.nextAfter(now);
-        return {
-          name: j.name,
-          schedule: j.schedule.expression,
-          timezone: j.schedule.timezone,
-          misfire: j.misfire,
-          overlap: j.overlap,
-          ...policyFields(j),
-          ...pauseFields(pauses.get(j.name), now),
-          nextFireAt: next === null ? null : new Date(next).toISOString(),
-          lastRun: boundRun(last.get(j.name) ?? null),
-          ...jobOverview(j, now, stats.get(j.name)),
-        };
-      }),
+      metrics: this.metrics,
+      read: (req, work) => this.read(req, work),
+      jobStats: () => this.stats.get(),
+      readiness: this.ready,
+      consolePage: () => this.consolePage(),
     };
-  }
-
-  /** Job mutations (token required): trigger is leader-only, pause and resume work on any replica. */
-  private jobRoutes(): void {
-    const app = this.app;
-    const r = this.o.replica;
-
-    app.post('/api/jobs/:name/trigger', { onRequest: this.requireToken }, async (req) => {
-      const job = this.job(req.params);
-      if (r.role !== 'leader') return this.notLeader(jobLease(r, job.name));
-      try {
-        const fire = await r.trigger(job.name);
-        r.logger.info({ job: job.name, runId: fire.runId.toString() }, 'admin: job triggered');
-        return {
-          triggered: true,
-          job: job.name,
-          runId: fire.runId.toString(),
-          scheduledAt: fire.scheduledAt.toISOString(),
-          leader: r.replicaId,
-        };
-      } catch (err) {
-        if (err instanceof NotLeaderError) return this.notLeader(err.leaseName);
-        throw err;
-      }
-    });
-
-    // Pause: optional JSON body {"reason", "until"} (see job-policies-view.ts); resume clears both.
-    app.post('/api/jobs/:name/pause', { onRequest: this.requireToken }, async (req) => {
-      const job = this.job(req.params);
-      const request = pauseRequest(req.body, req.headers['x-cronwarden-user'], r.clock.now());
-      const pause = await r.pause(job.name, request);
-      r.logger.info(
-        { job: job.name, reason: pause.reason, pausedBy: pause.by, until: pause.until?.toISOString() },
-        'admin: job paused',
-      );
-      return { job: job.name, ...pauseFields(pause, r.clock.now()) };
-    });
-    app.post('/api/jobs/:name/resume', { onRequest: this.requireToken }, async (req) => {
-      const job = this.job(req.params);
-      await r.setPaused(job.name, false);
-      r.logger.info({ job: job.name }, 'admin: job resumed');
-      return { job: job.name, paused: false };
-    });
-
-    app.get(
-      '/api/jobs/:name/next',
-      this.capped(async (req) => {
-        const job = this.job(req.params);
-        const pauses = await this.reads.fires.pauses();
-        return previewBody(job, req.query, r.clock.now(), pauses.get(job.name));
-      }),
-    );
-  }
-
-  /** Leadership changes (token required, leader-only). */
-  private leaderRoutes(): void {
-    const r = this.o.replica;
-    this.app.post('/api/resign', { onRequest: this.requireToken }, async () => {
-      const lease = r.lease();
-      if (r.role !== 'leader' || !lease) return this.notLeader();
-      const resigned = await r.resign();
-      if (!resigned) return this.notLeader();
-      r.logger.info({ token: lease.token.toString() }, 'admin: resigned leadership');
-      return { resigned: true, replicaId: r.replicaId, token: lease.token.toString() };
-    });
+    for (const route of adminRoutes) {
+      this.app.route({
+        method: route.method,
+        url: route.path,
+        ...(route.access === 'token' && { onRequest: this.requireToken }),
+        handler: (req, reply) => route.handle(c, req, reply),
+      });
+    }
   }
 }
 
@@ -529,11 +288,6 @@ function boundedApp(o: AdminServerOptions): FastifyInstance {
   });
   app.server.maxConnections = o.maxConnections ?? 512;
   return app;
-}
-
-/** A row with its handler text (error) cut to MAX_SERVED_TEXT. */
-function boundRun<T extends { error: string | null } | null>(row: T): T {
-  return row === null ? row : { ...row, error: boundText(row.error) };
 }
 
 /** The probe listener, on the admin host unless it names its own. */

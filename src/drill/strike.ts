@@ -16,7 +16,7 @@
  * - cpu-starve: the lease's margins (renewal at TTL/5, the local deadline) against a host whose
  *   every core is busy: no guarantee is at stake, the handover and fire gaps are measured.
  */
-import type { DrillOptions } from './drill.js';
+import type { DrillOptions } from './drill-options.js';
 import type { DrillEnvironment } from './environment.js';
 import { CpuStarvation } from './cpu-starve.js';
 import type { FaultKind } from './faults.js';

@@ -1,8 +1,8 @@
 /**
- * The ledger in PostgreSQL, the truth of what fired and what ran. Two sides, one file each: the
- * leader's fires (fire-ledger.ts) and the workers' claims and outcomes (run-ledger.ts); reads for
- * the admin API, metrics and drills live beside them. Nothing outside src/ledger writes SQL on
- * cronwarden's tables.
+ * The ledger in PostgreSQL, the truth of what fired and what ran. Two sides: the leader's fires
+ * (fire-ledger.ts, one module per operation behind it) and the workers' claims and outcomes
+ * (run-ledger.ts); reads for the admin API, metrics and drills live beside them. Nothing outside
+ * src/ledger writes SQL on cronwarden's tables.
  */
 import type pg from 'pg';
 import { NamespaceMismatchError, NotMigratedError } from '../errors.js';
@@ -101,7 +101,6 @@ export class Ledger {
   }
 }
 
-export type { CommittedFire, FireBatchResult, FireRequest, FireTrigger, LeaderStamp } from './fire-ledger.js';
 export type { Claim, ClaimResult, Outcome, TransactionResult } from './run-ledger.js';
 export type { Queryable } from './transaction.js';
 export type { JobPause, PauseRequest } from './pauses.js';

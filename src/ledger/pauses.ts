@@ -9,6 +9,7 @@
  */
 import type pg from 'pg';
 import { advanceFence } from './fences.js';
+import { namedStatement, perSchema } from './named-statement.js';
 import { withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
 
@@ -38,38 +39,67 @@ type PauseRow = {
 
 const COLUMNS = 'job, paused_reason, paused_by, paused_at, paused_until';
 
-function toPause(r: PauseRow): JobPause {
-  return { job: r.job, reason: r.paused_reason, by: r.paused_by, at: r.paused_at, until: r.paused_until };
-}
-
-/** Every paused job, expired or not (the caller compares `until` with its clock). */
-export async function listPauses(db: Queryable, t: Tables): Promise<Map<string, JobPause>> {
-  const res = await db.query<PauseRow>(`SELECT ${COLUMNS} FROM ${t.jobState} WHERE paused`);
-  return new Map(res.rows.map((r) => [r.job, toPause(r)]));
-}
-
-/** Pause a job (or replace its pause) with a reason, who, and an optional expiry. */
-export async function pauseJob(db: Queryable, t: Tables, job: string, p: PauseRequest): Promise<JobPause> {
-  const res = await db.query<PauseRow>(
+const statements = perSchema((t) => ({
+  paused: namedStatement('paused_jobs', `SELECT job FROM ${t.jobState} WHERE paused`),
+  list: namedStatement('list_pauses', `SELECT ${COLUMNS} FROM ${t.jobState} WHERE paused`),
+  /** Pause job $1 with reason $2, by $3, until $4 (null: until resumed). */
+  pause: namedStatement(
+    'pause_job',
     `INSERT INTO ${t.jobState} AS s (job, paused, paused_reason, paused_by, paused_at, paused_until)
      VALUES ($1, true, $2, $3, now(), $4)
      ON CONFLICT (job) DO UPDATE SET paused = true, paused_reason = EXCLUDED.paused_reason,
        paused_by = EXCLUDED.paused_by, paused_at = EXCLUDED.paused_at, paused_until = EXCLUDED.paused_until,
        updated_at = now()
      RETURNING ${COLUMNS}`,
-    [job, p.reason, p.by, p.until?.toISOString() ?? null],
-  );
+  ),
+  /** Set job $1's flag to $2, clearing reason, who and expiry. */
+  setFlag: namedStatement(
+    'set_paused_flag',
+    `INSERT INTO ${t.jobState} (job, paused, paused_at) VALUES ($1, $2, CASE WHEN $2 THEN now() END)
+     ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, paused_reason = NULL, paused_by = NULL,
+       paused_at = EXCLUDED.paused_at, paused_until = NULL, updated_at = now()`,
+  ),
+  /** Lift the pauses expired at $1, returning each as it was. */
+  expire: namedStatement(
+    'expire_pauses',
+    `WITH expired AS (
+       SELECT ${COLUMNS} FROM ${t.jobState}
+       WHERE paused AND paused_until IS NOT NULL AND paused_until <= $1 FOR UPDATE)
+     UPDATE ${t.jobState} s SET paused = false, paused_reason = NULL, paused_by = NULL, paused_at = NULL,
+       paused_until = NULL, updated_at = now()
+     FROM expired WHERE s.job = expired.job
+     RETURNING expired.job, expired.paused_reason, expired.paused_by, expired.paused_at, expired.paused_until`,
+  ),
+}));
+
+function toPause(r: PauseRow): JobPause {
+  return { job: r.job, reason: r.paused_reason, by: r.paused_by, at: r.paused_at, until: r.paused_until };
+}
+
+/** The names of the paused jobs, expired or not. */
+export async function pausedJobs(db: Queryable, t: Tables): Promise<Set<string>> {
+  const res = await db.query<{ job: string }>({ ...statements(t).paused, values: [] });
+  return new Set(res.rows.map((r) => r.job));
+}
+
+/** Every paused job, expired or not (the caller compares `until` with its clock). */
+export async function listPauses(db: Queryable, t: Tables): Promise<Map<string, JobPause>> {
+  const res = await db.query<PauseRow>({ ...statements(t).list, values: [] });
+  return new Map(res.rows.map((r) => [r.job, toPause(r)]));
+}
+
+/** Pause a job (or replace its pause) with a reason, who, and an optional expiry. */
+export async function pauseJob(db: Queryable, t: Tables, job: string, p: PauseRequest): Promise<JobPause> {
+  const res = await db.query<PauseRow>({
+    ...statements(t).pause,
+    values: [job, p.reason, p.by, p.until?.toISOString() ?? null],
+  });
   return toPause(res.rows[0]!);
 }
 
 /** Set or clear the pause flag alone; either way the reason, who and expiry of an earlier pause go. */
 export async function setPausedFlag(db: Queryable, t: Tables, job: string, paused: boolean): Promise<void> {
-  await db.query(
-    `INSERT INTO ${t.jobState} (job, paused, paused_at) VALUES ($1, $2, CASE WHEN $2 THEN now() END)
-     ON CONFLICT (job) DO UPDATE SET paused = EXCLUDED.paused, paused_reason = NULL, paused_by = NULL,
-       paused_at = EXCLUDED.paused_at, paused_until = NULL, updated_at = now()`,
-    [job, paused],
-  );
+  await db.query({ ...statements(t).setFlag, values: [job, paused] });
 }
 
 /**
@@ -85,16 +115,10 @@ export async function expirePauses(
 ): Promise<JobPause[]> {
   return withTransaction(pool, async (client) => {
     await advanceFence(client, t, fence.resource, fence.token);
-    const res = await client.query<PauseRow>(
-      `WITH expired AS (
-         SELECT ${COLUMNS} FROM ${t.jobState}
-         WHERE paused AND paused_until IS NOT NULL AND paused_until <= $1 FOR UPDATE)
-       UPDATE ${t.jobState} s SET paused = false, paused_reason = NULL, paused_by = NULL, paused_at = NULL,
-         paused_until = NULL, updated_at = now()
-       FROM expired WHERE s.job = expired.job
-       RETURNING expired.job, expired.paused_reason, expired.paused_by, expired.paused_at, expired.paused_until`,
-      [new Date(nowMs).toISOString()],
-    );
+    const res = await client.query<PauseRow>({
+      ...statements(t).expire,
+      values: [new Date(nowMs).toISOString()],
+    });
     return res.rows.map(toPause);
   });
 }

@@ -7,7 +7,7 @@
  */
 import { RunNotFoundError, RunNotRetryableError } from '../errors.js';
 import { advanceFence } from './fences.js';
-import type { LeaderStamp } from './fire-ledger.js';
+import type { LeaderStamp } from './commit-stamps.js';
 import { sqlStateList } from './run-states.js';
 import { withTransaction } from './transaction.js';
 import type { Tables } from '../db/tables.js';

@@ -19,7 +19,7 @@ import { ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
 import { advanceFence } from './fences.js';
 import { withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
-import type { LeaderStamp } from './fire-ledger.js';
+import type { LeaderStamp } from './commit-stamps.js';
 
 /** What a runtime schedule says: which handler, when, with which policies and payload. */
 export interface ScheduleSpec {

@@ -1,8 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import { bigint, pgTable, text } from 'drizzle-orm/pg-core';
 import { count, eq } from 'drizzle-orm';
 import { drizzle } from 'drizzle-orm/node-postgres';
+import { migrateDatabase } from '../../src/db/migrate.js';
 import { Ledger, type Claim } from '../../src/ledger/ledger.js';
 import { idempotencyKey } from '../../src/jobs/run-executor.js';
 import { StaleTokenError, SupersededError } from '../../src/errors.js';
@@ -443,5 +445,22 @@ describe('Ledger (real PostgreSQL)', () => {
     assert.deepEqual(again, { committed: [], duplicates: 1, cancelled: [] });
     const state = await ledger.runs.runState(res.committed[0]!.runId);
     assert.equal(state?.state, 'pending');
+  });
+
+  it('one connection, two schemas: each named statement is prepared per schema, and each reads its own tables', async () => {
+    await migrateDatabase(db.url, { schema: 'cw_second' });
+    // One connection: both schemas' statements are prepared on it, so a name shared by two texts would fail.
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const first = new Ledger(pool);
+      const second = new Ledger(pool, 'cw_second');
+      await first.fires.commitFires([{ job: 'two', scheduledAt: at(31), trigger: 'schedule' }], leader(9n));
+      await second.fires.commitFires([{ job: 'two', scheduledAt: at(32), trigger: 'schedule' }], leader(1n));
+      assert.equal((await first.fires.lastFiredOf(['two'])).get('two')?.toISOString(), at(31).toISOString());
+      assert.equal((await second.fires.lastFiredOf(['two'])).get('two')?.toISOString(), at(32).toISOString());
+      assert.equal(await second.fires.fenceToken('scheduler/x'), 1n);
+    } finally {
+      await pool.end();
+    }
   });
 });

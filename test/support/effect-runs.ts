@@ -8,7 +8,9 @@ import { Redis } from 'ioredis';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
-import { Ledger, type CommittedFire, type FireTrigger } from '../../src/ledger/ledger.js';
+import type { FireTrigger } from '../../src/cron/fire-trigger.js';
+import type { CommittedFire } from '../../src/ledger/fire-batch.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { SHARED_REDIS_URL } from '../integration/failover-scenario.js';
 import { createTestDatabase, type TestDatabase } from './postgres-database.js';
 

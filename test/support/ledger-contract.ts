@@ -12,7 +12,8 @@ import assert from 'node:assert/strict';
 import type pg from 'pg';
 import { StaleTokenError, SupersededError } from '../../src/errors.js';
 import type { ExecutorLedger } from '../../src/jobs/run-executor.js';
-import type { Claim, ClaimResult, FireBatchResult, FireLedger, FireRequest } from '../../src/ledger/ledger.js';
+import type { FireBatchResult, FireRequest } from '../../src/ledger/fire-batch.js';
+import type { Claim, ClaimResult, FireLedger } from '../../src/ledger/ledger.js';
 import { slotToken } from '../../src/ledger/slot-token.js';
 import { MAX_ERROR_MESSAGE } from '../../src/ledger/stored-text.js';
 

@@ -7,14 +7,9 @@
  */
 import { StaleTokenError } from '../../src/errors.js';
 import type { FireLoopLedger } from '../../src/scheduler/firing/fire-loop.js';
-import type {
-  CommittedFire,
-  FireBatchResult,
-  FireRequest,
-  FireTrigger,
-  JobPause,
-  PauseRequest,
-} from '../../src/ledger/ledger.js';
+import type { FireTrigger } from '../../src/cron/fire-trigger.js';
+import type { CommittedFire, FireBatchResult, FireRequest } from '../../src/ledger/fire-batch.js';
+import type { JobPause, PauseRequest } from '../../src/ledger/ledger.js';
 
 export interface MemoryRun {
   id: bigint;

@@ -10,7 +10,8 @@
 import type pg from 'pg';
 import { StaleTokenError, SupersededError } from '../../src/errors.js';
 import type { ExecutorLedger } from '../../src/jobs/run-executor.js';
-import type { Claim, ClaimResult, FireTrigger, Outcome, TransactionResult } from '../../src/ledger/ledger.js';
+import type { FireTrigger } from '../../src/cron/fire-trigger.js';
+import type { Claim, ClaimResult, Outcome, TransactionResult } from '../../src/ledger/ledger.js';
 import { slotOf, slotToken } from '../../src/ledger/slot-token.js';
 import { storedError } from '../../src/ledger/stored-text.js';
 import { isActive, type MemoryLedger, type MemoryRun } from './memory-ledger.js';

@@ -1,0 +1,52 @@
+/**
+ * The routes outside /api: the console page, the probes (/healthz reads no database, /readyz
+ * shares one check among callers) and the Prometheus metrics (a read under the cap).
+ */
+import type { AdminRoute } from './admin-route.js';
+import { health, readiness } from './probes.js';
+
+export const serviceRoutes: AdminRoute[] = [
+  {
+    method: 'GET',
+    path: '/',
+    access: 'open',
+    summary: 'the console: leader, members, jobs, runs and elections on one page',
+    handle: async (c, _req, reply) => {
+      const page = await c.consolePage();
+      return reply
+        .type('text/html; charset=utf-8')
+        .header('cache-control', 'no-store')
+        .header('content-security-policy', page.csp)
+        .send(page.html);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/healthz',
+    access: 'open',
+    summary: "liveness: 503 when this replica leads past its lease deadline, or its scheduler's event loop is silent",
+    handle: async (c, _req, reply) => {
+      // Served from the admin thread: a scheduler thread that stopped answering is not healthy.
+      const answer = health(c.replica, c.replica.stalled?.());
+      return reply.code(answer.status).send(answer.body);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/readyz',
+    access: 'open',
+    summary: 'readiness: 503 naming the check that failed (lease backend, database)',
+    handle: async (c, _req, reply) => {
+      const answer = await readiness(c.readiness);
+      return reply.code(answer.status).send(answer.body);
+    },
+  },
+  {
+    method: 'GET',
+    path: '/metrics',
+    access: 'open',
+    summary: 'Prometheus metrics, in the text format',
+    handle: async (c, req, reply) =>
+      reply.type(c.metrics.contentType).send(await c.read(req, () => c.metrics.exposition())),
+  },
+];

@@ -1,0 +1,111 @@
+/**
+ * A batch of fires as the leader and the stand-ins commit it: what is asked, what committed, the
+ * JSON the insert statements read, and the first check of a runtime schedule's fire (its version
+ * must still be the one in effect at its instant: schedule-ledger.ts).
+ */
+import type pg from 'pg';
+import type { FireTrigger } from '../cron/fire-trigger.js';
+import type { Tables } from '../db/tables.js';
+import { acceptScheduleFires } from './schedule-ledger.js';
+
+export interface FireRequest {
+  job: string;
+  scheduledAt: Date;
+  trigger: FireTrigger;
+  /** 'pending' for a normal fire; 'skipped' records a fire the overlap or pause policy dropped. */
+  state?: 'pending' | 'skipped';
+  /** Hold delivery (overlap 'queue'): committed, but the outbox leaves it until the job is idle. */
+  hold?: boolean;
+  /**
+   * Overlap 'replace': if this fire is inserted, the job's other active runs are cancelled in the
+   * same transaction, after the fence accepted the leader's token (a stale leader cancels nothing).
+   */
+  replace?: boolean;
+  error?: string;
+  /**
+   * A runtime schedule's fire: the schedule and the version the leader planned it with. The commit
+   * keeps it only if that version is the one in effect at the instant (schedule-ledger.ts).
+   */
+  schedule?: { id: string; version: number };
+  /** What the handler sees as ctx.payload. */
+  payload?: unknown;
+}
+
+export interface CommittedFire {
+  runId: bigint;
+  job: string;
+  scheduledAt: Date;
+  trigger: FireTrigger;
+  state: 'pending' | 'skipped';
+  hold: boolean;
+  /** The fire's trace context (W3C traceparent), set by the scheduler when a tracer records it. */
+  traceparent?: string;
+}
+
+export interface FireBatchResult {
+  committed: CommittedFire[];
+  /** Fires refused by the unique (job, scheduled_at) key: someone already committed them. */
+  duplicates: number;
+  /** Runs cancelled in this commit for overlap 'replace'; tell their workers only after COMMIT. */
+  cancelled: bigint[];
+  /** Runtime schedule fires refused because their version is no longer in effect at their instant. */
+  outdated?: number;
+}
+
+/** A run as an insert statement returns it; whether it is held comes from its request. */
+export type InsertedFire = Omit<CommittedFire, 'hold'>;
+
+export const noFires = (): FireBatchResult => ({ committed: [], duplicates: 0, cancelled: [] });
+
+export function slotKey(f: { job: string; scheduledAt: Date }): string {
+  return `${f.job}@${f.scheduledAt.getTime()}`;
+}
+
+export function batchResult(fires: FireRequest[], rows: InsertedFire[], cancelled: bigint[]): FireBatchResult {
+  const held = new Set(fires.filter((f) => f.hold).map(slotKey));
+  return {
+    committed: rows.map((r) => ({ ...r, hold: held.has(slotKey(r)) })),
+    duplicates: fires.length - rows.length,
+    cancelled,
+  };
+}
+
+/** `result`, counting the runtime schedule fires refused before the insert as outdated. */
+export function withOutdated(result: FireBatchResult, requested: number, accepted: number): FireBatchResult {
+  return requested > accepted ? { ...result, outdated: requested - accepted } : result;
+}
+
+/** The fires as the JSON that jsonb_to_recordset reads in the insert statements. */
+export function fireRecords(fires: FireRequest[]): string {
+  return JSON.stringify(
+    fires.map((f) => ({
+      job: f.job,
+      scheduled_at: f.scheduledAt.toISOString(),
+      trigger: f.trigger,
+      state: f.state ?? 'pending',
+      error: f.error ?? null,
+      schedule_version: f.schedule?.version ?? null,
+      payload: f.payload ?? null,
+    })),
+  );
+}
+
+/**
+ * The requests, less runtime schedule fires whose version is no longer in effect at their instant.
+ * Holds those schedules' rows FOR SHARE until COMMIT; no runtime fire, no round trip.
+ */
+export async function currentScheduleVersions(
+  client: pg.PoolClient,
+  t: Tables,
+  fires: FireRequest[],
+): Promise<FireRequest[]> {
+  const runtime = fires.filter((f) => f.schedule);
+  if (runtime.length === 0) return fires;
+  const accepted = await acceptScheduleFires(
+    client,
+    t,
+    runtime.map((f) => ({ scheduleId: f.schedule!.id, version: f.schedule!.version, scheduledAt: f.scheduledAt })),
+  );
+  const refused = new Set(runtime.filter((_, i) => !accepted.has(i)));
+  return refused.size === 0 ? fires : fires.filter((f) => !refused.has(f));
+}

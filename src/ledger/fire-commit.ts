@@ -1,0 +1,151 @@
+/**
+ * The leader's commit of a batch of fires: advance its fence (a stale leader is refused here, not
+ * by luck), insert each run under the unique (job, scheduled_at) key, move each job's last fire
+ * forward, and for overlap 'replace' cancel the job's other active runs; all in one transaction,
+ * checked against the leader's local deadline just before COMMIT. Each statement's WHERE clause
+ * is the point (graphile-worker style: "only the writer that advances the row goes on").
+ */
+import type pg from 'pg';
+import { StaleTokenError } from '../errors.js';
+import type { FireTrigger } from '../cron/fire-trigger.js';
+import type { Tables } from '../db/tables.js';
+import type { LeaderStamp } from './commit-stamps.js';
+import { fenceToken } from './fences.js';
+import {
+  batchResult,
+  currentScheduleVersions,
+  fireRecords,
+  noFires,
+  slotKey,
+  withOutdated,
+  type FireBatchResult,
+  type FireRequest,
+  type InsertedFire,
+} from './fire-batch.js';
+import { namedStatement, perSchema } from './named-statement.js';
+import { ACTIVE_SQL } from './run-states.js';
+import { withTransaction } from './transaction.js';
+
+const statements = perSchema((t) => ({
+  /**
+   * One round trip: advance the leader's fence, and only if it accepted the token, insert the
+   * fires and move each job's last scheduled fire forward (never back; manual triggers do not
+   * count). $1 fires (fireRecords), $2 token, $3 replica id, $4 fence resource.
+   */
+  fenceAndInsert: namedStatement(
+    'fence_and_insert_fires',
+    `WITH fence AS (
+       INSERT INTO ${t.fences} AS f (resource, token) VALUES ($4, $2)
+       ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
+       WHERE f.token <= EXCLUDED.token
+       RETURNING token),
+     fire AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb)
+         AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)),
+     inserted AS (
+       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
+         schedule_version, payload)
+       SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
+              CASE WHEN f.state = 'skipped' THEN now() END,
+              CASE WHEN f.state = 'skipped' THEN now() END,
+              f.error, f.schedule_version, f.payload
+       FROM fire f WHERE EXISTS (SELECT 1 FROM fence)
+       ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
+       RETURNING id, job, scheduled_at, trigger, state),
+     job_state AS (
+       INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
+       SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence) GROUP BY job
+       ON CONFLICT (job) DO UPDATE
+         SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now())
+     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
+            (SELECT json_agg(json_build_array(id::text, job, scheduled_at, trigger, state)) FROM inserted) AS runs`,
+  ),
+  /** Cancel job $1's active runs but $3, with reason $2; returns their ids. */
+  cancelActive: namedStatement(
+    'cancel_replaced_runs',
+    `UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), error = $2
+     WHERE job = $1 AND state IN ${ACTIVE_SQL} AND id <> ALL($3::bigint[]) RETURNING id`,
+  ),
+}));
+
+/** An inserted run as fenceAndInsert returns it (JSON: the instant as text). */
+type InsertedRow = [id: string, job: string, scheduledAt: string, trigger: FireTrigger, state: 'pending' | 'skipped'];
+
+/**
+ * Commit a batch of fires in one transaction under the leader's fence. For each inserted fire
+ * marked `replace`, the job's other active runs are cancelled in the same transaction (so only a
+ * leader the fence accepted can cancel, and only with a fire that is really new); their ids are
+ * returned in `cancelled`. `stillLeading` is checked after the writes and just before COMMIT:
+ * past the local deadline we roll back instead of committing (and nothing is cancelled).
+ */
+export async function commitFires(
+  pool: pg.Pool,
+  t: Tables,
+  requested: FireRequest[],
+  leader: LeaderStamp,
+): Promise<FireBatchResult> {
+  if (requested.length === 0) return noFires();
+  return withTransaction(pool, async (client, rollback) => {
+    // Runtime schedule fires are checked against the version in effect first (none: no round trip).
+    const fires = await currentScheduleVersions(client, t, requested);
+    const rows = await fenceAndInsert(client, t, fires, leader);
+    const cancelled = await cancelReplaced(client, t, fires, rows);
+    if (!leader.stillLeading()) {
+      await rollback();
+      return noFires();
+    }
+    return withOutdated(batchResult(fires, rows, cancelled), requested.length, fires.length);
+  });
+}
+
+/** The fires inserted; StaleTokenError when the fence refused the token (nothing was written). */
+async function fenceAndInsert(
+  client: pg.PoolClient,
+  t: Tables,
+  fires: FireRequest[],
+  leader: LeaderStamp,
+): Promise<InsertedFire[]> {
+  const res = await client.query<{ fenced: boolean; runs: InsertedRow[] | null }>({
+    ...statements(t).fenceAndInsert,
+    values: [fireRecords(fires), leader.token.toString(), leader.replicaId, leader.fenceResource],
+  });
+  const row = res.rows[0]!;
+  if (!row.fenced)
+    throw new StaleTokenError(leader.fenceResource, leader.token, await fenceToken(client, t, leader.fenceResource));
+  return (row.runs ?? []).map(([id, job, scheduledAt, trigger, state]) => ({
+    runId: BigInt(id),
+    job,
+    scheduledAt: new Date(scheduledAt),
+    trigger,
+    state,
+  }));
+}
+
+/**
+ * Overlap 'replace': for each job with an inserted fire marked `replace`, cancel its other active
+ * runs, naming the newest such fire. Only ever inside commitFires, after the fence.
+ */
+async function cancelReplaced(
+  client: pg.PoolClient,
+  t: Tables,
+  fires: FireRequest[],
+  inserted: InsertedFire[],
+): Promise<bigint[]> {
+  const insertedSlots = new Set(inserted.map(slotKey));
+  const replacedBy = new Map<string, Date>(); // job → its newest inserted 'replace' fire
+  for (const f of fires) {
+    if (!f.replace || !insertedSlots.has(slotKey(f))) continue;
+    const prev = replacedBy.get(f.job);
+    if (!prev || prev < f.scheduledAt) replacedBy.set(f.job, f.scheduledAt);
+  }
+  const keep = inserted.map((r) => r.runId.toString());
+  const cancelled: bigint[] = [];
+  for (const [job, at] of replacedBy) {
+    const res = await client.query<{ id: string }>({
+      ...statements(t).cancelActive,
+      values: [job, `replaced by the fire of ${at.toISOString()}`, keep],
+    });
+    cancelled.push(...res.rows.map((r) => BigInt(r.id)));
+  }
+  return cancelled;
+}

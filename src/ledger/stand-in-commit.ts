@@ -1,0 +1,90 @@
+/**
+ * A follower's commit of overdue slots the leader did not commit (stand-in.ts in the scheduler).
+ * No lease, so no fence to advance: the fires carry the scheduler fence's current token, read under
+ * a share lock on the fence row, so a leader's fenced commit and this one are serialised and the
+ * tokens on committed runs never decrease in commit order (I3). The unique (job, scheduled_at) key
+ * keeps each slot once however many followers and leaders race for it (I1).
+ */
+import type pg from 'pg';
+import type { FireTrigger } from '../cron/fire-trigger.js';
+import type { Tables } from '../db/tables.js';
+import type { StandInStamp } from './commit-stamps.js';
+import {
+  batchResult,
+  currentScheduleVersions,
+  fireRecords,
+  noFires,
+  withOutdated,
+  type FireBatchResult,
+  type FireRequest,
+  type InsertedFire,
+} from './fire-batch.js';
+import { namedStatement, perSchema } from './named-statement.js';
+import { withTransaction } from './transaction.js';
+
+const statements = perSchema((t) => ({
+  /** The fence $1's token, share-locked until COMMIT. */
+  fenceShared: namedStatement('stand_in_fence', `SELECT token FROM ${t.fences} WHERE resource = $1 FOR SHARE`),
+  /** Insert fires $1 (fireRecords) under token $2 of replica $3; returns the ones inserted. */
+  insertRuns: namedStatement(
+    'stand_in_insert_runs',
+    `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
+       schedule_version, payload)
+     SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
+            CASE WHEN f.state = 'skipped' THEN now() END,
+            CASE WHEN f.state = 'skipped' THEN now() END,
+            f.error, f.schedule_version, f.payload
+     FROM jsonb_to_recordset($1::jsonb)
+       AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)
+     ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
+     RETURNING id, job, scheduled_at, trigger, state`,
+  ),
+  /** Move each job's last scheduled fire forward to the latest of fires $1 (never back). */
+  advanceJobState: namedStatement(
+    'stand_in_job_state',
+    `INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
+     SELECT job, max(scheduled_at) FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz) GROUP BY job
+     ON CONFLICT (job) DO UPDATE SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now()`,
+  ),
+}));
+
+/**
+ * Before any leader has ever raised the fence there is no one to stand in for: nothing is
+ * committed. Overlap 'replace' fires are never accepted here: cancelling other runs needs the
+ * leader's fence. Runtime schedule fires are re-checked against the version in effect first, as
+ * in commitFires (and in its lock order: the schedules' rows, then the fence row).
+ */
+export async function commitStandInFires(
+  pool: pg.Pool,
+  t: Tables,
+  requested: FireRequest[],
+  standIn: StandInStamp,
+): Promise<FireBatchResult> {
+  const candidates = requested.filter((f) => !f.replace);
+  if (candidates.length === 0) return noFires();
+  return withTransaction(pool, async (client) => {
+    const s = statements(t);
+    const accepted = await currentScheduleVersions(client, t, candidates);
+    if (accepted.length === 0) return withOutdated(noFires(), candidates.length, 0);
+    const fence = await client.query<{ token: string }>({ ...s.fenceShared, values: [standIn.fenceResource] });
+    const token = fence.rows[0]?.token;
+    if (token === undefined) return noFires();
+    const inserted = await client.query<{
+      id: string;
+      job: string;
+      scheduled_at: Date;
+      trigger: FireTrigger;
+      state: 'pending' | 'skipped';
+    }>({ ...s.insertRuns, values: [fireRecords(accepted), token, standIn.replicaId] });
+    // Manual triggers do not move a job's last scheduled fire.
+    await client.query({ ...s.advanceJobState, values: [fireRecords(accepted.filter((f) => f.trigger !== 'manual'))] });
+    const rows: InsertedFire[] = inserted.rows.map((r) => ({
+      runId: BigInt(r.id),
+      job: r.job,
+      scheduledAt: r.scheduled_at,
+      trigger: r.trigger,
+      state: r.state,
+    }));
+    return withOutdated(batchResult(accepted, rows, []), candidates.length, accepted.length);
+  });
+}

@@ -1,0 +1,27 @@
+/**
+ * The admin API's routes are defined once (src/admin/routes.ts): the server registers them and the
+ * route table in docs/reference/admin-api.md is made from them, so the docs cannot drift.
+ */
+import { it } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { adminRoutes, routesTable } from '../../src/admin/routes.js';
+
+it('docs/reference/admin-api.md shows the route table the route definitions make', () => {
+  const doc = readFileSync(new URL('../../docs/reference/admin-api.md', import.meta.url), 'utf8');
+  const block = /<!-- routes-table:start -->\n([\s\S]*?)\n<!-- routes-table:end -->/.exec(doc)?.[1];
+  assert.equal(block, routesTable(), 'regenerate it with: node --import tsx scripts/routes-table.ts');
+});
+
+it('each route is defined once, with a one-line summary; what changes something needs the token, reads are open', () => {
+  const keys = adminRoutes.map((r) => `${r.method} ${r.path}`);
+  assert.deepEqual(
+    keys.filter((k, i) => keys.indexOf(k) !== i),
+    [],
+    'a method and path defined twice',
+  );
+  for (const r of adminRoutes) {
+    assert.match(r.summary, /^[^\n|]{10,140}$/, `${r.method} ${r.path}: one line of 10-140 characters, no |`);
+    assert.equal(r.access, r.method === 'GET' ? 'open' : 'token', `${r.method} ${r.path}`);
+  }
+});
