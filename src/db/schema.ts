@@ -93,6 +93,15 @@ export const runs = pgTable(
     payload: jsonb('payload'),
     /** A one-off run's caller-supplied key: one run per (job, once_key), the second request gets the first. */
     onceKey: text('once_key'),
+    /**
+     * The replica whose worker holds the newest claim. Its member row (cw_members.last_seen) says
+     * whether it is still alive: a running run whose claimer stopped beating is handed out again.
+     */
+    claimedBy: text('claimed_by'),
+    /** Attempts the handler failed (thrown, timed out): the job's retries count these, not hand-backs. */
+    failures: integer('failures').notNull().default(0),
+    /** A run waiting to be retried is not claimed before this instant (its backoff); NULL: now. */
+    availableAt: tstz('available_at'),
   },
   (t) => [
     // Manual triggers and one-off runs are outside the key: a trigger that lands on a scheduled
@@ -172,6 +181,16 @@ export const members = pgTable('cw_members', {
   jobs: text('jobs').array(),
   startedAt: tstz('started_at').notNull().defaultNow(),
   lastSeen: tstz('last_seen').notNull().defaultNow(),
+});
+
+/**
+ * Workers that are alive: each beats its row a few times per liveness window. A running run whose
+ * claimer (cw_runs.claimed_by) has no row that beat within the window is handed out again.
+ */
+export const workers = pgTable('cw_workers', {
+  worker: text('worker').primaryKey(),
+  beatAt: tstz('beat_at').notNull().defaultNow(),
+  startedAt: tstz('started_at').notNull().defaultNow(),
 });
 
 /** One row per won election (a tenure): the failover history, with its last renew and its release. */

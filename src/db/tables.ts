@@ -69,6 +69,7 @@ export interface Tables {
   readonly runAttempts: string;
   readonly jobState: string;
   readonly members: string;
+  readonly workers: string;
   readonly elections: string;
   readonly ledger: string;
   readonly schedules: string;
@@ -114,6 +115,7 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       runAttempts: q('cw_run_attempts'),
       jobState: q('cw_job_state'),
       members: q('cw_members'),
+      workers: q('cw_workers'),
       elections: q('cw_elections'),
       ledger: q('cw_ledger'),
       schedules: q('cw_schedules'),

@@ -16,6 +16,8 @@ export class AttemptReport {
   readonly context: Context;
   private readonly startedAt: number;
   private claim: Claim | undefined;
+  /** No retry follows a failure of this attempt (known once the run is claimed). */
+  finalAttempt = true;
 
   constructor(
     private readonly runId: bigint,
@@ -53,8 +55,8 @@ export class AttemptReport {
   }
 
   /** The delivery threw: the handler failed (retried or final) or the ledger was unreachable. */
-  failed(err: unknown, finalAttempt: boolean): void {
-    const outcome = err instanceof BackendUnavailableError ? 'unavailable' : finalAttempt ? 'failed' : 'retrying';
+  failed(err: unknown): void {
+    const outcome = err instanceof BackendUnavailableError ? 'unavailable' : this.finalAttempt ? 'failed' : 'retrying';
     this.span.recordException(err as Error);
     this.span.setStatus({ code: SpanStatusCode.ERROR, message: (err as Error)?.message });
     this.end(outcome, err);

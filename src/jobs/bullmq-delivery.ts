@@ -1,20 +1,37 @@
-import { Queue } from 'bullmq';
+import { Queue, type JobsOptions } from 'bullmq';
 import type { Redis } from 'ioredis';
 import type { JobRegistry } from './job-registry.js';
 import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import type { DeliverableRun, QueuedState, RunDelivery } from '../scheduler/firing/run-delivery.js';
-import { bullmqJobId, controlChannel, queueName } from './bullmq-names.js';
+import { batchJobId, bullmqJobId, controlChannel, queueName, redeliveryJobId } from './bullmq-names.js';
 import type { ControlMessage } from './run-executor.js';
 
+/**
+ * What a BullMQ job carries: one run, or a batch of runs handed over together (`runIds`; the
+ * first run is also in `runId`, `job` and `scheduledAt`, the single-run shape).
+ */
 export interface RunJobData {
   runId: string;
   job: string;
   scheduledAt: string;
   /** The committing fire's trace context, so the attempt's span continues its trace. */
   traceparent?: string;
+  /** A batch: every run's id, in ascending order (the first is `runId`). */
+  runIds?: string[];
+  /** A batch: each run's traceparent, or null. */
+  traceparents?: (string | null)[];
+  /** How often this delivery was put off because the ledger was unreachable (its backoff grows). */
+  deferrals?: number;
 }
 
-/** Hands committed runs to BullMQ. Retries and backoff come from the job definition. */
+/** Runs per BullMQ job when the fire path hands many over at once. */
+export const DEFAULT_DELIVERY_BATCH = 10;
+
+/**
+ * Hands committed runs to BullMQ: many runs per job (a worker claims them in one statement), one
+ * run per job when it waits (a job's jitter, a retry's backoff). Retries are the ledger's: the
+ * worker that records a failed attempt queues the run's next delivery after the job's backoff.
+ */
 export class BullmqDelivery implements RunDelivery {
   readonly queue: Queue<RunJobData>;
 
@@ -26,6 +43,8 @@ export class BullmqDelivery implements RunDelivery {
       /** The ledger the runs come from (its identity goes into every job id). */
       ledger: { identity(): Promise<string> };
       keepCompletedSeconds?: number;
+      /** Runs per BullMQ job. Default DEFAULT_DELIVERY_BATCH. */
+      batchSize?: number;
       /** The source of delivery jitter (a job's jitterMs); injectable so tests can fix it. Default Math.random. */
       random?: () => number;
     },
@@ -36,30 +55,69 @@ export class BullmqDelivery implements RunDelivery {
   async enqueue(runs: DeliverableRun[]): Promise<void> {
     if (runs.length === 0) return;
     const ledgerId = await this.o.ledger.identity();
-    await this.queue.addBulk(
-      runs.map((run) => {
-        const job = this.o.registry.get(handlerOf(run.job));
-        return {
-          name: run.job,
-          data: {
-            runId: run.runId.toString(),
-            job: run.job,
-            scheduledAt: run.scheduledAt.toISOString(),
-            ...(run.traceparent ? { traceparent: run.traceparent } : {}),
-          },
-          opts: {
-            jobId: bullmqJobId(ledgerId, run.runId),
-            attempts: (job?.retries ?? 0) + 1,
-            backoff: job ? { type: job.backoff.type, delay: job.backoff.delayMs } : undefined,
-            delay: job && job.jitterMs > 0 ? Math.floor((this.o.random ?? Math.random)() * job.jitterMs) : undefined,
-            // Keep finished jobs for a while so a late duplicate enqueue of the same run id is
-            // still recognised; the ledger refuses a re-run of a finished run in any case.
-            removeOnComplete: { age: this.o.keepCompletedSeconds ?? 3600 },
-            removeOnFail: { age: 24 * 3600 },
-          },
-        };
-      }),
+    const random = this.o.random ?? Math.random;
+    const now: DeliverableRun[] = [];
+    const jobs: { name: string; data: RunJobData; opts: JobsOptions }[] = [];
+    for (const run of runs) {
+      const jitterMs = this.o.registry.get(handlerOf(run.job))?.jitterMs ?? 0;
+      if (jitterMs > 0) jobs.push(this.single(ledgerId, run, Math.floor(random() * jitterMs)));
+      else now.push(run);
+    }
+    const size = Math.max(1, this.o.batchSize ?? DEFAULT_DELIVERY_BATCH);
+    const ordered = [...now].sort((a, b) => (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0));
+    for (let i = 0; i < ordered.length; i += size) jobs.push(this.batch(ledgerId, ordered.slice(i, i + size)));
+    await this.queue.addBulk(jobs);
+  }
+
+  /** Hand one run over again after its `attempt`-th claim, delivered after `delayMs`. */
+  async redeliverAfter(run: { runId: bigint; attempt: number }, delayMs: number): Promise<void> {
+    const ledgerId = await this.o.ledger.identity();
+    const id = redeliveryJobId(ledgerId, run.runId, run.attempt);
+    await this.queue.add(
+      'run',
+      { runId: run.runId.toString(), job: '', scheduledAt: '' },
+      { ...this.keep(), jobId: id, delay: delayMs > 0 ? Math.round(delayMs) : undefined },
     );
+  }
+
+  private single(ledgerId: string, run: DeliverableRun, delayMs: number) {
+    return {
+      name: run.job,
+      data: runData(run),
+      opts: { ...this.keep(), jobId: bullmqJobId(ledgerId, run.runId), delay: delayMs > 0 ? delayMs : undefined },
+    };
+  }
+
+  private batch(ledgerId: string, runs: DeliverableRun[]) {
+    if (runs.length === 1) return this.single(ledgerId, runs[0]!, 0);
+    const first = runs[0]!;
+    return {
+      name: runs.every((r) => r.job === first.job) ? first.job : 'runs',
+      data: {
+        ...runData(first),
+        runIds: runs.map((r) => r.runId.toString()),
+        ...(runs.some((r) => r.traceparent) ? { traceparents: runs.map((r) => r.traceparent ?? null) } : {}),
+      },
+      opts: {
+        ...this.keep(),
+        jobId: batchJobId(
+          ledgerId,
+          runs.map((r) => r.runId),
+        ),
+      },
+    };
+  }
+
+  /**
+   * Keep finished jobs for a while so a late duplicate enqueue of the same id is still recognised;
+   * the ledger refuses a re-run of a finished run in any case. One try: retries are the ledger's.
+   */
+  private keep(): JobsOptions {
+    return {
+      attempts: 1,
+      removeOnComplete: { age: this.o.keepCompletedSeconds ?? 3600 },
+      removeOnFail: { age: 24 * 3600 },
+    };
   }
 
   async inspect(runs: DeliverableRun[]): Promise<QueuedState[]> {
@@ -82,8 +140,9 @@ export class BullmqDelivery implements RunDelivery {
     const ledgerId = await this.o.ledger.identity();
     // A finished queue entry keeps its id for a while (removeOnComplete / removeOnFail) and would
     // swallow the new add; a missing one is gone already. remove() leaves an active job alone.
+    // One run per job: a batch's id could be an old batch's that BullMQ still keeps.
     await Promise.all(runs.map((run) => this.queue.remove(bullmqJobId(ledgerId, run.runId))));
-    await this.enqueue(runs);
+    await this.queue.addBulk(runs.map((run) => this.single(ledgerId, run, 0)));
   }
 
   async cancel(runIds: bigint[]): Promise<void> {
@@ -95,4 +154,13 @@ export class BullmqDelivery implements RunDelivery {
   async close(): Promise<void> {
     await this.queue.close();
   }
+}
+
+function runData(run: DeliverableRun): RunJobData {
+  return {
+    runId: run.runId.toString(),
+    job: run.job,
+    scheduledAt: run.scheduledAt.toISOString(),
+    ...(run.traceparent ? { traceparent: run.traceparent } : {}),
+  };
 }

@@ -16,3 +16,18 @@ export function controlChannel(namespace: string): string {
 export function bullmqJobId(ledgerId: string, runId: bigint | string): string {
   return `run-${ledgerId.replace(/-/g, '').slice(0, 12)}-${runId}`;
 }
+
+/** BullMQ job id of a batch of runs handed over together (ids in ascending order). */
+export function batchJobId(ledgerId: string, runIds: readonly (bigint | string)[]): string {
+  if (runIds.length === 1) return bullmqJobId(ledgerId, runIds[0]!);
+  return `runs-${ledgerId.replace(/-/g, '').slice(0, 12)}-${runIds[0]}-${runIds.length}`;
+}
+
+/**
+ * BullMQ job id of a run handed over again after its `attempt`-th claim (a retry, a hand-back, a
+ * rescue from a dead worker): one id per attempt, so the entry BullMQ still keeps of an earlier
+ * delivery does not swallow it, and two hand-overs of one attempt are one delivery.
+ */
+export function redeliveryJobId(ledgerId: string, runId: bigint | string, attempt: number): string {
+  return `${bullmqJobId(ledgerId, runId)}-r${attempt}`;
+}

@@ -1,13 +1,16 @@
-import { DelayedError, WaitingError, Worker, type Job } from 'bullmq';
+import { WaitingError, Worker, type Job } from 'bullmq';
 import { BackendUnavailableError, InvalidArgumentError, ShuttingDownError } from '../errors.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
-import { systemClock, type Clock } from '../clock.js';
+import { systemClock, type Clock, type TimerHandle } from '../clock.js';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { controlChannel, queueName } from './bullmq-names.js';
-import type { RunJobData } from './bullmq-delivery.js';
-import type { ControlMessage, ExecutionResult, RunExecutor } from './run-executor.js';
+import { DEFAULT_DELIVERY_BATCH, type RunJobData } from './bullmq-delivery.js';
+import type { ControlMessage, RunExecutor } from './run-executor.js';
+import { handBackDelayMs } from './retry-backoff.js';
+import { RunSlots } from './run-slots.js';
+import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
 
 export interface BullmqWorkerOptions {
   /** Redis for BullMQ: a URL, or a client whose duplicates the worker uses (the client stays yours). */
@@ -16,14 +19,18 @@ export interface BullmqWorkerOptions {
   namespace: string;
   executor: RunExecutor;
   logger: Logger;
-  /** Runs this replica executes at once. Default 10. */
+  /** Runs this replica executes at once (its handler slots). Default 10. */
   concurrency?: number;
+  /** Runs per delivery the fire path makes (so enough deliveries are fetched to fill the slots). */
+  deliveryBatch?: number;
   /**
-   * BullMQ's job lock: a worker that does not renew it for this long (paused, partitioned) loses
-   * the job, which is then re-delivered. Default 30 s (BullMQ's own default).
+   * BullMQ's lock on a delivery while its runs wait for free slots: a worker that dies holding one
+   * loses it after this and the delivery goes to another worker. Claimed runs do not depend on it:
+   * a run whose worker stopped beating is handed out again by the leader (see run-claims.ts).
+   * Default 30 s (BullMQ's own default).
    */
   lockDurationMs?: number;
-  /** How often BullMQ looks for stalled jobs. Default half the lock duration. */
+  /** How often BullMQ looks for stalled deliveries. Default half the lock duration. */
   stalledIntervalMs?: number;
   /**
    * On close: how long a handler may go on after its signal was aborted before it is abandoned
@@ -31,24 +38,46 @@ export interface BullmqWorkerOptions {
    * So close(graceMs) returns within about graceMs + 2 × this. Default 1000.
    */
   shutdownMarginMs?: number;
+  /**
+   * The ledger this worker beats its liveness into and asks for runs of dead workers (see
+   * worker-liveness.ts). Without it (unit tests), a killed worker's runs wait for someone else's.
+   */
+  liveness?: LivenessLedger;
   clock?: Clock;
 }
 
-/** Executes runs delivered by BullMQ on this replica, and listens for claims and cancels. */
+/**
+ * Executes runs delivered by BullMQ on this replica, and listens for claims and cancels. A
+ * delivery (one BullMQ job) carries one run or a batch: the worker claims its runs as handler slots
+ * come free, in one statement per group of free slots, and the BullMQ job is done once every run of
+ * it is claimed or found done; from then on a run is the ledger's business (its claim, its outcome,
+ * its retry), not the queue's.
+ */
 export class BullmqWorker {
-  private worker: Worker<RunJobData, ExecutionResult> | undefined;
+  private worker: Worker<RunJobData, { runs: number }> | undefined;
   private subscriber: Redis | undefined;
   private publisher: Redis | undefined;
+  private readonly slots: RunSlots;
+  /** Aborted as close() begins: deliveries stop claiming and hand their unclaimed runs back. */
+  private readonly closing = new AbortController();
   /** Aborted after the grace period: handlers' ctx.signal. */
   private readonly shutdown = new AbortController();
   /** Aborted a margin later: stop waiting for handlers that ignore their signal. */
   private readonly abandon = new AbortController();
+  /** Runs claimed (or being claimed) here whose handlers have not settled. */
+  private readonly active = new Set<Promise<void>>();
+  /** Deliveries put off here while the ledger was unreachable. */
+  private readonly later = new Set<TimerHandle>();
+  private readonly clock: Clock;
+  private liveness: WorkerLiveness | undefined;
 
   /** Connection errors repeat during a Redis restart or failover: the first of a kind, then one a minute. */
   private readonly warn: ReturnType<typeof limitedWarn>;
 
   constructor(private readonly o: BullmqWorkerOptions) {
-    this.warn = limitedWarn(o.logger, () => (o.clock ?? systemClock).monotonic());
+    this.clock = o.clock ?? systemClock;
+    this.warn = limitedWarn(o.logger, () => this.clock.monotonic());
+    this.slots = new RunSlots(o.concurrency ?? 10);
   }
 
   async start(): Promise<void> {
@@ -65,66 +94,137 @@ export class BullmqWorker {
       }
     });
     await this.subscriber.subscribe(channel);
+    if (this.o.liveness) {
+      this.liveness = new WorkerLiveness({
+        ledger: this.o.liveness,
+        worker: this.o.executor.replicaId,
+        clock: this.clock,
+        logger: this.o.logger,
+        freeSlots: () => this.slots.size - this.slots.busy,
+        deliver: (runId) => this.deliverOrphan(runId),
+      });
+      await this.liveness.start();
+    }
     const lockDuration = this.o.lockDurationMs ?? 30_000;
-    this.worker = new Worker<RunJobData, ExecutionResult>(
+    this.worker = new Worker<RunJobData, { runs: number }>(
       queueName(this.o.namespace),
-      (job: Job<RunJobData, ExecutionResult>, token?: string) => this.process(job, token),
+      (job: Job<RunJobData, { runs: number }>, token?: string) => this.process(job, token),
       {
         connection: this.connect({ maxRetriesPerRequest: null }),
-        concurrency: this.o.concurrency ?? 10,
+        // Deliveries in hand: enough batches to fill the slots, and one more fetched ahead.
+        concurrency: Math.max(2, Math.ceil(this.slots.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1),
         lockDuration,
         stalledInterval: this.o.stalledIntervalMs ?? Math.max(500, Math.floor(lockDuration / 2)),
-        // A killed or paused worker's run is re-delivered; the ledger makes the repeat harmless.
+        // A killed or paused worker's delivery is made again; the ledger makes the repeat harmless.
         maxStalledCount: 10,
       },
     );
     this.worker.on('error', (err) => this.warn(`worker:${err.message}`, { err }, 'worker error'));
   }
 
-  /**
-   * One delivery. A run interrupted by this replica's shutdown goes back to the front of the wait
-   * list (Job.moveToWait: the lock is released, attemptsMade is untouched, so no retry is used
-   * up) and another replica picks it up at once; throwing WaitingError tells BullMQ not to treat
-   * the delivery as completed or failed.
-   */
-  private async process(job: Job<RunJobData, ExecutionResult>, token: string | undefined): Promise<ExecutionResult> {
-    let result: ExecutionResult;
-    try {
-      result = await this.o.executor.execute(BigInt(job.data.runId), {
-        finalAttempt: job.attemptsMade + 1 >= (job.opts.attempts ?? 1),
-        signal: this.shutdown.signal,
-        abandon: this.abandon.signal,
-        traceparent: job.data.traceparent,
-      });
-    } catch (err) {
-      if (!(err instanceof BackendUnavailableError) || !token) throw err;
-      // The ledger is unreachable: not the handler's failure.
-      this.o.logger.warn({ err, runId: job.data.runId }, 'ledger unavailable: delivering the run again later');
-      return this.deliverLater(job, token);
-    }
-    // A job this replica does not define: a replica that does (newer code) takes it later.
-    if (result.status === 'unknown-job' && token) return this.deliverLater(job, token);
-    if (result.status !== 'interrupted') return result;
-    if (token) {
-      try {
-        await job.moveToWait(token);
-      } catch (err) {
-        // Lock lost (another worker has it) or Redis unreachable: BullMQ's stalled check re-delivers it.
-        this.o.logger.warn({ err, runId: job.data.runId }, 'could not hand the interrupted run back to the queue');
-      }
-    }
-    throw new WaitingError();
+  /** Runs whose handlers are running (or about to) on this worker. */
+  get running(): number {
+    return this.slots.busy;
   }
 
   /**
-   * Deliver the run again after a backoff that grows with each such delay, without using up one of
-   * the job's attempts (BullMQ counts none for a job moved to delayed with DelayedError).
+   * One delivery: claim its runs as slots come free and start their handlers. Done once every run
+   * is claimed (or found done or held by another live attempt). Closing, the runs not claimed yet
+   * go back to the front of the wait list (Job.moveToWait; WaitingError tells BullMQ the delivery
+   * is neither completed nor failed) for another replica.
    */
-  private async deliverLater(job: Job<RunJobData, ExecutionResult>, token: string): Promise<never> {
-    const delays = Math.max(0, job.attemptsStarted - job.attemptsMade - 1);
-    const delayMs = Math.min(30_000, 500 * 2 ** Math.min(delays, 6));
-    await job.moveToDelayed(Date.now() + delayMs, token);
-    throw new DelayedError();
+  private async process(job: Job<RunJobData, { runs: number }>, token: string | undefined): Promise<{ runs: number }> {
+    const ids = job.data.runIds ?? [job.data.runId];
+    const traceparents = job.data.traceparents ?? [job.data.traceparent ?? null];
+    const claims: Promise<void>[] = [];
+    let next = 0;
+    while (next < ids.length) {
+      const n = this.closing.signal.aborted ? 0 : await this.slots.take(ids.length - next, this.closing.signal);
+      if (n === 0) {
+        await Promise.all(claims);
+        await this.handBack(job, token, ids.slice(next), traceparents.slice(next));
+        throw new WaitingError();
+      }
+      for (let k = 0; k < n; k++, next++) {
+        claims.push(this.deliver(BigInt(ids[next]!), traceparents[next] ?? undefined, job.data.deferrals ?? 0));
+      }
+    }
+    await Promise.all(claims);
+    return { runs: ids.length };
+  }
+
+  /** Claim and run one run in a slot already taken; resolves once it is claimed (or not). */
+  private deliver(runId: bigint, traceparent: string | undefined, deferrals: number): Promise<void> {
+    let claimed!: () => void;
+    const claimDone = new Promise<void>((resolve) => (claimed = resolve));
+    const run = this.o.executor
+      .execute(runId, {
+        signal: this.shutdown.signal,
+        abandon: this.abandon.signal,
+        traceparent,
+        onClaimed: claimed,
+      })
+      .then(
+        () => undefined,
+        (err: unknown) => {
+          // A handler's failure is recorded, and its retry queued, by the executor.
+          if (err instanceof BackendUnavailableError) this.tryLater(runId, traceparent, deferrals + 1);
+        },
+      )
+      .finally(() => {
+        claimed();
+        this.slots.give();
+        this.active.delete(run);
+      });
+    this.active.add(run);
+    return claimDone;
+  }
+
+  /** A run whose worker stopped beating: claim and run it here once a slot is free. */
+  private deliverOrphan(runId: bigint): void {
+    void this.slots.take(1, this.closing.signal).then((n) => {
+      if (n === 1) void this.deliver(runId, undefined, 0);
+    });
+  }
+
+  /**
+   * The ledger was unreachable (at the claim, or before the outcome was recorded): nothing of the
+   * attempt committed. Try this run again here after a backoff, without using up a retry; a run
+   * claimed here stays this replica's until then (if it dies, the leader hands the run out again).
+   */
+  private tryLater(runId: bigint, traceparent: string | undefined, deferrals: number): void {
+    const delayMs = handBackDelayMs(deferrals - 1);
+    this.o.logger.warn({ runId: runId.toString(), delayMs }, 'ledger unavailable: delivering the run again later');
+    const timer = this.clock.setTimer(() => {
+      this.later.delete(timer);
+      if (this.closing.signal.aborted) return;
+      void this.slots.take(1, this.closing.signal).then((n) => {
+        if (n === 1) void this.deliver(runId, traceparent, deferrals);
+      });
+    }, delayMs);
+    this.later.add(timer);
+  }
+
+  /** Closing with runs of a delivery not yet claimed: they go back to the queue for another replica. */
+  private async handBack(
+    job: Job<RunJobData, { runs: number }>,
+    token: string | undefined,
+    ids: string[],
+    traceparents: (string | null)[],
+  ): Promise<void> {
+    if (!token) return;
+    try {
+      await job.updateData({
+        ...job.data,
+        runId: ids[0]!,
+        runIds: ids,
+        ...(job.data.traceparents ? { traceparents } : {}),
+      });
+      await job.moveToWait(token);
+    } catch (err) {
+      // Lock lost (another worker has it) or Redis unreachable: BullMQ's stalled check re-delivers it.
+      this.o.logger.warn({ err, runIds: ids }, 'could not hand unclaimed runs back to the queue');
+    }
   }
 
   private connect(options: RedisOptions): Redis {
@@ -147,32 +247,39 @@ export class BullmqWorker {
   }
 
   /**
-   * Stop taking runs; let running handlers finish for up to graceMs, then abort them through their
-   * signal. A handler that stops is recorded as interrupted and its run handed back to the queue
-   * for another replica. One that ignores its signal for shutdownMarginMs more is abandoned the
-   * same way (its later ctx.transaction / ctx.fence calls are refused, and a newer claim fences
-   * out anything else). Bounded: returns within about graceMs + 2 × shutdownMarginMs (a few margins
-   * more only if Redis itself stops answering: each connection's quit is bounded by the margin).
+   * Stop taking runs (unclaimed runs of the deliveries in hand go back to the queue); let running
+   * handlers finish for up to graceMs, then abort them through their signal. A handler that stops
+   * is recorded as interrupted and its run handed back to the queue for another replica. One that
+   * ignores its signal for shutdownMarginMs more is abandoned the same way (its later
+   * ctx.transaction / ctx.fence calls are refused, and a newer claim fences out anything else).
+   * Bounded: returns within about graceMs + 2 × shutdownMarginMs (a few margins more only if Redis
+   * itself stops answering: each connection's quit is bounded by the margin).
    */
   async close(graceMs = 10_000): Promise<void> {
     const margin = this.o.shutdownMarginMs ?? 1000;
+    this.closing.abort(new ShuttingDownError());
+    for (const t of this.later) t.cancel();
+    this.later.clear();
     const worker = this.worker;
     this.worker = undefined;
+    const timers = [
+      setTimeout(() => this.shutdown.abort(new ShuttingDownError()), graceMs),
+      setTimeout(() => this.abandon.abort(new ShuttingDownError('handler abandoned')), graceMs + margin),
+    ];
+    try {
+      const handlers = Promise.all(this.active);
+      const closing = worker ? Promise.all([worker.close(), handlers]) : handlers;
+      if (!(await settlesWithin(closing, graceMs + 2 * margin))) {
+        this.o.logger.warn({ graceMs, marginMs: margin }, 'worker did not close in time; disconnecting');
+        if (worker) await settlesWithin(worker.disconnect(), margin);
+      }
+    } finally {
+      for (const t of timers) clearTimeout(t);
+    }
+    // Handlers are over: what this worker still holds (an outcome it could not record) is for others.
+    await this.liveness?.stop();
     if (worker) {
       const connection = worker.opts.connection as Redis;
-      const closing = worker.close();
-      const timers = [
-        setTimeout(() => this.shutdown.abort(new ShuttingDownError()), graceMs),
-        setTimeout(() => this.abandon.abort(new ShuttingDownError('handler abandoned')), graceMs + margin),
-      ];
-      try {
-        if (!(await settlesWithin(closing, graceMs + 2 * margin))) {
-          this.o.logger.warn({ graceMs, marginMs: margin }, 'worker did not close in time; disconnecting');
-          await settlesWithin(worker.disconnect(), margin);
-        }
-      } finally {
-        for (const t of timers) clearTimeout(t);
-      }
       if (!(await settlesWithin(connection.quit(), margin))) connection.disconnect();
     }
     for (const conn of [this.subscriber, this.publisher]) {

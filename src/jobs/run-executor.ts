@@ -9,6 +9,8 @@ import { AttemptReport } from './attempt-report.js';
 import type { JobRegistry } from './job-registry.js';
 import { ledgerCall } from './ledger-call.js';
 import { messageOf, needsRunState, settle, type Settlement } from './settlement.js';
+import type { JobDefinition } from './define-job.js';
+import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 
 export { idempotencyKey } from './attempt.js';
 export { INTERRUPTED } from './settlement.js';
@@ -18,6 +20,8 @@ export type ExecutionStatus =
   | 'completed'
   /** The run was already finished (a re-delivery after the work was done): nothing ran. */
   | 'skipped'
+  /** Another live attempt holds the run, or its retry is not due yet: this delivery did nothing. */
+  | 'busy'
   /** A newer attempt took the run over while this one ran; its outcome was not recorded. */
   | 'stale'
   /** The leader cancelled the run (overlap 'replace'). */
@@ -49,6 +53,9 @@ export type ControlMessage = { type: 'claimed'; runId: string; token: string } |
 /** The ledger operations the executor uses: a seam, so unit tests can pass an in-memory ledger. */
 export type ExecutorLedger = Pick<RunLedger, 'claim' | 'fenceRun' | 'completeInTransaction' | 'finish' | 'runState'>;
 
+/** Hand a run to the queue again, to be delivered after `delayMs` (its retry, or a hand-back). */
+export type Redeliver = (run: { runId: bigint; attempt: number }, delayMs: number) => Promise<void>;
+
 export interface RunExecutorOptions {
   ledger: ExecutorLedger;
   registry: JobRegistry;
@@ -56,13 +63,21 @@ export interface RunExecutorOptions {
   logger: Logger;
   /** Tell the other replicas a run was claimed, so an older attempt aborts. */
   publish?: (message: ControlMessage) => Promise<void>;
+  /**
+   * Hand a run back to the queue: its next attempt after a failure (the job's backoff), or another
+   * replica's turn after a shutdown or an unknown job. Without it (unit tests), nothing is queued.
+   */
+  redeliver?: Redeliver;
   /** For the waits between tries of an outcome record while the ledger is unreachable. */
   clock?: Clock;
 }
 
 export interface ExecuteOptions {
-  /** No retry will follow a failure of this attempt. */
-  finalAttempt: boolean;
+  /**
+   * No retry will follow a failure of this attempt. Default: from the ledger, once the handler
+   * failed as many attempts of this run as the job has retries.
+   */
+  finalAttempt?: boolean;
   /**
    * Aborted when this replica shuts down (after the grace period). A handler that stops because
    * of it is not failed: the attempt is recorded as interrupted and the result is 'interrupted'.
@@ -76,6 +91,8 @@ export interface ExecuteOptions {
   abandon?: AbortSignal;
   /** The trace context of the fire that committed the run (W3C traceparent), if it was traced. */
   traceparent?: string;
+  /** Called once the claim is decided (claimed, or not, or failed), before the handler starts. */
+  onClaimed?: () => void;
 }
 
 /**
@@ -85,10 +102,17 @@ export interface ExecuteOptions {
  */
 export class RunExecutor {
   private readonly running = new Map<string, Attempt>();
+  /** Runs being claimed or run here: a second delivery of one of them does nothing. */
+  private readonly inHand = new Set<string>();
   private readonly clock: Clock;
 
   constructor(private readonly o: RunExecutorOptions) {
     this.clock = o.clock ?? systemClock;
+  }
+
+  /** The replica this executor claims runs for. */
+  get replicaId(): string {
+    return this.o.replicaId;
   }
 
   /** Set how claims are announced (the worker's Redis publisher, once it exists). */
@@ -123,7 +147,7 @@ export class RunExecutor {
       report.finished(result.status);
       return result;
     } catch (err) {
-      report.failed(err, options.finalAttempt);
+      report.failed(err);
       throw err;
     }
   }
@@ -133,9 +157,35 @@ export class RunExecutor {
     if (options.signal?.aborted) return { status: 'interrupted', runId: runId.toString() };
     // The ledger unreachable: nothing ran, so the delivery is simply tried again later (the worker
     // delays it without using up an attempt); a failed BullMQ job would strand the run 'pending'.
-    const claimed = await ledgerCall(`claim of run ${runId}`, () => this.o.ledger.claim(runId, this.o.replicaId));
-    if (claimed.status === 'finished') {
-      this.o.logger.info({ runId: runId.toString(), state: claimed.state }, 'delivery skipped: run already finished');
+    // Being claimed or run here already (a duplicate delivery): leave it to the attempt in hand.
+    const id = runId.toString();
+    if (this.inHand.has(id)) {
+      options.onClaimed?.();
+      return { status: 'busy', runId: id };
+    }
+    this.inHand.add(id);
+    try {
+      return await this.claimAndRunInHand(runId, options, report);
+    } finally {
+      this.inHand.delete(id);
+    }
+  }
+
+  private async claimAndRunInHand(
+    runId: bigint,
+    options: ExecuteOptions,
+    report: AttemptReport,
+  ): Promise<ExecutionResult> {
+    const claimed = await ledgerCall(`claim of run ${runId}`, () =>
+      this.o.ledger.claim(runId, this.o.replicaId),
+    ).finally(() => options.onClaimed?.());
+    if (claimed.status !== 'claimed') {
+      const { state } = claimed;
+      if (claimed.status === 'busy') {
+        this.o.logger.debug({ runId: runId.toString(), state }, 'delivery skipped: another attempt holds the run');
+        return { status: 'busy', runId: runId.toString() };
+      }
+      this.o.logger.info({ runId: runId.toString(), state }, 'delivery skipped: run already finished');
       return { status: 'skipped', runId: runId.toString() };
     }
     const { claim } = claimed;
@@ -149,13 +199,17 @@ export class RunExecutor {
     // A runtime schedule's run ("<handler>/<id>") runs its handler.
     const job = this.o.registry.get(handlerOf(claim.job));
     if (!job) return this.handBackUnknown(claim, log);
-    // Announced without waiting: it only makes an older attempt stop sooner; the ledger's token
-    // check, not this message, refuses that attempt's writes.
-    void this.o
-      .publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() })
-      .catch((err: Error) => {
-        log.warn({ err }, 'could not announce the claim');
-      });
+    // A run taken over from a worker that stopped beating: announced without waiting, so that
+    // attempt stops sooner if it wakes; the ledger's token check, not this message, refuses its
+    // writes. A first claim has no older attempt to tell.
+    if (claim.tookOverFrom !== undefined) {
+      log.warn({ from: claim.tookOverFrom }, 'took over a run whose worker stopped beating');
+      void this.o
+        .publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() })
+        .catch((err: Error) => {
+          log.warn({ err }, 'could not announce the claim');
+        });
+    }
     const attempt = new Attempt(claim, job, this.o.ledger, log, options.signal);
     this.running.set(runId.toString(), attempt);
     try {
@@ -163,22 +217,23 @@ export class RunExecutor {
       const run = needsRunState(outcome, attempt.transaction)
         ? await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId))
         : undefined;
+      report.finalAttempt = options.finalAttempt ?? claim.failures >= job.retries;
       const settlement = settle({
         outcome,
         transaction: attempt.transaction,
         stoppedByShutdown: attempt.stoppedByShutdown(),
-        finalAttempt: options.finalAttempt,
+        finalAttempt: report.finalAttempt,
         token: claim.token,
         run,
       });
-      return await this.carryOut(settlement, attempt);
+      return await this.carryOut(settlement, attempt, job);
     } finally {
       this.running.delete(runId.toString());
     }
   }
 
   /** Record the settlement in the ledger; rethrows the handler's error where the queue must know. */
-  private async carryOut(s: Settlement, attempt: Attempt): Promise<ExecutionResult> {
+  private async carryOut(s: Settlement, attempt: Attempt, job: JobDefinition): Promise<ExecutionResult> {
     const { claim, log } = attempt;
     switch (s.kind) {
       case 'settled':
@@ -214,12 +269,15 @@ export class RunExecutor {
         await this.o.ledger.finish(claim, 'retrying', `ledger unavailable: ${messageOf(s.error)}`).catch(() => false);
         log.warn({ err: s.error }, 'the ledger is unavailable; the run will be delivered again');
         throw s.error;
-      case 'fail':
-        await ledgerCall(`record the failure of run ${claim.runId}`, () =>
-          this.o.ledger.finish(claim, s.outcome, s.error),
+      case 'fail': {
+        const retryInMs = s.outcome === 'retrying' ? retryDelayMs(job.backoff, claim.failures + 1) : undefined;
+        const accepted = await ledgerCall(`record the failure of run ${claim.runId}`, () =>
+          this.o.ledger.finish(claim, s.outcome, s.error, { failure: true, retryInMs }),
         );
+        if (accepted && retryInMs !== undefined) await this.redeliver(claim, retryInMs, log);
         log.error({ err: s.error }, s.outcome === 'failed' ? 'run failed' : 'attempt failed; will retry');
         throw s.error;
+      }
     }
   }
 
@@ -230,7 +288,10 @@ export class RunExecutor {
    */
   private async handBackUnknown(claim: Claim, log: Logger): Promise<ExecutionResult> {
     const reason = `job "${claim.job}" is not defined on replica ${this.o.replicaId}; handed back for a replica that defines it`;
-    await ledgerCall(`hand back run ${claim.runId}`, () => this.o.ledger.finish(claim, 'retrying', reason));
+    const accepted = await ledgerCall(`hand back run ${claim.runId}`, () =>
+      this.o.ledger.finish(claim, 'retrying', reason),
+    );
+    if (accepted) await this.redeliver(claim, handBackDelayMs(claim.attempt - 1 - claim.failures), log);
     log.warn(reason);
     return result('unknown-job', claim);
   }
@@ -250,8 +311,19 @@ export class RunExecutor {
       log.warn({ state: state?.state }, 'interrupted by shutdown, but the run is no longer ours: outcome not recorded');
       return result('stale', claim);
     }
+    await this.redeliver(claim, 0, log);
     log.warn({ reason: message }, 'attempt interrupted by shutdown; the run is handed back for another replica');
     return result('interrupted', claim);
+  }
+
+  /**
+   * Queue the run's next delivery. Should the queue not take it (Redis down), the run is still
+   * 'retrying' in the ledger and the leader's delivery sweep hands it over again.
+   */
+  private async redeliver(claim: Claim, delayMs: number, log: Logger): Promise<void> {
+    await this.o.redeliver?.({ runId: claim.runId, attempt: claim.attempt }, delayMs).catch((err: Error) => {
+      log.warn({ err }, 'could not hand the run back to the queue; the delivery sweep will');
+    });
   }
 
   /** ledgerCall, tried again with backoff for about 7 s while PostgreSQL is unavailable. */

@@ -11,6 +11,7 @@ import { JobRegistry } from '../jobs/job-registry.js';
 import { BullmqDelivery } from '../jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import { RunExecutor } from '../jobs/run-executor.js';
+import { RunLedgerBatches } from '../jobs/run-ledger-batches.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import { Ledger } from '../ledger/ledger.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
@@ -104,7 +105,15 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       beatMs: () => this.heartbeat?.intervalMs,
     });
     ({ shards: this.shards, runtime: this.runtime } = this.scheduler);
-    this.executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: this.replicaId, logger });
+    // A worker that stops beating for a lease TTL is taken for dead: its runs go to others.
+    ledger.runs.claimerLiveWithinMs = this.ttlMs;
+    this.executor = new RunExecutor({
+      ledger: new RunLedgerBatches(ledger.runs),
+      registry,
+      replicaId: this.replicaId,
+      logger,
+      redeliver: (run, delayMs) => this.delivery.redeliverAfter(run, delayMs),
+    });
   }
 
   async start(): Promise<void> {
@@ -144,6 +153,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
         ...worker,
         executor: this.executor,
         logger: this.logger,
+        liveness: this.ledger.runs,
       });
       this.executor.setPublisher(this.worker.publisherFor());
       await this.worker.start();

@@ -1,6 +1,7 @@
 /**
- * Exactly-once effects (ctx.transaction): a worker killed after its commit, killed before it,
- * and paused past BullMQ's lock while another worker completes the run. In every case the effect
+ * Exactly-once effects (ctx.transaction): a worker killed after its commit (and the run delivered
+ * again), killed before it (another worker takes the run over once the killed one stops beating),
+ * and paused past its liveness window while another worker completes the run. In every case the effect
  * table ends with exactly one row for the run.
  */
 import { describe, it } from 'node:test';
@@ -28,7 +29,12 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
   async function scenario(
     mode: EffectMode,
     act: (a: EventedChild) => Promise<void>,
-    settle: (b: EventedChild, a: EventedChild, runId: bigint) => Promise<void>,
+    settle: (
+      b: EventedChild,
+      a: EventedChild,
+      runId: bigint,
+      delivery: ReturnType<typeof effectDelivery>,
+    ) => Promise<void>,
   ) {
     const namespace = `fx${randomUUID().slice(0, 8)}`;
     const db = env.db;
@@ -43,7 +49,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       const runId = await delivery.deliverOne();
       await act(a);
       b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: names.b });
-      await settle(b, a, runId);
+      await settle(b, a, runId, delivery);
       const effects = await db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [
         runId.toString(),
       ]);
@@ -113,7 +119,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
   }
 
   it(
-    'killed with SIGKILL after its transaction committed, before BullMQ heard: the re-delivery is skipped',
+    'killed with SIGKILL right after its transaction committed: a re-delivery of the run is skipped',
     { timeout: 60_000 },
     async () => {
       const { runId, namespace, names, effects, run, attempts } = await scenario(
@@ -122,7 +128,11 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
           await a.waitFor((e) => e.event === 'committed' && e.attempt === 1, 20_000);
           a.signal('SIGKILL');
         },
-        async (_b, _a, runId) => {
+        async (b, _a, runId, { delivery }) => {
+          // The run is settled, so nothing hands it out again by itself: deliver it again, as a
+          // queue that lost its record of the delivery (or the sweep) would.
+          await b.waitFor((e) => e.event === 'ready', 20_000);
+          await delivery.redeliver([{ runId, job: 'effect', scheduledAt: new Date() }]);
           await waitForRow(
             'SELECT skipped_attempts FROM cw_runs WHERE id = $1',
             [runId.toString()],
@@ -133,7 +143,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
       assert.deepEqual(effects, [{ attempt: 1 }]);
       assert.equal(run.state, 'completed');
       assert.equal(run.completed_attempt, 1);
-      assert.ok(run.skipped_attempts >= 1, 'the re-delivered attempt is recorded as skipped');
+      assert.ok(run.skipped_attempts >= 1, 'the re-delivery is recorded as a skipped attempt');
       assert.deepEqual(attempts[0], { attempt: 1, state: 'completed' });
       assert.ok(
         attempts.slice(1).length >= 1 && attempts.slice(1).every((a) => a.state === 'skipped'),
@@ -187,7 +197,7 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
   );
 
   it(
-    'paused past the lock while another worker completes the run, then resumed: its commit is refused',
+    'paused past its liveness window while another worker completes the run, then resumed: its commit is refused',
     { timeout: 60_000 },
     async () => {
       const { effects, run } = await scenario(

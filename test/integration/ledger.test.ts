@@ -80,6 +80,7 @@ describe('Ledger (real PostgreSQL)', () => {
       scheduledAt: at(50),
       attempt: 1,
       token: (await ledger.runs.runState(id(job)))!.claimToken!,
+      failures: 0,
       trigger: 'schedule',
       claimedAt: new Date(),
     });

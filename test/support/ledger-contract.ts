@@ -92,7 +92,7 @@ async function fireOne(
 }
 
 function claimed(result: ClaimResult): Claim {
-  if (result.status !== 'claimed') assert.fail(`expected a claim, got a finished run (${result.state})`);
+  if (result.status !== 'claimed') assert.fail(`expected a claim, got ${JSON.stringify(result)}`);
   return result.claim;
 }
 
@@ -134,10 +134,14 @@ const runSide: Scenario[] = [
       assert.equal(a2.job, c.job());
       assert.equal(a2.scheduledAt.getTime(), at(1).getTime());
       assert.deepEqual(await c.l.runs.runState(a), { state: 'running', claimToken: a2.token });
-      assert.deepEqual(await attemptStates(c, a), [
-        [1, 'running'],
-        [2, 'running'],
-      ]);
+      // The older attempt is settled by the newer claim, with the reason (never left 'running').
+      assert.deepEqual(
+        (await view(c, a)).attemptRows.map((r) => [r.attempt, r.state, r.error]),
+        [
+          [1, 'stale', 'its outcome was never recorded; the run was claimed again'],
+          [2, 'running', null],
+        ],
+      );
     },
   },
   {
@@ -196,7 +200,7 @@ const runSide: Scenario[] = [
       assert.deepEqual(
         v.attemptRows,
         [
-          { attempt: 1, state: 'stale', error: null },
+          { attempt: 1, state: 'stale', error: 'worker w1 stopped beating; the run was handed to w2' },
           { attempt: 2, state: 'failed', error: 'boom' },
         ],
         'a refused late outcome does not overwrite the record of an attempt that already ended',
@@ -348,7 +352,7 @@ const runSide: Scenario[] = [
       assert.equal(await c.l.fires.fenceToken(c.resource('r')), null, 'the fence rolled back');
       assert.deepEqual(await c.l.runs.runState(runId), { state: 'running', claimToken: second.token });
       assert.deepEqual(await attemptStates(c, runId), [
-        [1, 'running'],
+        [1, 'stale'],
         [2, 'running'],
       ]);
       const done = await c.l.runs.completeInTransaction(second, (tx) => effect(tx, runId, 'second'));

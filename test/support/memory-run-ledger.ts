@@ -12,6 +12,7 @@ import { StaleTokenError, SupersededError } from '../../src/errors.js';
 import type { ExecutorLedger } from '../../src/jobs/run-executor.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { Claim, ClaimResult, Outcome, TransactionResult } from '../../src/ledger/ledger.js';
+import type { FinishDetails } from '../../src/ledger/run-ledger.js';
 import { slotOf, slotToken } from '../../src/ledger/slot-token.js';
 import { storedError } from '../../src/ledger/stored-text.js';
 import { isActive, type MemoryLedger, type MemoryRun } from './memory-ledger.js';
@@ -29,7 +30,10 @@ export interface MemoryAttempt {
 /** The worker-side columns of a run (cw_runs' claim columns) and its attempts. */
 export interface RunBook {
   claimToken: bigint | null;
+  claimedBy: string | null;
   attempts: number;
+  /** Attempts the handler failed (cw_runs.failures). */
+  failures: number;
   skippedAttempts: number;
   completedAttempt: number | null;
   attemptRows: MemoryAttempt[];
@@ -75,7 +79,18 @@ export class MemoryRunLedger implements ExecutorLedger {
     if (!run || !isActive(run)) return { status: 'finished', state: this.recordSkippedDelivery(runId, run, worker) };
     const book = this.book(runId);
     const token = this.nextToken();
+    // No member rows here: a running run's claimer counts as stopped, as in the SQL without them.
+    const tookOverFrom = run.state === 'running' ? (book.claimedBy ?? 'an unknown worker') : undefined;
+    for (const row of book.attemptRows.filter((a) => a.state === 'running'))
+      Object.assign(row, {
+        state: 'stale',
+        error:
+          tookOverFrom === worker
+            ? 'its outcome was never recorded; the run was claimed again'
+            : `worker ${tookOverFrom} stopped beating; the run was handed to ${worker}`,
+      });
     book.claimToken = token;
+    book.claimedBy = worker;
     book.attempts += 1;
     run.state = 'running';
     book.attemptRows.push({ attempt: book.attempts, token, worker, state: 'running', error: null, errorStack: null });
@@ -89,6 +104,8 @@ export class MemoryRunLedger implements ExecutorLedger {
         token,
         trigger: run.trigger as FireTrigger,
         claimedAt: new Date(this.fires.now()),
+        failures: book.failures,
+        ...(tookOverFrom === undefined ? {} : { tookOverFrom }),
       },
     };
   }
@@ -144,8 +161,10 @@ export class MemoryRunLedger implements ExecutorLedger {
     throw new StaleTokenError(`run ${claim.runId}`, claim.token, book.claimToken);
   }
 
-  async finish(claim: Claim, outcome: Outcome, error?: unknown): Promise<boolean> {
-    return this.finishNow(claim, outcome, error);
+  async finish(claim: Claim, outcome: Outcome, error?: unknown, details: FinishDetails = {}): Promise<boolean> {
+    const accepted = this.finishNow(claim, outcome, error);
+    if (accepted && details.failure) this.book(claim.runId).failures += 1;
+    return accepted;
   }
 
   async runState(runId: bigint): Promise<{ state: string; claimToken: bigint | null } | null> {
@@ -214,7 +233,15 @@ export class MemoryRunLedger implements ExecutorLedger {
   private book(runId: bigint): RunBook {
     let book = this.books.get(runId);
     if (!book) {
-      book = { claimToken: null, attempts: 0, skippedAttempts: 0, completedAttempt: null, attemptRows: [] };
+      book = {
+        claimToken: null,
+        claimedBy: null,
+        attempts: 0,
+        failures: 0,
+        skippedAttempts: 0,
+        completedAttempt: null,
+        attemptRows: [],
+      };
       this.books.set(runId, book);
     }
     return book;

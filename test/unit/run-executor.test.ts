@@ -92,7 +92,7 @@ const write =
   };
 
 describe('RunExecutor (in-memory ledger)', () => {
-  it('a handler that returns completes the run, announced with its token', async () => {
+  it('a handler that returns completes the run; a first claim is not announced (no older attempt to stop)', async () => {
     const t = setup();
     const runId = await t.fire();
     const result = await t.executor.execute(runId, { finalAttempt: true });
@@ -109,7 +109,25 @@ describe('RunExecutor (in-memory ledger)', () => {
       run.attemptRows.map((a) => [a.attempt, a.state]),
       [[1, 'completed']],
     );
+    assert.deepEqual(t.published, []);
+  });
+
+  it('a claim that takes a run over from a stopped worker is announced with its token', async () => {
+    const t = setup();
+    const runId = await t.fire();
+    const first = await t.runs.claim(runId, 'gone'); // a worker that died holding the run
+    assert.equal(first.status, 'claimed');
+    const result = await t.executor.execute(runId, { finalAttempt: true });
+    assert.equal(result.status, 'completed');
+    const run = t.run(runId);
     assert.deepEqual(t.published, [{ type: 'claimed', runId: runId.toString(), token: run.claimToken?.toString() }]);
+    assert.deepEqual(
+      run.attemptRows.map((a) => [a.attempt, a.state, a.error]),
+      [
+        [1, 'stale', 'worker gone stopped beating; the run was handed to r1'],
+        [2, 'completed', null],
+      ],
+    );
   });
 
   it('a re-delivery of a completed run is skipped without running the handler', async () => {

@@ -1,0 +1,58 @@
+/**
+ * The worker's handler slots (its concurrency). A delivery takes as many slots as it has runs and
+ * are free (at least one, waiting in line when none is), claims that many runs, and gives each slot
+ * back when its run is over: runs are claimed only when they can start (River's producer fetches
+ * as many jobs as it has free slots).
+ */
+export class RunSlots {
+  private free: number;
+  private readonly waiting: { want: number; grant: (n: number) => void }[] = [];
+
+  constructor(readonly size: number) {
+    if (!Number.isInteger(size) || size < 1) throw new RangeError(`slots must be a positive integer, got ${size}`);
+    this.free = size;
+  }
+
+  /** Slots in use. */
+  get busy(): number {
+    return this.size - this.free;
+  }
+
+  /**
+   * Take between 1 and `want` slots, as many as are free once it is this caller's turn; 0 once
+   * `signal` aborts while waiting (nothing taken).
+   */
+  take(want: number, signal?: AbortSignal): Promise<number> {
+    if (want < 1 || signal?.aborted) return Promise.resolve(0);
+    if (this.waiting.length === 0 && this.free > 0) return Promise.resolve(this.grant(want));
+    return new Promise((resolve) => {
+      const entry = { want, grant: (n: number) => resolve(n) };
+      this.waiting.push(entry);
+      signal?.addEventListener(
+        'abort',
+        () => {
+          const i = this.waiting.indexOf(entry);
+          if (i < 0) return;
+          this.waiting.splice(i, 1);
+          resolve(0);
+        },
+        { once: true },
+      );
+    });
+  }
+
+  /** Give `n` slots back; the callers in line get them in turn. */
+  give(n = 1): void {
+    this.free += n;
+    while (this.free > 0 && this.waiting.length > 0) {
+      const next = this.waiting.shift()!;
+      next.grant(this.grant(next.want));
+    }
+  }
+
+  private grant(want: number): number {
+    const n = Math.min(want, this.free);
+    this.free -= n;
+    return n;
+  }
+}

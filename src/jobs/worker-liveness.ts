@@ -1,0 +1,94 @@
+/**
+ * A worker's part in handing out the runs of dead workers: it beats its liveness row a few times
+ * per window, and once a second (with a slot free) asks the ledger for runs whose worker stopped
+ * beating and delivers them to itself. A run whose worker was killed mid-handler starts again
+ * within the window plus a poll, on whichever live worker asks first (the claim decides; SKIP
+ * LOCKED keeps two askers apart), with no queue and no leader in the way.
+ */
+import type { Logger } from 'pino';
+import type { Clock, TimerHandle } from '../clock.js';
+import type { RunLedger } from '../ledger/run-ledger.js';
+
+export type LivenessLedger = Pick<RunLedger, 'beat' | 'forget' | 'orphans' | 'claimerLiveWithinMs'>;
+
+export interface WorkerLivenessOptions {
+  ledger: LivenessLedger;
+  worker: string;
+  clock: Clock;
+  logger: Logger;
+  /** Slots free now (no poll while none is). */
+  freeSlots: () => number;
+  /** Deliver an orphaned run here. */
+  deliver: (runId: bigint) => void;
+}
+
+export class WorkerLiveness {
+  private beatTimer: TimerHandle | undefined;
+  private pollTimer: TimerHandle | undefined;
+  private stopped = false;
+
+  constructor(private readonly o: WorkerLivenessOptions) {}
+
+  /** How often this worker beats: three times per window, so one late beat is not a death. */
+  get beatEveryMs(): number {
+    return Math.max(50, Math.floor(this.o.ledger.claimerLiveWithinMs / 3));
+  }
+
+  /** How often it looks for orphans: at most a second, so a dead worker costs the window + 1 s. */
+  get pollEveryMs(): number {
+    return Math.max(50, Math.min(1000, Math.floor(this.o.ledger.claimerLiveWithinMs / 2)));
+  }
+
+  /** Beat once (a claim made before the first beat would look orphaned), then keep beating and polling. */
+  async start(): Promise<void> {
+    await this.beat();
+    this.scheduleBeat();
+    this.schedulePoll();
+  }
+
+  private scheduleBeat(): void {
+    if (this.stopped) return;
+    this.beatTimer = this.o.clock.setTimer(() => {
+      void this.beat().finally(() => this.scheduleBeat());
+    }, this.beatEveryMs);
+  }
+
+  private schedulePoll(): void {
+    if (this.stopped) return;
+    this.pollTimer = this.o.clock.setTimer(() => {
+      void this.poll().finally(() => this.schedulePoll());
+    }, this.pollEveryMs);
+  }
+
+  private async beat(): Promise<void> {
+    await this.o.ledger.beat(this.o.worker).catch((err: Error) => {
+      this.o.logger.warn({ err: err.message }, 'worker heartbeat failed');
+    });
+  }
+
+  private async poll(): Promise<void> {
+    const free = this.o.freeSlots();
+    if (free < 1 || this.stopped) return;
+    try {
+      const orphans = await this.o.ledger.orphans(this.o.worker, free);
+      if (orphans.length > 0)
+        this.o.logger.warn({ runs: orphans.map(String) }, 'runs whose worker stopped beating: claiming them here');
+      for (const runId of orphans) if (!this.stopped) this.o.deliver(runId);
+    } catch (err) {
+      this.o.logger.warn({ err: (err as Error).message }, 'could not look for orphaned runs');
+    }
+  }
+
+  /** Stop beating and polling, and remove the row: what this worker still holds goes to others at once. */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.beatTimer?.cancel();
+    this.pollTimer?.cancel();
+    await this.o.ledger.forget(this.o.worker).catch((err: Error) => {
+      this.o.logger.warn(
+        { err: err.message },
+        'could not remove the worker row; its runs go to others after its window',
+      );
+    });
+  }
+}

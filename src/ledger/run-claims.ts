@@ -1,0 +1,155 @@
+/**
+ * Claims: many runs in one statement, each with its own execution token from the sequence (higher
+ * than every earlier claim of any run), its attempt row, and its claimer, committed before any of
+ * their handlers starts.
+ *
+ * A run is claimable while it waits (pending, or retrying once its backoff has passed) or while it
+ * is running for a worker that stopped beating (worker-liveness.ts; a claim of a version that
+ * recorded no claimer counts as such, for the queue re-delivers it only after its lock expired): a killed or frozen worker's run is taken over
+ * under a newer token, and the dead attempt is settled 'stale' with the reason in the same
+ * statement. A run running for the claimer itself is claimable too: its worker knows whether it
+ * still runs it (RunExecutor never claims a run it holds), so this is a delivery of a run whose
+ * outcome it could not record (the ledger was unreachable). A run running for a live replica is left to it ('busy'), and so is a row another
+ * statement holds (SKIP LOCKED: a claim never waits for, nor deadlocks with, a completion).
+ */
+import type { FireTrigger } from '../cron/fire-trigger.js';
+import type { Tables } from '../db/tables.js';
+import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
+import type { Queryable } from './transaction.js';
+import { claimerAlive } from './worker-liveness.js';
+
+export interface Claim {
+  runId: bigint;
+  job: string;
+  scheduledAt: Date;
+  attempt: number;
+  token: bigint;
+  /** Why the run exists: 'catchup' for a slot fired late (reconciliation, misfire), see FireTrigger. */
+  trigger: FireTrigger;
+  /** When this attempt claimed the run, on the ledger's clock. */
+  claimedAt: Date;
+  /** Attempts of this run the handler failed before this one (the job's retries count these). */
+  failures: number;
+  /** The run's payload (runtime schedule, one-off); undefined when it has none. */
+  payload?: unknown;
+  /** A one-off run's caller-supplied key. */
+  onceKey?: string;
+  /** The replica whose dead attempt this claim took over, when the run was running. */
+  tookOverFrom?: string;
+}
+
+export type ClaimResult =
+  | { status: 'claimed'; claim: Claim }
+  /** Settled already (a re-delivery after the work was done), or no such run ('unknown'): nothing to run. */
+  | { status: 'finished'; state: string }
+  /** Someone else is on it (a live claimer, a lock), or its retry backoff has not passed. */
+  | { status: 'busy'; state: string };
+
+export interface ClaimOptions {
+  /** This replica: the claimer recorded on the run and its attempt. */
+  worker: string;
+  /** A claimer whose cw_workers row beat within this is alive; older (or no row): dead. */
+  liveWithinMs: number;
+}
+
+interface ClaimRow {
+  id: string;
+  status: 'claimed' | 'finished' | 'busy';
+  state: string;
+  job: string | null;
+  scheduled_at: Date | null;
+  attempts: number | null;
+  claim_token: string | null;
+  trigger: FireTrigger | null;
+  claimed_at: Date | null;
+  payload: unknown;
+  once_key: string | null;
+  failures: number | null;
+  took_over_from: string | null;
+}
+
+/** Claim the claimable runs among `runIds` (one result per id, in order); one round trip. */
+export async function claimRuns(
+  db: Queryable,
+  t: Tables,
+  runIds: readonly bigint[],
+  o: ClaimOptions,
+): Promise<ClaimResult[]> {
+  if (runIds.length === 0) return [];
+  const res = await db.query<ClaimRow>(
+    `WITH wanted AS (
+       SELECT r.id, r.state, r.claimed_by FROM ${t.runs} r
+       WHERE r.id = ANY($1::bigint[]) AND r.state IN ${ACTIVE_SQL}
+         AND (r.state <> 'retrying' OR r.available_at IS NULL OR r.available_at <= now())
+         AND (r.state <> 'running' OR r.claimed_by IS NULL OR r.claimed_by = $2 OR NOT ${claimerAlive(t, '$3')})
+       ORDER BY r.id
+       FOR UPDATE OF r SKIP LOCKED),
+     claimed AS (
+       UPDATE ${t.runs} r SET claim_token = nextval(${t.executionTokenSeq}), attempts = r.attempts + 1,
+         state = 'running', started_at = COALESCE(r.started_at, now()), claimed_by = $2, available_at = NULL
+       FROM wanted w WHERE r.id = w.id
+       RETURNING r.id, r.job, r.scheduled_at, r.attempts, r.claim_token, r.trigger, r.payload, r.once_key,
+         r.failures, clock_timestamp() AS claimed_at,
+         CASE WHEN w.state = 'running' THEN COALESCE(w.claimed_by, 'an unknown worker') END AS took_over_from),
+     dead AS (
+       UPDATE ${t.runAttempts} a SET state = 'stale', finished_at = now(),
+         error = CASE WHEN c.took_over_from = $2 THEN 'its outcome was never recorded; the run was claimed again'
+           ELSE 'worker ' || c.took_over_from || ' stopped beating; the run was handed to ' || $2 END
+       FROM claimed c WHERE a.run_id = c.id AND a.state = 'running' AND c.took_over_from IS NOT NULL),
+     attempt AS (
+       INSERT INTO ${t.runAttempts} (run_id, attempt, token, worker, state)
+       SELECT id, attempts, claim_token, $2, 'running' FROM claimed)
+     SELECT c.id, 'claimed' AS status, 'running' AS state, c.job, c.scheduled_at, c.attempts, c.claim_token,
+       c.trigger, c.claimed_at, c.payload, c.once_key, c.failures, c.took_over_from
+     FROM claimed c
+     UNION ALL
+     SELECT r.id, CASE WHEN r.state IN ${FINISHED_SQL} THEN 'finished' ELSE 'busy' END, r.state,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+     FROM ${t.runs} r WHERE r.id = ANY($1::bigint[]) AND r.id NOT IN (SELECT id FROM claimed)`,
+    [runIds.map(String), o.worker, Math.max(0, Math.floor(o.liveWithinMs))],
+  );
+  const byId = new Map(res.rows.map((row) => [row.id, row]));
+  return runIds.map((id): ClaimResult => {
+    const row = byId.get(id.toString());
+    if (!row) return { status: 'finished', state: 'unknown' };
+    if (row.status !== 'claimed') return { status: row.status, state: row.state };
+    return {
+      status: 'claimed',
+      claim: {
+        runId: id,
+        job: row.job!,
+        scheduledAt: row.scheduled_at!,
+        attempt: row.attempts!,
+        token: BigInt(row.claim_token!),
+        trigger: row.trigger!,
+        claimedAt: row.claimed_at!,
+        failures: row.failures ?? 0,
+        ...(row.payload === null ? {} : { payload: row.payload }),
+        ...(row.once_key === null ? {} : { onceKey: row.once_key }),
+        ...(row.took_over_from === null ? {} : { tookOverFrom: row.took_over_from }),
+      },
+    };
+  });
+}
+
+/**
+ * A delivery of a run that is already finished: record it as a skipped attempt (numbered after
+ * every earlier one), so the admin view and the metrics show re-deliveries.
+ */
+export async function recordSkippedDeliveries(
+  db: Queryable,
+  t: Tables,
+  runIds: readonly bigint[],
+  worker: string,
+): Promise<void> {
+  if (runIds.length === 0) return;
+  await db.query(
+    `WITH done AS (
+       UPDATE ${t.runs} SET skipped_attempts = skipped_attempts + 1
+       WHERE id = ANY($1::bigint[]) AND state IN ${FINISHED_SQL}
+       RETURNING id, state, attempts + skipped_attempts AS n)
+     INSERT INTO ${t.runAttempts} (run_id, attempt, token, worker, state, finished_at, error)
+     SELECT id, n, nextval(${t.executionTokenSeq}), $2, 'skipped', now(), 'run already ' || state FROM done`,
+    [runIds.map(String), worker],
+  );
+}

@@ -1,0 +1,126 @@
+/**
+ * Outcomes: many attempts' outcomes recorded in one statement, each conditional on its attempt
+ * still holding the run's newest claim and the run being active, so a stale attempt can never
+ * overwrite what a newer one recorded. The run and its attempt row change together.
+ */
+import type { Tables } from '../db/tables.js';
+import { storedError } from './stored-text.js';
+import { ACTIVE_SQL } from './run-states.js';
+import { sqlInt, type Queryable } from './transaction.js';
+
+export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'superseded';
+
+/** What one attempt asks to record. */
+export interface FinishRequest {
+  runId: bigint;
+  /** The attempt's execution token: the record is refused unless it is still the run's newest. */
+  token: bigint;
+  attempt: number;
+  outcome: Outcome;
+  /** A reason, or what the handler threw; stored bounded and sanitised. */
+  error?: unknown;
+  /** The handler failed this attempt (counted against the job's retries; a hand-back is not). */
+  failure?: boolean;
+  /** 'retrying': the run is not claimed again before this many ms from now (its backoff). */
+  retryInMs?: number;
+}
+
+/**
+ * Record each request's outcome; true where accepted. Rows are locked in id order first, so two
+ * batches that share runs wait for each other instead of deadlocking.
+ */
+export async function finishRuns(db: Queryable, t: Tables, requests: readonly FinishRequest[]): Promise<boolean[]> {
+  if (requests.length === 0) return [];
+  const errors = requests.map((r) => (r.error === undefined ? null : storedError(r.error)));
+  const statement = `${finishCtes(t, '$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8')}
+    SELECT i.run_id, EXISTS (SELECT 1 FROM run WHERE run.id = i.run_id) AS accepted FROM input i`;
+  const res = await db.query<{ run_id: string; accepted: boolean }>(statement, [
+    requests.map((r) => r.runId.toString()),
+    requests.map((r) => r.token.toString()),
+    requests.map((r) => r.outcome),
+    requests.map((r) => r.attempt),
+    errors.map((e) => e?.message ?? null),
+    errors.map((e) => e?.stack ?? null),
+    requests.map((r) => (r.retryInMs === undefined ? null : Math.max(0, Math.round(r.retryInMs)))),
+    requests.map((r) => r.failure === true),
+  ]);
+  return acceptedInOrder(requests, res.rows);
+}
+
+/**
+ * The statement that completes a group of runs inside their handlers' transaction, as SQL with no
+ * parameters (it goes out with COMMIT in one simple-protocol round trip), refusing the whole
+ * transaction when any completion is refused: it then raises REFUSED_COMPLETION, which aborts the
+ * transaction so COMMIT cannot commit the handlers' writes.
+ */
+export function completeGroupStatement(
+  t: Tables,
+  runs: readonly { runId: bigint; token: bigint; attempt: number }[],
+): string {
+  const ints = (xs: readonly (bigint | number)[]) => `'{${xs.map(sqlInt).join(',')}}'`;
+  const n = runs.length;
+  const ctes = finishCtes(
+    t,
+    `${ints(runs.map((r) => r.runId))}`,
+    `${ints(runs.map((r) => r.token))}`,
+    `array_fill('completed'::text, ARRAY[${n}])`,
+    `${ints(runs.map((r) => r.attempt))}`,
+    `array_fill(NULL::text, ARRAY[${n}])`,
+    `array_fill(NULL::text, ARRAY[${n}])`,
+    `array_fill(NULL::bigint, ARRAY[${n}])`,
+    `array_fill(false, ARRAY[${n}])`,
+  );
+  // A cast of the refusal text to int fails, naming itself, when fewer runs were accepted than asked.
+  return `${ctes}
+    SELECT CASE WHEN (SELECT count(*) FROM run) = ${n} THEN true
+      ELSE ('${REFUSED_COMPLETION}' || (SELECT count(*) FROM run))::int > 0 END AS accepted`;
+}
+
+/** What a refused group completion raises: a cast error naming itself. */
+export const REFUSED_COMPLETION = 'cronwarden: completion refused, a newer attempt holds the run ';
+
+/**
+ * The CTEs of a finish (input, locked, run, attempt); the caller adds the final SELECT. The
+ * arguments are SQL array expressions (placeholders or literals), one element per request.
+ */
+function finishCtes(
+  t: Tables,
+  runIds: string,
+  tokens: string,
+  outcomes: string,
+  attempts: string,
+  messages: string,
+  stacks: string,
+  retryInMs: string,
+  failures: string,
+): string {
+  return `WITH input AS (
+      SELECT * FROM unnest(${runIds}::bigint[], ${tokens}::bigint[], ${outcomes}::text[], ${attempts}::int[],
+        ${messages}::text[], ${stacks}::text[], ${retryInMs}::bigint[], ${failures}::bool[])
+        AS i(run_id, token, outcome, attempt, message, stack, retry_in_ms, failure)),
+    locked AS (
+      SELECT r.id FROM ${t.runs} r JOIN input i ON r.id = i.run_id
+      WHERE r.claim_token = i.token AND r.state IN ${ACTIVE_SQL}
+      ORDER BY r.id FOR UPDATE OF r),
+    run AS (
+      UPDATE ${t.runs} r SET state = i.outcome,
+        finished_at = CASE WHEN i.outcome = 'retrying' THEN NULL ELSE now() END,
+        completed_attempt = CASE WHEN i.outcome = 'completed' THEN i.attempt ELSE r.completed_attempt END,
+        error = i.message,
+        failures = r.failures + CASE WHEN i.failure THEN 1 ELSE 0 END,
+        available_at = CASE WHEN i.retry_in_ms > 0 THEN now() + i.retry_in_ms * interval '1 millisecond' END,
+        enqueued_at = CASE WHEN i.outcome = 'retrying' THEN now() ELSE r.enqueued_at END
+      FROM input i, locked l
+      WHERE r.id = i.run_id AND l.id = r.id AND r.claim_token = i.token AND r.state IN ${ACTIVE_SQL}
+      RETURNING r.id),
+    attempt AS (
+      UPDATE ${t.runAttempts} a
+      SET state = CASE WHEN EXISTS (SELECT 1 FROM run WHERE run.id = a.run_id) THEN i.outcome ELSE 'stale' END,
+        finished_at = now(), error = i.message, error_stack = i.stack
+      FROM input i WHERE a.run_id = i.run_id AND a.attempt = i.attempt AND a.state = 'running')`;
+}
+
+function acceptedInOrder(requests: readonly FinishRequest[], rows: { run_id: string; accepted: boolean }[]): boolean[] {
+  const accepted = new Set(rows.filter((r) => r.accepted).map((r) => r.run_id));
+  return requests.map((r) => accepted.has(r.runId.toString()));
+}

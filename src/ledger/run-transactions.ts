@@ -1,0 +1,177 @@
+/**
+ * ctx.transaction: a handler's writes and its run's completion commit together, or not at all.
+ *
+ * Alone (`commitOne`): BEGIN with the check (already completed: 'skipped', fn not called; a newer
+ * claim: StaleTokenError), fn, then the completion conditional on this attempt still holding the
+ * newest claim, sent with COMMIT. Optimistic: a paused attempt holds no lock on its run.
+ *
+ * Grouped (`commitGroup`, group commit): several runs' callbacks in one transaction, one after the
+ * other on one connection, one token-checked completion for all, one COMMIT. Any error, or any
+ * refused completion, rolls the whole group back and each run is redone alone, so each run's effect
+ * is still atomic with its own completion. A callback can therefore be called twice (its first call
+ * rolled back): everything it does must be inside `tx`.
+ */
+import type pg from 'pg';
+import { StaleTokenError } from '../errors.js';
+import type { Tables } from '../db/tables.js';
+import { REFUSED_COMPLETION, completeGroupStatement } from './run-finishes.js';
+import { sqlInt, withTransaction, type Queryable } from './transaction.js';
+
+export type TransactionResult<T> = { status: 'committed'; value: T } | { status: 'skipped' };
+
+/** What the check and the completion need of an attempt. */
+export interface TransactingAttempt {
+  runId: bigint;
+  token: bigint;
+  attempt: number;
+}
+
+export interface GroupItem<T = unknown> {
+  claim: TransactingAttempt;
+  fn: (tx: pg.PoolClient) => Promise<T>;
+}
+
+/** One item's result: its TransactionResult, or the error its own transaction ended with. */
+export type GroupOutcome<T = unknown> = { ok: true; result: TransactionResult<T> } | { ok: false; error: unknown };
+
+type RunRow = { id: string; state: string; claim_token: string | null };
+
+/** ctx.transaction for one run in a transaction of its own. */
+export async function commitOne<T>(
+  pool: pg.Pool,
+  t: Tables,
+  claim: TransactingAttempt,
+  fn: (tx: pg.PoolClient) => Promise<T>,
+): Promise<TransactionResult<T>> {
+  return withTransaction(
+    pool,
+    async (client, rollback, { opened, commitWith }): Promise<TransactionResult<T>> => {
+      const row = (opened?.rows as RunRow[] | undefined)?.[0];
+      if (!row || row.state === 'completed') {
+        await rollback();
+        return { status: 'skipped' };
+      }
+      const newest = row.claim_token === null ? null : BigInt(row.claim_token);
+      if (newest !== claim.token) throw new StaleTokenError(`run ${claim.runId}`, claim.token, newest);
+      const value = await fn(client);
+      if (await completeAndCommit(t, [claim], commitWith)) return { status: 'committed', value };
+      await rollback();
+      const now = await pool.query<RunRow>(`SELECT id, state, claim_token FROM ${t.runs} WHERE id = $1`, [
+        claim.runId.toString(),
+      ]);
+      const after = now.rows[0];
+      if (after?.state === 'completed')
+        await recordSkippedAttempt(pool, t, claim, 'a newer attempt completed the run first; this attempt rolled back');
+      throw new StaleTokenError(
+        `run ${claim.runId}`,
+        claim.token,
+        after?.claim_token == null ? null : BigInt(after.claim_token),
+      );
+    },
+    checkStatement(t, [claim]), // BEGIN and the check in one round trip
+  );
+}
+
+/**
+ * ctx.transaction for several runs in one transaction (see the top of the file). `redoAlone` runs
+ * one item in a transaction of its own: used for every run of a group that rolled back.
+ */
+export async function commitGroup(
+  pool: pg.Pool,
+  t: Tables,
+  items: readonly GroupItem[],
+  redoAlone: (item: GroupItem) => Promise<TransactionResult<unknown>>,
+): Promise<GroupOutcome[]> {
+  const outcomes = new Array<GroupOutcome | undefined>(items.length);
+  const going: number[] = [];
+  const committed = await withTransaction(
+    pool,
+    async (client, rollback, { opened, commitWith }): Promise<boolean> => {
+      const rows = new Map(((opened?.rows ?? []) as RunRow[]).map((r) => [r.id, r]));
+      for (const [i, item] of items.entries()) {
+        const row = rows.get(item.claim.runId.toString());
+        if (!row || row.state === 'completed') {
+          outcomes[i] = { ok: true, result: { status: 'skipped' } };
+        } else if (row.claim_token === null || BigInt(row.claim_token) !== item.claim.token) {
+          const newest = row.claim_token === null ? null : BigInt(row.claim_token);
+          outcomes[i] = { ok: false, error: new StaleTokenError(`run ${item.claim.runId}`, item.claim.token, newest) };
+        } else going.push(i);
+      }
+      if (going.length === 0) {
+        await rollback();
+        return true;
+      }
+      const values: unknown[] = [];
+      try {
+        for (const i of going) values.push(await items[i]!.fn(client));
+      } catch {
+        await rollback().catch(() => undefined);
+        return false;
+      }
+      // Refused, or any error (a deadlock, a lost connection: an unknown outcome): redo alone,
+      // whose check then finds what did commit.
+      if (
+        !(await completeAndCommit(
+          t,
+          going.map((i) => items[i]!.claim),
+          commitWith,
+        ).catch(() => false))
+      ) {
+        await rollback().catch(() => undefined);
+        return false;
+      }
+      for (const [k, i] of going.entries())
+        outcomes[i] = { ok: true, result: { status: 'committed', value: values[k] } };
+      return true;
+    },
+    checkStatement(
+      t,
+      items.map((i) => i.claim),
+    ),
+  );
+  if (!committed) {
+    // Each run again in a transaction of its own: a run's effect commits only with its own completion.
+    const alone = await Promise.allSettled(going.map((i) => redoAlone(items[i]!)));
+    for (const [k, i] of going.entries()) {
+      const r = alone[k]!;
+      outcomes[i] = r.status === 'fulfilled' ? { ok: true, result: r.value } : { ok: false, error: r.reason };
+    }
+  }
+  return outcomes.map((o) => o!);
+}
+
+/** The check sent with BEGIN: each run's state and newest claim (literals: ids are integers). */
+function checkStatement(t: Tables, claims: readonly TransactingAttempt[]): string {
+  const ids = claims.map((c) => sqlInt(c.runId)).join(',');
+  return `SELECT id, state, claim_token FROM ${t.runs} WHERE id = ANY('{${ids}}'::bigint[])`;
+}
+
+/** The group's completion and COMMIT in one round trip; false when any completion was refused. */
+async function completeAndCommit(
+  t: Tables,
+  claims: readonly TransactingAttempt[],
+  commitWith: (sql: string) => Promise<unknown>,
+): Promise<boolean> {
+  try {
+    await commitWith(completeGroupStatement(t, claims));
+    return true;
+  } catch (err) {
+    if (err instanceof Error && err.message.includes(REFUSED_COMPLETION)) return false;
+    throw err;
+  }
+}
+
+/** Record that this attempt found its run already completed and did nothing. */
+export async function recordSkippedAttempt(
+  db: Queryable,
+  t: Tables,
+  claim: TransactingAttempt,
+  reason: string,
+): Promise<void> {
+  await db.query(
+    `WITH a AS (UPDATE ${t.runAttempts} SET state = 'skipped', finished_at = now(), error = $3
+       WHERE run_id = $1 AND attempt = $2)
+     UPDATE ${t.runs} SET skipped_attempts = skipped_attempts + 1 WHERE id = $1`,
+    [claim.runId.toString(), claim.attempt, reason],
+  );
+}
