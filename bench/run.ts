@@ -16,6 +16,8 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   // Takes options after its name: `npm run bench -- kill-leader --duration 120 --kill-every 20`.
   'kill-leader': async () => (await import('./kill-leader.js')).benchKillLeader(process.argv.slice(2)),
   speed: async () => (await import('./speed.js')).benchSpeed(),
+  // `npm run bench -- run-path --runs 10000 --workloads write,empty`
+  'run-path': async () => (await import('./run-path.js')).benchRunPath(),
   schedules: async () => (await import('./schedules.js')).benchSchedules(),
   // `npm run bench -- shards --load 10000 --shards 3 --replicas 1,2,3`
   shards: async () => (await import('./shards.js')).benchShards(),

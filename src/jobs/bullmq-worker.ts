@@ -57,7 +57,10 @@ export class BullmqWorker {
   private worker: Worker<RunJobData, { runs: number }> | undefined;
   private subscriber: Redis | undefined;
   private publisher: Redis | undefined;
+  /** Runs in hand (being claimed, claimed and waiting for a handler slot, running, being recorded). */
   private readonly slots: RunSlots;
+  /** Handler slots: the replica's concurrency. */
+  private readonly handlers: RunSlots;
   /** Aborted as close() begins: deliveries stop claiming and hand their unclaimed runs back. */
   private readonly closing = new AbortController();
   /** Aborted after the grace period: handlers' ctx.signal. */
@@ -77,7 +80,10 @@ export class BullmqWorker {
   constructor(private readonly o: BullmqWorkerOptions) {
     this.clock = o.clock ?? systemClock;
     this.warn = limitedWarn(o.logger, () => this.clock.monotonic());
-    this.slots = new RunSlots(o.concurrency ?? 10);
+    const concurrency = o.concurrency ?? 10;
+    this.handlers = new RunSlots(concurrency);
+    // Claimed one round ahead: the next runs' claim commits while the current ones run.
+    this.slots = new RunSlots(2 * concurrency);
   }
 
   async start(): Promise<void> {
@@ -100,7 +106,7 @@ export class BullmqWorker {
         worker: this.o.executor.replicaId,
         clock: this.clock,
         logger: this.o.logger,
-        freeSlots: () => this.slots.size - this.slots.busy,
+        freeSlots: () => this.handlers.size - this.handlers.busy,
         deliver: (runId) => this.deliverOrphan(runId),
       });
       await this.liveness.start();
@@ -112,7 +118,7 @@ export class BullmqWorker {
       {
         connection: this.connect({ maxRetriesPerRequest: null }),
         // Deliveries in hand: enough batches to fill the slots, and one more fetched ahead.
-        concurrency: Math.max(2, Math.ceil(this.slots.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1),
+        concurrency: Math.max(2, Math.ceil(this.handlers.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1),
         lockDuration,
         stalledInterval: this.o.stalledIntervalMs ?? Math.max(500, Math.floor(lockDuration / 2)),
         // A killed or paused worker's delivery is made again; the ledger makes the repeat harmless.
@@ -122,9 +128,9 @@ export class BullmqWorker {
     this.worker.on('error', (err) => this.warn(`worker:${err.message}`, { err }, 'worker error'));
   }
 
-  /** Runs whose handlers are running (or about to) on this worker. */
+  /** Runs whose handlers are running on this worker. */
   get running(): number {
-    return this.slots.busy;
+    return this.handlers.busy;
   }
 
   /**
@@ -157,12 +163,18 @@ export class BullmqWorker {
   private deliver(runId: bigint, traceparent: string | undefined, deferrals: number): Promise<void> {
     let claimed!: () => void;
     const claimDone = new Promise<void>((resolve) => (claimed = resolve));
+    let handling = false;
     const run = this.o.executor
       .execute(runId, {
         signal: this.shutdown.signal,
         abandon: this.abandon.signal,
         traceparent,
         onClaimed: claimed,
+        startWhen: async () => (handling = (await this.handlers.take(1, this.closing.signal)) === 1),
+        onHandlerDone: () => {
+          if (handling) this.handlers.give();
+          handling = false;
+        },
       })
       .then(
         () => undefined,
@@ -173,6 +185,7 @@ export class BullmqWorker {
       )
       .finally(() => {
         claimed();
+        if (handling) this.handlers.give();
         this.slots.give();
         this.active.delete(run);
       });

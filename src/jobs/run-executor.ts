@@ -8,7 +8,7 @@ import { Attempt } from './attempt.js';
 import { AttemptReport } from './attempt-report.js';
 import type { JobRegistry } from './job-registry.js';
 import { ledgerCall } from './ledger-call.js';
-import { messageOf, needsRunState, settle, type Settlement } from './settlement.js';
+import { INTERRUPTED, messageOf, needsRunState, settle, type Settlement } from './settlement.js';
 import type { JobDefinition } from './define-job.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 
@@ -93,6 +93,13 @@ export interface ExecuteOptions {
   traceparent?: string;
   /** Called once the claim is decided (claimed, or not, or failed), before the handler starts. */
   onClaimed?: () => void;
+  /**
+   * Awaited after the claim: true once a handler slot is this run's; false when the replica is
+   * closing first (the run is then handed back, interrupted before its handler started).
+   */
+  startWhen?: () => Promise<boolean>;
+  /** Called when the handler is over, before its outcome is recorded (its slot serves the next run). */
+  onHandlerDone?: () => void;
 }
 
 /**
@@ -210,10 +217,12 @@ export class RunExecutor {
           log.warn({ err }, 'could not announce the claim');
         });
     }
+    if (options.startWhen && !(await options.startWhen()))
+      return this.interrupt(claim, log, `${INTERRUPTED} before its handler started`);
     const attempt = new Attempt(claim, job, this.o.ledger, log, options.signal);
     this.running.set(runId.toString(), attempt);
     try {
-      const outcome = await attempt.run(options.abandon);
+      const outcome = await attempt.run(options.abandon).finally(() => options.onHandlerDone?.());
       const run = needsRunState(outcome, attempt.transaction)
         ? await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId))
         : undefined;

@@ -57,11 +57,11 @@ export class RunLedgerBatches {
         }
         return results.map((value) => ({ ok: true, value }));
       },
-      { maxBatch, maxInFlight: 1 },
+      { maxBatch, maxInFlight: 2 },
     );
     this.finishes = new MicroBatcher(
       async (items) => (await this.ledger.finishMany(items)).map((value) => ({ ok: true, value })),
-      { maxBatch, maxInFlight: 1 },
+      { maxBatch, maxInFlight: 2 },
     );
     const maxGroup = o.maxGroup ?? 32;
     this.transactions =

@@ -26,18 +26,21 @@ export class RunSlots {
     if (want < 1 || signal?.aborted) return Promise.resolve(0);
     if (this.waiting.length === 0 && this.free > 0) return Promise.resolve(this.grant(want));
     return new Promise((resolve) => {
-      const entry = { want, grant: (n: number) => resolve(n) };
-      this.waiting.push(entry);
-      signal?.addEventListener(
-        'abort',
-        () => {
-          const i = this.waiting.indexOf(entry);
-          if (i < 0) return;
-          this.waiting.splice(i, 1);
-          resolve(0);
+      const onAbort = () => {
+        const i = this.waiting.indexOf(entry);
+        if (i < 0) return;
+        this.waiting.splice(i, 1);
+        resolve(0);
+      };
+      const entry = {
+        want,
+        grant: (n: number) => {
+          signal?.removeEventListener('abort', onAbort);
+          resolve(n);
         },
-        { once: true },
-      );
+      };
+      this.waiting.push(entry);
+      signal?.addEventListener('abort', onAbort, { once: true });
     });
   }
 

@@ -94,6 +94,11 @@ export class PostgresServerProcess extends ServerProcess {
     }
   }
 
+  /** The postmaster and every backend and helper process of this server. */
+  pids(): number[] {
+    return processesOf(this.dataDir);
+  }
+
   private signalAll(signal: NodeJS.Signals): void {
     for (const pid of processesOf(this.dataDir)) {
       try {
@@ -131,8 +136,16 @@ export async function canQuery(url: string): Promise<void> {
 }
 
 /** How to run `postgres` on `dataDir` and `port` (as the postgres user when we are root). */
-export function postgresSpec(o: { label: string; dir: string; dataDir: string; port: number }): ServerSpec {
+export function postgresSpec(o: {
+  label: string;
+  dir: string;
+  dataDir: string;
+  port: number;
+  /** fsync and full-page writes on, as a production server has them (benchmarks of WAL and commits). */
+  durable?: boolean;
+}): ServerSpec {
   const user = postgresUser();
+  const durability = o.durable ? [] : ['-c', 'fsync=off', '-c', 'full_page_writes=off'];
   const postgresArgs = [
     '-D',
     o.dataDir,
@@ -142,10 +155,8 @@ export function postgresSpec(o: { label: string; dir: string; dataDir: string; p
     o.dir,
     '-c',
     'listen_addresses=127.0.0.1',
-    '-c',
-    'fsync=off', // survives kill -9 of the server (the OS keeps the writes), not a power cut
-    '-c',
-    'full_page_writes=off',
+    // Without `durable`: fsync off survives kill -9 of the server (the OS keeps the writes), not a power cut.
+    ...durability,
     '-c',
     'shared_buffers=16MB',
     '-c',
@@ -162,7 +173,7 @@ export function postgresSpec(o: { label: string; dir: string; dataDir: string; p
     : { label: o.label, command: binary('postgres'), args: postgresArgs, ready };
 }
 
-export async function startPostgresCluster(): Promise<PostgresCluster> {
+export async function startPostgresCluster(options: { durable?: boolean } = {}): Promise<PostgresCluster> {
   const dir = scratchDir('pg');
   const dataDir = join(dir, 'data');
   const user = postgresUser();
@@ -179,7 +190,11 @@ export async function startPostgresCluster(): Promise<PostgresCluster> {
     );
     const port = await freePort();
     const base = `postgres://postgres@127.0.0.1:${port}`;
-    server = new PostgresServerProcess(postgresSpec({ label: 'postgres', dir, dataDir, port }), dir, dataDir);
+    server = new PostgresServerProcess(
+      postgresSpec({ label: 'postgres', dir, dataDir, port, durable: options.durable }),
+      dir,
+      dataDir,
+    );
     await server.start();
     const admin = new pg.Client({ connectionString: `${base}/postgres` });
     await admin.connect();

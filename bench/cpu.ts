@@ -1,0 +1,34 @@
+/**
+ * CPU time of this process and of server processes, from /proc (Linux): the benchmarks charge a
+ * run with what PostgreSQL, Redis and Node spent on it, each measured on its own.
+ */
+import { readFileSync } from 'node:fs';
+
+const TICKS_PER_SECOND = 100; // USER_HZ on Linux
+
+/** utime + stime of `pids`, in ms (processes that exited meanwhile count 0). */
+export function cpuMsOf(pids: readonly number[]): number {
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      // The command may contain spaces and parentheses: fields start after the last ')'.
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);
+    } catch {
+      // gone: its CPU is no longer counted by anyone
+    }
+  }
+  return (ticks * 1000) / TICKS_PER_SECOND;
+}
+
+/** This process's CPU (user + system), in ms. */
+export function ownCpuMs(): number {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+}
+
+/** The machine's 1-minute load average. */
+export function loadAverage(): number {
+  return Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]);
+}
