@@ -120,6 +120,7 @@ async function servers(): Promise<Servers> {
   const pgc = await startPostgresCluster({ durable: true });
   const redis = await startRedis();
   const pool = new pg.Pool({ connectionString: pgc.url, max: 12 });
+  pool.on('error', () => undefined); // the server is stopped under idle clients at the end
   await pool.query('CREATE TABLE public.effects (run text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())');
   return { pg: pgc, redis, pool, conn: new Redis(redis.url, { maxRetriesPerRequest: null }) };
 }

@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { WaitingError, Worker, type Job } from 'bullmq';
 import { BackendUnavailableError, InvalidArgumentError, ShuttingDownError } from '../errors.js';
 import { settlesWithin } from '../settles-within.js';
@@ -83,7 +84,9 @@ export class BullmqWorker {
     const concurrency = o.concurrency ?? 10;
     this.handlers = new RunSlots(concurrency);
     // Claimed one round ahead: the next runs' claim commits while the current ones run.
-    this.slots = new RunSlots(2 * concurrency);
+    this.slots = new RunSlots(4 * concurrency);
+    // Every run claimed ahead waits on this signal for a handler slot.
+    setMaxListeners(0, this.closing.signal);
   }
 
   async start(): Promise<void> {
@@ -118,7 +121,7 @@ export class BullmqWorker {
       {
         connection: this.connect({ maxRetriesPerRequest: null }),
         // Deliveries in hand: enough batches to fill the slots, and one more fetched ahead.
-        concurrency: Math.max(2, Math.ceil(this.handlers.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1),
+        concurrency: Math.max(2, Math.ceil(this.slots.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1),
         lockDuration,
         stalledInterval: this.o.stalledIntervalMs ?? Math.max(500, Math.floor(lockDuration / 2)),
         // A killed or paused worker's delivery is made again; the ledger makes the repeat harmless.

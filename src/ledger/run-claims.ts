@@ -15,7 +15,7 @@
 import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
-import type { Queryable } from './transaction.js';
+import { prepared, type Queryable } from './transaction.js';
 import { claimerAlive } from './worker-liveness.js';
 
 export interface Claim {
@@ -77,7 +77,8 @@ export async function claimRuns(
 ): Promise<ClaimResult[]> {
   if (runIds.length === 0) return [];
   const res = await db.query<ClaimRow>(
-    `WITH wanted AS (
+    prepared(
+      `WITH wanted AS (
        SELECT r.id, r.state, r.claimed_by FROM ${t.runs} r
        WHERE r.id = ANY($1::bigint[]) AND r.state IN ${ACTIVE_SQL}
          AND (r.state <> 'retrying' OR r.available_at IS NULL OR r.available_at <= now())
@@ -106,7 +107,8 @@ export async function claimRuns(
      SELECT r.id, CASE WHEN r.state IN ${FINISHED_SQL} THEN 'finished' ELSE 'busy' END, r.state,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
      FROM ${t.runs} r WHERE r.id = ANY($1::bigint[]) AND r.id NOT IN (SELECT id FROM claimed)`,
-    [runIds.map(String), o.worker, Math.max(0, Math.floor(o.liveWithinMs))],
+      [runIds.map(String), o.worker, Math.max(0, Math.floor(o.liveWithinMs))],
+    ),
   );
   const byId = new Map(res.rows.map((row) => [row.id, row]));
   return runIds.map((id): ClaimResult => {

@@ -6,7 +6,7 @@
 import type { Tables } from '../db/tables.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
-import { sqlInt, type Queryable } from './transaction.js';
+import { prepared, sqlInt, type Queryable } from './transaction.js';
 
 export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'superseded';
 
@@ -34,16 +34,18 @@ export async function finishRuns(db: Queryable, t: Tables, requests: readonly Fi
   const errors = requests.map((r) => (r.error === undefined ? null : storedError(r.error)));
   const statement = `${finishCtes(t, '$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8')}
     SELECT i.run_id, EXISTS (SELECT 1 FROM run WHERE run.id = i.run_id) AS accepted FROM input i`;
-  const res = await db.query<{ run_id: string; accepted: boolean }>(statement, [
-    requests.map((r) => r.runId.toString()),
-    requests.map((r) => r.token.toString()),
-    requests.map((r) => r.outcome),
-    requests.map((r) => r.attempt),
-    errors.map((e) => e?.message ?? null),
-    errors.map((e) => e?.stack ?? null),
-    requests.map((r) => (r.retryInMs === undefined ? null : Math.max(0, Math.round(r.retryInMs)))),
-    requests.map((r) => r.failure === true),
-  ]);
+  const res = await db.query<{ run_id: string; accepted: boolean }>(
+    prepared(statement, [
+      requests.map((r) => r.runId.toString()),
+      requests.map((r) => r.token.toString()),
+      requests.map((r) => r.outcome),
+      requests.map((r) => r.attempt),
+      errors.map((e) => e?.message ?? null),
+      errors.map((e) => e?.stack ?? null),
+      requests.map((r) => (r.retryInMs === undefined ? null : Math.max(0, Math.round(r.retryInMs)))),
+      requests.map((r) => r.failure === true),
+    ]),
+  );
   return acceptedInOrder(requests, res.rows);
 }
 
