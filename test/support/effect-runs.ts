@@ -64,6 +64,19 @@ export function effectDelivery(env: { db: TestDatabase; redis: Redis }, namespac
       await delivery.enqueue([run]);
       return run.runId;
     },
+    /** Commit `n` runs of 'effect' (one per second from `from`) and hand them to BullMQ at once. */
+    async deliverMany(n: number, from = new Date()): Promise<bigint[]> {
+      const { committed } = await ledger.fires.commitFires(
+        Array.from({ length: n }, (_, i) => ({
+          job: 'effect',
+          scheduledAt: new Date(from.getTime() + i * 1000),
+          trigger: 'schedule' as const,
+        })),
+        { fenceResource: `scheduler/${namespace}`, token: 1n, replicaId: 'test', stillLeading: () => true },
+      );
+      await delivery.enqueue(committed);
+      return committed.map((c) => c.runId);
+    },
     async close(): Promise<void> {
       await delivery.queue.obliterate({ force: true }).catch(() => {});
       await delivery.close();
