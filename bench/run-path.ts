@@ -54,7 +54,8 @@ export async function benchRunPath(): Promise<Record<string, unknown>> {
   const runs = Number(flag('runs', '10000'));
   const workloads = flag('workloads', 'write,empty').split(',') as Workload[];
   const s = await servers();
-  const results: Record<string, unknown> = { runs, concurrency: CONCURRENCY, loadBefore: loadAverage() };
+  const loadBefore = loadAverage();
+  const results: Record<string, unknown> = { runs, concurrency: CONCURRENCY, loadBefore };
   try {
     for (const w of workloads) {
       const raw1 = await rawRound(s, w, runs);
@@ -80,12 +81,12 @@ export async function benchRunPath(): Promise<Record<string, unknown>> {
     }
   } finally {
     results.loadAfter = loadAverage();
+    console.log(`load average ${loadBefore} before, ${String(results.loadAfter)} after`);
     await s.pool.end();
     await s.conn.quit();
     await s.redis.cleanup();
     await s.pg.cleanup();
   }
-  console.log(`load average ${results.loadBefore} before, ${results.loadAfter} after`);
   return results;
 }
 
