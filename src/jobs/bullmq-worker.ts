@@ -13,6 +13,9 @@ import { handBackDelayMs } from './retry-backoff.js';
 import { RunSlots } from './run-slots.js';
 import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
 
+/** How often a run whose row was held at the claim is tried again here before the sweep's turn. */
+const LOCKED_TRIES = 6;
+
 export interface BullmqWorkerOptions {
   /** Redis for BullMQ: a URL, or a client whose duplicates the worker uses (the client stays yours). */
   redisUrl?: string;
@@ -180,10 +183,15 @@ export class BullmqWorker {
         },
       })
       .then(
-        () => undefined,
+        (result) => {
+          // Its row was held by another statement at the claim: again in a moment (a few times).
+          if (result.status === 'locked' && deferrals < LOCKED_TRIES)
+            this.tryLater(runId, traceparent, deferrals + 1, Math.min(1000, 20 * 2 ** deferrals));
+        },
         (err: unknown) => {
           // A handler's failure is recorded, and its retry queued, by the executor.
-          if (err instanceof BackendUnavailableError) this.tryLater(runId, traceparent, deferrals + 1);
+          if (err instanceof BackendUnavailableError)
+            this.tryLater(runId, traceparent, deferrals + 1, handBackDelayMs(deferrals), err);
         },
       )
       .finally(() => {
@@ -206,11 +214,19 @@ export class BullmqWorker {
   /**
    * The ledger was unreachable (at the claim, or before the outcome was recorded): nothing of the
    * attempt committed. Try this run again here after a backoff, without using up a retry; a run
-   * claimed here stays this replica's until then (if it dies, the leader hands the run out again).
+   * claimed here stays this replica's until then (if it dies, a live worker takes it over). Also
+   * for a claim that found the run's row held by another statement (a short wait, a few tries;
+   * after that the leader's sweep hands the run over again).
    */
-  private tryLater(runId: bigint, traceparent: string | undefined, deferrals: number): void {
-    const delayMs = handBackDelayMs(deferrals - 1);
-    this.o.logger.warn({ runId: runId.toString(), delayMs }, 'ledger unavailable: delivering the run again later');
+  private tryLater(
+    runId: bigint,
+    traceparent: string | undefined,
+    deferrals: number,
+    delayMs: number,
+    unavailable?: BackendUnavailableError,
+  ): void {
+    if (unavailable)
+      this.o.logger.warn({ runId: runId.toString(), delayMs }, 'ledger unavailable: delivering the run again later');
     const timer = this.clock.setTimer(() => {
       this.later.delete(timer);
       if (this.closing.signal.aborted) return;

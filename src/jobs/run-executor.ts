@@ -22,6 +22,8 @@ export type ExecutionStatus =
   | 'skipped'
   /** Another live attempt holds the run, or its retry is not due yet: this delivery did nothing. */
   | 'busy'
+  /** Another statement held the run's row at the claim: deliver it again in a moment. */
+  | 'locked'
   /** A newer attempt took the run over while this one ran; its outcome was not recorded. */
   | 'stale'
   /** The leader cancelled the run (overlap 'replace'). */
@@ -188,9 +190,9 @@ export class RunExecutor {
     ).finally(() => options.onClaimed?.());
     if (claimed.status !== 'claimed') {
       const { state } = claimed;
-      if (claimed.status === 'busy') {
-        this.o.logger.debug({ runId: runId.toString(), state }, 'delivery skipped: another attempt holds the run');
-        return { status: 'busy', runId: runId.toString() };
+      if (claimed.status === 'busy' || claimed.status === 'locked') {
+        this.o.logger.debug({ runId: runId.toString(), state, status: claimed.status }, 'run not claimed');
+        return { status: claimed.status, runId: runId.toString() };
       }
       this.o.logger.info({ runId: runId.toString(), state }, 'delivery skipped: run already finished');
       return { status: 'skipped', runId: runId.toString() };

@@ -9,7 +9,7 @@ import type pg from 'pg';
 import type { Tables } from '../db/tables.js';
 import { activeJobs } from './active-runs.js';
 import type { LeaderStamp, StandInStamp } from './commit-stamps.js';
-import { deliveriesToCheck, failUnrecorded, type HandedOverRun } from './delivery-sweep.js';
+import { deliveriesToCheck, type HandedOverRun } from './delivery-sweep.js';
 import { advanceFence, fenceToken } from './fences.js';
 import type { CommittedFire, FireBatchResult, FireRequest } from './fire-batch.js';
 import { commitFires } from './fire-commit.js';
@@ -78,10 +78,6 @@ export class FireLedger {
 
   deliveriesToCheck(olderThanMs: number, limit: number): Promise<HandedOverRun[]> {
     return deliveriesToCheck(this.pool, this.t, olderThanMs, limit);
-  }
-
-  failUnrecorded(run: HandedOverRun, reason: string): Promise<boolean> {
-    return failUnrecorded(this.pool, this.t, run, reason);
   }
 
   activeJobs(jobs: string[]): Promise<Map<string, { ids: bigint[]; held: number }>> {

@@ -15,7 +15,8 @@
 import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
-import { prepared, type Queryable } from './transaction.js';
+import { namedStatement, perSchema } from './named-statement.js';
+import type { Queryable } from './transaction.js';
 import { claimerAlive } from './worker-liveness.js';
 
 export interface Claim {
@@ -42,8 +43,13 @@ export type ClaimResult =
   | { status: 'claimed'; claim: Claim }
   /** Settled already (a re-delivery after the work was done), or no such run ('unknown'): nothing to run. */
   | { status: 'finished'; state: string }
-  /** Someone else is on it (a live claimer, a lock), or its retry backoff has not passed. */
-  | { status: 'busy'; state: string };
+  /** Someone else is on it (a live claimer), or its retry backoff has not passed. */
+  | { status: 'busy'; state: string }
+  /**
+   * Claimable, but another statement held its row at that instant (the outbox marking it handed
+   * over, the sweep looking at it): worth claiming again in a moment.
+   */
+  | { status: 'locked'; state: string };
 
 export interface ClaimOptions {
   /** This replica: the claimer recorded on the run and its attempt. */
@@ -54,7 +60,7 @@ export interface ClaimOptions {
 
 interface ClaimRow {
   id: string;
-  status: 'claimed' | 'finished' | 'busy';
+  status: 'claimed' | 'finished' | 'busy' | 'locked';
   state: string;
   job: string | null;
   scheduled_at: Date | null;
@@ -68,17 +74,11 @@ interface ClaimRow {
   took_over_from: string | null;
 }
 
-/** Claim the claimable runs among `runIds` (one result per id, in order); one round trip. */
-export async function claimRuns(
-  db: Queryable,
-  t: Tables,
-  runIds: readonly bigint[],
-  o: ClaimOptions,
-): Promise<ClaimResult[]> {
-  if (runIds.length === 0) return [];
-  const res = await db.query<ClaimRow>(
-    prepared(
-      `WITH wanted AS (
+const statements = perSchema((t) => ({
+  /** Claim the claimable runs among ids $1 for worker $2 (claimers alive: beat within $3 ms). */
+  claim: namedStatement(
+    'claim_runs',
+    `WITH wanted AS (
        SELECT r.id, r.state, r.claimed_by FROM ${t.runs} r
        WHERE r.id = ANY($1::bigint[]) AND r.state IN ${ACTIVE_SQL}
          AND (r.state <> 'retrying' OR r.available_at IS NULL OR r.available_at <= now())
@@ -104,12 +104,37 @@ export async function claimRuns(
        c.trigger, c.claimed_at, c.payload, c.once_key, c.failures, c.took_over_from
      FROM claimed c
      UNION ALL
-     SELECT r.id, CASE WHEN r.state IN ${FINISHED_SQL} THEN 'finished' ELSE 'busy' END, r.state,
+     SELECT r.id, CASE WHEN r.state IN ${FINISHED_SQL} THEN 'finished'
+         WHEN r.state = 'pending' OR (r.state = 'retrying' AND (r.available_at IS NULL OR r.available_at <= now()))
+           THEN 'locked'
+         ELSE 'busy' END, r.state,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
      FROM ${t.runs} r WHERE r.id = ANY($1::bigint[]) AND r.id NOT IN (SELECT id FROM claimed)`,
-      [runIds.map(String), o.worker, Math.max(0, Math.floor(o.liveWithinMs))],
-    ),
-  );
+  ),
+  /** Record a skipped attempt for each finished run among ids $1, delivered to worker $2. */
+  skippedDeliveries: namedStatement(
+    'record_skipped_deliveries',
+    `WITH done AS (
+       UPDATE ${t.runs} SET skipped_attempts = skipped_attempts + 1
+       WHERE id = ANY($1::bigint[]) AND state IN ${FINISHED_SQL}
+       RETURNING id, state, attempts + skipped_attempts AS n)
+     INSERT INTO ${t.runAttempts} (run_id, attempt, token, worker, state, finished_at, error)
+     SELECT id, n, nextval(${t.executionTokenSeq}), $2, 'skipped', now(), 'run already ' || state FROM done`,
+  ),
+}));
+
+/** Claim the claimable runs among `runIds` (one result per id, in order); one round trip. */
+export async function claimRuns(
+  db: Queryable,
+  t: Tables,
+  runIds: readonly bigint[],
+  o: ClaimOptions,
+): Promise<ClaimResult[]> {
+  if (runIds.length === 0) return [];
+  const res = await db.query<ClaimRow>({
+    ...statements(t).claim,
+    values: [runIds.map(String), o.worker, Math.max(0, Math.floor(o.liveWithinMs))],
+  });
   const byId = new Map(res.rows.map((row) => [row.id, row]));
   return runIds.map((id): ClaimResult => {
     const row = byId.get(id.toString());
@@ -145,13 +170,5 @@ export async function recordSkippedDeliveries(
   worker: string,
 ): Promise<void> {
   if (runIds.length === 0) return;
-  await db.query(
-    `WITH done AS (
-       UPDATE ${t.runs} SET skipped_attempts = skipped_attempts + 1
-       WHERE id = ANY($1::bigint[]) AND state IN ${FINISHED_SQL}
-       RETURNING id, state, attempts + skipped_attempts AS n)
-     INSERT INTO ${t.runAttempts} (run_id, attempt, token, worker, state, finished_at, error)
-     SELECT id, n, nextval(${t.executionTokenSeq}), $2, 'skipped', now(), 'run already ' || state FROM done`,
-    [runIds.map(String), worker],
-  );
+  await db.query({ ...statements(t).skippedDeliveries, values: [runIds.map(String), worker] });
 }

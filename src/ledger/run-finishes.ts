@@ -6,7 +6,8 @@
 import type { Tables } from '../db/tables.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
-import { prepared, sqlInt, type Queryable } from './transaction.js';
+import { namedStatement, perSchema } from './named-statement.js';
+import { sqlInt, type Queryable } from './transaction.js';
 
 export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'superseded';
 
@@ -32,10 +33,9 @@ export interface FinishRequest {
 export async function finishRuns(db: Queryable, t: Tables, requests: readonly FinishRequest[]): Promise<boolean[]> {
   if (requests.length === 0) return [];
   const errors = requests.map((r) => (r.error === undefined ? null : storedError(r.error)));
-  const statement = `${finishCtes(t, '$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8')}
-    SELECT i.run_id, EXISTS (SELECT 1 FROM run WHERE run.id = i.run_id) AS accepted FROM input i`;
-  const res = await db.query<{ run_id: string; accepted: boolean }>(
-    prepared(statement, [
+  const res = await db.query<{ run_id: string; accepted: boolean }>({
+    ...statements(t).finish,
+    values: [
       requests.map((r) => r.runId.toString()),
       requests.map((r) => r.token.toString()),
       requests.map((r) => r.outcome),
@@ -44,8 +44,8 @@ export async function finishRuns(db: Queryable, t: Tables, requests: readonly Fi
       errors.map((e) => e?.stack ?? null),
       requests.map((r) => (r.retryInMs === undefined ? null : Math.max(0, Math.round(r.retryInMs)))),
       requests.map((r) => r.failure === true),
-    ]),
-  );
+    ],
+  });
   return acceptedInOrder(requests, res.rows);
 }
 
@@ -77,6 +77,15 @@ export function completeGroupStatement(
     SELECT CASE WHEN (SELECT count(*) FROM run) = ${n} THEN true
       ELSE ('${REFUSED_COMPLETION}' || (SELECT count(*) FROM run))::int > 0 END AS accepted`;
 }
+
+const statements = perSchema((t) => ({
+  /** Record outcomes: arrays of run ids, tokens, outcomes, attempts, messages, stacks, retry delays, failures. */
+  finish: namedStatement(
+    'finish_runs',
+    `${finishCtes(t, '$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8')}
+    SELECT i.run_id, EXISTS (SELECT 1 FROM run WHERE run.id = i.run_id) AS accepted FROM input i`,
+  ),
+}));
 
 /** What a refused group completion raises: a cast error naming itself. */
 export const REFUSED_COMPLETION = 'cronwarden: completion refused, a newer attempt holds the run ';

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import type pg from 'pg';
 
 /** A pool or a client inside a transaction: anything a ledger statement can run on. */
@@ -77,20 +76,4 @@ function firstResult(res: pg.QueryResult | pg.QueryResult[]): pg.QueryResult {
 export function sqlInt(n: bigint | number): string {
   if (typeof n === 'number' && !Number.isSafeInteger(n)) throw new RangeError(`not an integer: ${n}`);
   return `${BigInt(n)}`;
-}
-
-const statementNames = new Map<string, string>();
-
-/**
- * A hot statement as a named prepared statement: each connection parses and plans it once, then
- * only binds and executes it. The name is derived from the text (which holds the schema), so two
- * deployments' statements never share a name.
- */
-export function prepared(text: string, values: unknown[]): { name: string; text: string; values: unknown[] } {
-  let name = statementNames.get(text);
-  if (!name) {
-    name = `cw_${createHash('sha1').update(text).digest('hex').slice(0, 20)}`;
-    statementNames.set(text, name);
-  }
-  return { name, text, values };
 }

@@ -4,26 +4,40 @@
  * the ledger) is an orphan: any live worker may claim it, under a newer token (run-claims.ts).
  */
 import type { Tables } from '../db/tables.js';
+import { namedStatement, perSchema } from './named-statement.js';
 import type { Queryable } from './transaction.js';
 
-/** Beat `worker`'s row now (on the ledger's clock). */
+/** SQL: the claimer of run `r` beat within `window` ms (a placeholder naming the window). */
+export function claimerAlive(t: Tables, window: string): string {
+  return `EXISTS (SELECT 1 FROM ${t.workers} w
+    WHERE w.worker = r.claimed_by AND w.beat_at > now() - ${window}::bigint * interval '1 millisecond')`;
+}
+
+const statements = perSchema((t) => ({
+  /** Worker $1 is alive now (on the ledger's clock). */
+  beat: namedStatement(
+    'beat_worker',
+    `INSERT INTO ${t.workers} AS w (worker) VALUES ($1) ON CONFLICT (worker) DO UPDATE SET beat_at = now()`,
+  ),
+  /** Worker $1 stopped. */
+  forget: namedStatement('forget_worker', `DELETE FROM ${t.workers} WHERE worker = $1`),
+  /** Up to $3 runs running for a worker other than $1 that did not beat within $2 ms, oldest claims first. */
+  orphans: namedStatement(
+    'orphaned_runs',
+    `SELECT r.id FROM ${t.runs} r
+     WHERE r.state = 'running' AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1 AND NOT ${claimerAlive(t, '$2')}
+     ORDER BY r.claim_token LIMIT $3`,
+  ),
+}));
+
+/** Beat `worker`'s row now. */
 export async function beatWorker(db: Queryable, t: Tables, worker: string): Promise<void> {
-  await db.query(
-    `INSERT INTO ${t.workers} AS w (worker) VALUES ($1)
-     ON CONFLICT (worker) DO UPDATE SET beat_at = now()`,
-    [worker],
-  );
+  await db.query({ ...statements(t).beat, values: [worker] });
 }
 
 /** A worker that stops cleanly removes its row: whatever it still holds is an orphan at once. */
 export async function forgetWorker(db: Queryable, t: Tables, worker: string): Promise<void> {
-  await db.query(`DELETE FROM ${t.workers} WHERE worker = $1`, [worker]);
-}
-
-/** SQL: the claimer of run `r` beat within `$window` ms (a placeholder naming the window). */
-export function claimerAlive(t: Tables, window: string): string {
-  return `EXISTS (SELECT 1 FROM ${t.workers} w
-    WHERE w.worker = r.claimed_by AND w.beat_at > now() - ${window}::bigint * interval '1 millisecond')`;
+  await db.query({ ...statements(t).forget, values: [worker] });
 }
 
 /** Runs running for a worker other than `worker` that is not alive, oldest claims first. */
@@ -32,12 +46,9 @@ export async function orphanedRuns(
   t: Tables,
   o: { worker: string; liveWithinMs: number; limit: number },
 ): Promise<bigint[]> {
-  const res = await db.query<{ id: string }>(
-    `SELECT r.id FROM ${t.runs} r
-     WHERE r.state = 'running' AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1
-       AND NOT ${claimerAlive(t, '$2')}
-     ORDER BY r.claim_token LIMIT $3`,
-    [o.worker, Math.max(0, Math.floor(o.liveWithinMs)), o.limit],
-  );
+  const res = await db.query<{ id: string }>({
+    ...statements(t).orphans,
+    values: [o.worker, Math.max(0, Math.floor(o.liveWithinMs)), o.limit],
+  });
   return res.rows.map((r) => BigInt(r.id));
 }

@@ -1,23 +1,20 @@
 /**
  * The ledger is the truth for delivery (DESIGN "The ledger is the truth, the queue is delivery"):
  * runs BullMQ lost after the hand-over are handed over again by the leader's sweep and settle
- * once each; a run the queue failed without an outcome in the ledger is settled with the reason;
+ * once each; a run whose worker died holding it is taken over by a live worker, not the sweep;
  * a handler error the database could not store once (U+0000) no longer leaves a run running.
  * Real PostgreSQL and Redis; the queue's loss is made by removing its jobs (no shared FLUSHALL).
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
-import { Worker } from 'bullmq';
-import { Redis } from 'ioredis';
 import { pino } from 'pino';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
-import { queueName } from '../../src/jobs/bullmq-names.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
-import { Ledger, type Claim } from '../../src/ledger/ledger.js';
+import { Ledger } from '../../src/ledger/ledger.js';
 import { DeliverySweeper } from '../../src/scheduler/chores/delivery-sweeper.js';
 import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
@@ -101,9 +98,9 @@ describe('re-delivery from the ledger (real PostgreSQL, Redis, BullMQ)', () => {
         await delivery.inspect(ids.map((runId) => ({ runId, job: 'effect', scheduledAt: new Date() }))),
         ids.map(() => ({ kind: 'missing' })),
       );
-      assert.deepEqual(await sweeper.sweepOnce(), { checked: 5, redelivered: 5, settled: 0 });
+      assert.deepEqual(await sweeper.sweepOnce(), { checked: 5, redelivered: 5 });
       // Back in the queue now: a second sweep finds them there and hands nothing over again.
-      assert.deepEqual(await sweeper.sweepOnce(), { checked: 5, redelivered: 0, settled: 0 });
+      assert.deepEqual(await sweeper.sweepOnce(), { checked: 5, redelivered: 0 });
       const executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'w', logger });
       const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger });
       await worker.start();
@@ -127,53 +124,56 @@ describe('re-delivery from the ledger (real PostgreSQL, Redis, BullMQ)', () => {
         effects.rows.every((r) => r.n === 1),
         'one effect per run',
       );
-      assert.deepEqual(
-        await sweeper.sweepOnce(),
-        { checked: 0, redelivered: 0, settled: 0 },
-        'nothing active is left to look at',
-      );
+      assert.deepEqual(await sweeper.sweepOnce(), { checked: 0, redelivered: 0 }, 'nothing active is left to look at');
     },
   );
 
   it(
-    "a run the queue failed while the ledger never heard its outcome is settled failed, with the queue's reason",
+    'a run claimed by a worker that stopped beating before it recorded anything is taken over by a live worker; the sweep leaves it alone',
     { timeout: 30_000 },
     async () => {
       setUp();
       const [runId] = await handOver('effect', 1);
-      const claimed = await ledger.runs.claim(runId!, 'lost-worker'); // claimed, then its outcome never recorded
-      assert.equal(claimed.status, 'claimed');
-      const connection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
-      const raw = new Worker(
-        queueName(namespace),
-        async () => Promise.reject(new Error('worker crashed while recording')),
-        { connection },
-      );
+      const lost = await ledger.runs.claim(runId!, 'lost-worker'); // claimed, then the worker died: no beat, no outcome
+      assert.equal(lost.status, 'claimed');
+      await delivery.queue.obliterate({ force: true }); // its delivery is long done
+      assert.deepEqual(await sweeper.sweepOnce(), { checked: 0, redelivered: 0 }, "a running run is its worker's");
+      const runs = new Ledger(env.db.pool).runs;
+      runs.claimerLiveWithinMs = 500;
+      const executor = new RunExecutor({ ledger: runs, registry, replicaId: `live-${namespace}`, logger });
+      const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, liveness: runs });
+      await worker.start();
       try {
-        const deadline = Date.now() + 10_000;
-        while ((await delivery.queue.getFailedCount()) === 0 && Date.now() < deadline)
+        const deadline = Date.now() + 20_000;
+        while ((await states([runId!]))[0] !== 'completed' && Date.now() < deadline)
           await new Promise((r) => setTimeout(r, 50));
       } finally {
-        await raw.close();
-        await connection.quit();
+        await worker.close(1000);
       }
-      assert.deepEqual(await sweeper.sweepOnce(), { checked: 1, redelivered: 0, settled: 1 });
-      const row = (
-        await env.db.pool.query<{ state: string; error: string }>('SELECT state, error FROM cw_runs WHERE id = $1', [
-          runId!.toString(),
-        ])
-      ).rows[0]!;
-      assert.equal(row.state, 'failed');
-      assert.match(row.error, /worker crashed while recording/);
-      // A newer claim since the sweep read it would have kept the run as it was.
-      const stale = {
-        runId: runId!,
-        job: 'effect',
-        scheduledAt: new Date(),
-        state: 'running',
-        claimToken: (claimed as { claim: Claim }).claim.token,
-      };
-      assert.equal(await ledger.fires.failUnrecorded(stale, 'again'), false, 'a settled run is not settled twice');
+      assert.deepEqual(await states([runId!]), ['completed']);
+      const effects = await env.db.pool.query<{ attempt: number }>('SELECT attempt FROM effects WHERE run_id = $1', [
+        runId!.toString(),
+      ]);
+      assert.deepEqual(effects.rows, [{ attempt: 2 }], 'the live worker wrote the effect, once');
+      const attempts = await env.db.pool.query<{
+        attempt: number;
+        worker: string;
+        state: string;
+        error: string | null;
+      }>('SELECT attempt, worker, state, error FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt', [
+        runId!.toString(),
+      ]);
+      assert.deepEqual(
+        attempts.rows.map((a) => [a.attempt, a.worker, a.state]),
+        [
+          [1, 'lost-worker', 'stale'],
+          [2, `live-${namespace}`, 'completed'],
+        ],
+      );
+      assert.equal(
+        attempts.rows[0]!.error,
+        `worker lost-worker stopped beating; the run was handed to live-${namespace}`,
+      );
     },
   );
 

@@ -12,9 +12,12 @@ export interface RunDelivery {
   enqueue(runs: DeliverableRun[]): Promise<void>;
   /** Ask whichever worker runs these to abort them (overlap 'replace'). */
   cancel(runIds: bigint[]): Promise<void>;
-  /** Where the queue has each run (same order as `runs`). */
+  /**
+   * Where the queue has each run's own delivery, the one `redeliver` makes (same order as `runs`);
+   * a run handed over in a batch is not found there ('missing').
+   */
   inspect(runs: DeliverableRun[]): Promise<QueuedState[]>;
-  /** Hand runs to the queue again under the same id, replacing a finished queue entry. */
+  /** Hand runs to the queue again, one per delivery under the run's own id, replacing a finished one. */
   redeliver(runs: DeliverableRun[]): Promise<void>;
 }
 
