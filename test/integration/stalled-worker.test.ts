@@ -1,5 +1,5 @@
 /**
- * A worker paused (SIGSTOP) past BullMQ's lock: the run is re-delivered to another worker with a
+ * A worker paused (SIGSTOP) past its liveness window: another worker takes the run over with a
  * new execution token; when the paused worker resumes, its fenced write is refused, the second
  * attempt's write lands, and the ledger shows one completed run.
  */
@@ -88,6 +88,8 @@ it(
       await waitFor((e) => e.worker === 'child' && e.event === 'attempt' && e.attempt === 1);
       child.kill('SIGSTOP');
 
+      // As the child's: a worker silent for a second is taken for dead (the window is the child's lock).
+      ledger.runs.claimerLiveWithinMs = 1000;
       const executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'parent', logger });
       parentWorker = new BullmqWorker({
         redisUrl: SHARED_REDIS_URL,
@@ -96,6 +98,7 @@ it(
         logger,
         lockDurationMs: 1000,
         stalledIntervalMs: 500,
+        liveness: ledger.runs,
       });
       executor.setPublisher(parentWorker.publisherFor());
       await parentWorker.start();
