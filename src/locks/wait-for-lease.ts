@@ -41,6 +41,8 @@ export async function waitForLease(
         const onAbort = () => done();
         signal?.addEventListener('abort', onAbort, { once: true });
         wake = done;
+        // Aborted while tryAcquire or current was in flight: a listener added now never fires.
+        if (signal?.aborted) done();
         function done() {
           timer.cancel();
           signal?.removeEventListener('abort', onAbort);
