@@ -253,6 +253,28 @@ export class RunNotFoundError extends CronwardenError {
   }
 }
 
+/**
+ * A workflow run cannot do what was asked: resume while it is not failed or cancelled, go on with a
+ * definition this replica does not have (its code changed since it started), or it is no workflow run.
+ */
+export class WorkflowRunError extends CronwardenError {
+  readonly retryable = false;
+  constructor(
+    readonly runId: bigint,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/**
+ * Thrown by a workflow step's ctx.transaction when an earlier attempt already completed the step
+ * (its result is stored): the attempt ends there, recorded skipped; do not catch it.
+ */
+export class StepAlreadyCompletedError extends CronwardenError {
+  readonly retryable = false;
+}
+
 /** A retry asked of a run that may not be retried in its state (completed, still active, …). */
 export class RunNotRetryableError extends CronwardenError {
   readonly retryable = false;

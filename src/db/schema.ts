@@ -62,6 +62,17 @@ export const runStates = [
 ] as const;
 export type RunState = (typeof runStates)[number];
 
+/** What a cw_runs row is: a job's run, a workflow's run, or one step (item) of a workflow run. */
+export type RunKind = 'job' | 'workflow' | 'step';
+
+/**
+ * Runs outside the unique (job, scheduled_at) key: a manual trigger and a one-off run are extra
+ * runs (a one-off has its own key, (job, once_key)); a workflow step run belongs to its workflow
+ * run's slot (its key is (workflow_run_id, step, item)). The predicate of the key's index, which
+ * every ON CONFLICT on it repeats.
+ */
+export const SLOT_KEY_PREDICATE = `"trigger" NOT IN ('manual', 'once', 'step')`;
+
 /** One row per fire. The unique (job, scheduled_at) key is invariant I1. */
 export const runs = pgTable(
   'cw_runs',
@@ -100,16 +111,28 @@ export const runs = pgTable(
     claimedBy: text('claimed_by'),
     /** Attempts the handler failed (thrown, timed out): the job's retries count these, not hand-backs. */
     failures: integer('failures').notNull().default(0),
-    /** A run waiting to be retried is not claimed before this instant (its backoff); NULL: now. */
+    /** A run is not claimed before this instant (a retry's backoff, a step's delay); NULL: now. */
     availableAt: tstz('available_at'),
+    /** 'job'; 'workflow' for a workflow run (its steps do the work); 'step' for a step run of one. */
+    kind: text('kind').$type<RunKind>().notNull().default('job'),
+    /** A step run's workflow run (cw_runs.id). */
+    workflowRunId: bigint('workflow_run_id', { mode: 'bigint' }),
+    /** A step run's step name. */
+    step: text('step'),
+    /** A mapped step run's item index (0-based); NULL for a step that is not mapped. */
+    item: integer('item'),
+    /** A completed step run's result (JSON); a workflow run's: its definition's fingerprint, once started. */
+    result: jsonb('result'),
   },
   (t) => [
     // Manual triggers and one-off runs are outside the key: a trigger that lands on a scheduled
     // instant must neither swallow that fire nor be refused as its duplicate. One-off runs have
     // their own key, (job, once_key).
-    uniqueIndex('cw_runs_job_scheduled_at')
-      .on(t.job, t.scheduledAt)
-      .where(sql`${t.trigger} NOT IN ('manual', 'once')`),
+    uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt).where(sql.raw(SLOT_KEY_PREDICATE)),
+    // One run per step (per item of a mapped step) of a workflow run: a step is created once.
+    uniqueIndex('cw_runs_workflow_step_item')
+      .on(t.workflowRunId, t.step, sql`COALESCE(${t.item}, -1)`)
+      .where(sql`${t.workflowRunId} IS NOT NULL`),
     uniqueIndex('cw_runs_job_once_key')
       .on(t.job, t.onceKey)
       .where(sql`${t.onceKey} IS NOT NULL`),
@@ -182,6 +205,57 @@ export const members = pgTable('cw_members', {
   startedAt: tstz('started_at').notNull().defaultNow(),
   lastSeen: tstz('last_seen').notNull().defaultNow(),
 });
+
+/**
+ * One row per step of a workflow run (its gate): how many of its needs have yet to complete, how
+ * many of its items (1 when not mapped) have yet to complete, and its state. Every change of a
+ * workflow run's progress locks the workflow run's row first, then the gates in step-name order.
+ */
+export const workflowSteps = pgTable(
+  'cw_workflow_steps',
+  {
+    workflowRunId: bigint('workflow_run_id', { mode: 'bigint' })
+      .notNull()
+      .references(() => runs.id, { onDelete: 'cascade' }),
+    step: text('step').notNull(),
+    /** waiting (for needs, a signal or a delay) | ready (its runs exist) | completed | failed | cancelled */
+    state: text('state').notNull(),
+    /** Needs not completed yet, plus one while a signal it waits for has not come. */
+    needsLeft: integer('needs_left').notNull(),
+    /** Its runs: 1 when not mapped, the fan-out width when mapped; NULL until it is ready. */
+    itemsTotal: integer('items_total'),
+    itemsLeft: integer('items_left'),
+    /** A step waiting for this signal, and until when (then its onTimeout applies). */
+    waitsFor: text('waits_for'),
+    timeoutAt: tstz('timeout_at'),
+    /** Why it failed or was cancelled. */
+    reason: text('reason'),
+    readyAt: tstz('ready_at'),
+    completedAt: tstz('completed_at'),
+  },
+  (t) => [
+    primaryKey({ columns: [t.workflowRunId, t.step] }),
+    index('cw_workflow_steps_timeout')
+      .on(t.timeoutAt)
+      .where(sql`${t.state} = 'waiting' AND ${t.timeoutAt} IS NOT NULL`),
+  ],
+);
+
+/** Signals sent to workflow runs (an approval): the first of a name wins, later ones change nothing. */
+export const signals = pgTable(
+  'cw_signals',
+  {
+    workflowRunId: bigint('workflow_run_id', { mode: 'bigint' })
+      .notNull()
+      .references(() => runs.id, { onDelete: 'cascade' }),
+    name: text('name').notNull(),
+    payload: jsonb('payload'),
+    /** Who sent it; 'timeout' for the marker a timed-out wait with onTimeout 'continue' leaves. */
+    sentBy: text('sent_by').notNull(),
+    sentAt: tstz('sent_at').notNull().defaultNow(),
+  },
+  (t) => [primaryKey({ columns: [t.workflowRunId, t.name] })],
+);
 
 /**
  * Workers that are alive: each beats its row a few times per liveness window. A running run whose

@@ -70,6 +70,8 @@ export interface Tables {
   readonly jobState: string;
   readonly members: string;
   readonly workers: string;
+  readonly workflowSteps: string;
+  readonly signals: string;
   readonly elections: string;
   readonly ledger: string;
   readonly schedules: string;
@@ -116,6 +118,8 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       jobState: q('cw_job_state'),
       members: q('cw_members'),
       workers: q('cw_workers'),
+      workflowSteps: q('cw_workflow_steps'),
+      signals: q('cw_signals'),
       elections: q('cw_elections'),
       ledger: q('cw_ledger'),
       schedules: q('cw_schedules'),

@@ -22,6 +22,8 @@ export type HandlerOutcome = { kind: 'returned' } | { kind: 'threw'; error: unkn
 
 export class Attempt {
   transaction: TransactionMark = 'none';
+  /** What the handler returned (a workflow step's result when it did not use ctx.transaction). */
+  returned: unknown;
   /** Aborted by a newer claim of the run or a cancel (overlap 'replace'). */
   readonly abort = new AbortController();
   /** What the handler sees as ctx.signal: abort, the replica's shutdown, or the job's timeout. */
@@ -52,7 +54,11 @@ export class Attempt {
 
   /** Run the handler; stop waiting for it once `abandon` aborts (its late ctx calls are then refused). */
   async run(abandon: AbortSignal | undefined): Promise<HandlerOutcome> {
-    const work = Promise.resolve().then(() => this.job.handler(this.context()));
+    const work = Promise.resolve()
+      .then(() => this.job.handler(this.context()))
+      .then((value) => {
+        this.returned = value;
+      });
     try {
       const outcome = await untilAbandoned(work, abandon);
       if (outcome === ABANDONED) {

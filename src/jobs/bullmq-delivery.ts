@@ -58,15 +58,28 @@ export class BullmqDelivery implements RunDelivery {
     const random = this.o.random ?? Math.random;
     const now: DeliverableRun[] = [];
     const jobs: { name: string; data: RunJobData; opts: JobsOptions }[] = [];
+    const nowMs = Date.now();
     for (const run of runs) {
       const jitterMs = this.o.registry.get(handlerOf(run.job))?.jitterMs ?? 0;
-      if (jitterMs > 0) jobs.push(this.single(ledgerId, run, Math.floor(random() * jitterMs)));
+      const waitMs = run.availableAt ? run.availableAt.getTime() - nowMs : 0;
+      if (jitterMs > 0 || waitMs > 0)
+        jobs.push(this.single(ledgerId, run, Math.max(0, waitMs) + Math.floor(jitterMs > 0 ? random() * jitterMs : 0)));
       else now.push(run);
     }
     const size = Math.max(1, this.o.batchSize ?? DEFAULT_DELIVERY_BATCH);
     const ordered = [...now].sort((a, b) => (a.runId < b.runId ? -1 : a.runId > b.runId ? 1 : 0));
     for (let i = 0; i < ordered.length; i += size) jobs.push(this.batch(ledgerId, ordered.slice(i, i + size)));
     await this.queue.addBulk(jobs);
+  }
+
+  /**
+   * Hand runs committed outside the fire loop (workflow steps made ready by a completion) to the
+   * queue, then mark them handed over so the outbox leaves them alone.
+   */
+  async handOver(runs: readonly DeliverableRun[], markEnqueued: (runIds: bigint[]) => Promise<void>): Promise<void> {
+    if (runs.length === 0) return;
+    await this.enqueue([...runs]);
+    await markEnqueued(runs.map((r) => r.runId));
   }
 
   /** Hand one run over again after its `attempt`-th claim, delivered after `delayMs`. */

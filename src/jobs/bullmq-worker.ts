@@ -187,6 +187,8 @@ export class BullmqWorker {
           // Its row was held by another statement at the claim: again in a moment (a few times).
           if (result.status === 'locked' && deferrals < LOCKED_TRIES)
             this.tryLater(runId, traceparent, deferrals + 1, Math.min(1000, 20 * 2 ** deferrals));
+          // Delivered before its backoff or delay ended (the queue's clock ran ahead of the ledger's).
+          if (result.status === 'early') this.tryLater(runId, traceparent, deferrals, (result.waitMs ?? 0) + 50);
         },
         (err: unknown) => {
           // A handler's failure is recorded, and its retry queued, by the executor.

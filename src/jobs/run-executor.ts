@@ -1,7 +1,7 @@
 import { context } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
-import { AbortedError, BackendUnavailableError, StaleTokenError } from '../errors.js';
+import { AbortedError, BackendUnavailableError, InvalidArgumentError, StaleTokenError } from '../errors.js';
 import type { Claim, RunLedger } from '../ledger/run-ledger.js';
 import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { Attempt } from './attempt.js';
@@ -9,7 +9,15 @@ import { AttemptReport } from './attempt-report.js';
 import type { JobRegistry } from './job-registry.js';
 import { ledgerCall } from './ledger-call.js';
 import { INTERRUPTED, messageOf, needsRunState, settle, type Settlement } from './settlement.js';
-import type { JobDefinition } from './define-job.js';
+import { isWorkflow, type WorkflowDefinition } from './define-workflow.js';
+import {
+  jobRunnable,
+  startWorkflowRun,
+  stepRunnable,
+  type Runnable,
+  type WorkerWorkflowLedger,
+} from './workflow-step.js';
+import type { ReadyStepRun } from '../ledger/workflow-ledger.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 
 export { idempotencyKey } from './attempt.js';
@@ -18,12 +26,16 @@ export { INTERRUPTED } from './settlement.js';
 export type ExecutionStatus =
   /** The handler finished and the run is recorded completed by this attempt. */
   | 'completed'
+  /** A workflow run's claim: it is started (its first steps made), its steps do the rest. */
+  | 'started'
   /** The run was already finished (a re-delivery after the work was done): nothing ran. */
   | 'skipped'
   /** Another live attempt holds the run, or its retry is not due yet: this delivery did nothing. */
   | 'busy'
   /** Another statement held the run's row at the claim: deliver it again in a moment. */
   | 'locked'
+  /** Delivered before its retry's backoff or its step's delay was over: deliver it again then (waitMs). */
+  | 'early'
   /** A newer attempt took the run over while this one ran; its outcome was not recorded. */
   | 'stale'
   /** The leader cancelled the run (overlap 'replace'). */
@@ -45,6 +57,8 @@ export type ExecutionStatus =
 export interface ExecutionResult {
   status: ExecutionStatus;
   runId: string;
+  /** 'early': claimable in this many ms. */
+  waitMs?: number;
   attempt?: number;
   token?: string;
 }
@@ -63,6 +77,10 @@ export interface RunExecutorOptions {
   registry: JobRegistry;
   replicaId: string;
   logger: Logger;
+  /** Workflow runs' steps (start, input, completion with progress, failure); required once a workflow is defined. */
+  workflows?: WorkerWorkflowLedger;
+  /** Hand step runs made ready to the queue (enqueue, and mark them handed over). */
+  deliverSteps?: (runs: readonly ReadyStepRun[]) => Promise<void>;
   /** Tell the other replicas a run was claimed, so an older attempt aborts. */
   publish?: (message: ControlMessage) => Promise<void>;
   /**
@@ -190,9 +208,13 @@ export class RunExecutor {
     ).finally(() => options.onClaimed?.());
     if (claimed.status !== 'claimed') {
       const { state } = claimed;
-      if (claimed.status === 'busy' || claimed.status === 'locked') {
+      if (claimed.status === 'busy' || claimed.status === 'locked' || claimed.status === 'early') {
         this.o.logger.debug({ runId: runId.toString(), state, status: claimed.status }, 'run not claimed');
-        return { status: claimed.status, runId: runId.toString() };
+        return {
+          status: claimed.status,
+          runId: runId.toString(),
+          ...(claimed.status === 'early' ? { waitMs: claimed.waitMs } : {}),
+        };
       }
       this.o.logger.info({ runId: runId.toString(), state }, 'delivery skipped: run already finished');
       return { status: 'skipped', runId: runId.toString() };
@@ -205,9 +227,12 @@ export class RunExecutor {
       attempt: claim.attempt,
       token: claim.token.toString(),
     });
-    // A runtime schedule's run ("<handler>/<id>") runs its handler.
-    const job = this.o.registry.get(handlerOf(claim.job));
-    if (!job) return this.handBackUnknown(claim, log);
+    // A workflow step's run ("<workflow>@<fingerprint>/<step>") runs that step of that definition; a
+    // runtime schedule's run ("<handler>/<id>") runs its handler.
+    const step = this.o.registry.step(claim.job);
+    const job = step ? undefined : this.o.registry.get(handlerOf(claim.job));
+    if (!step && !job) return this.handBackUnknown(claim, log);
+    if (job && isWorkflow(job)) return this.startWorkflow(claim, job, log);
     // A run taken over from a worker that stopped beating: announced without waiting, so that
     // attempt stops sooner if it wakes; the ledger's token check, not this message, refuses its
     // writes. A first claim has no older attempt to tell.
@@ -221,14 +246,29 @@ export class RunExecutor {
     }
     if (options.startWhen && !(await options.startWhen()))
       return this.interrupt(claim, log, `${INTERRUPTED} before its handler started`);
-    const attempt = new Attempt(claim, job, this.o.ledger, log, options.signal);
+    const runnable = step
+      ? await stepRunnable(step, claim, { runs: this.o.ledger, workflows: this.workflows() })
+      : jobRunnable(job!, claim, this.o.ledger);
+    const attempt = new Attempt(claim, runnable.job, runnable.ledger, log, options.signal);
     this.running.set(runId.toString(), attempt);
     try {
       const outcome = await attempt.run(options.abandon).finally(() => options.onHandlerDone?.());
+      const held = runnable.held?.();
+      if (held) {
+        // A step's ctx.transaction, held open: it commits with the result the step returned.
+        if (outcome.kind === 'returned') {
+          const committed = await this.commitHeld(held, attempt, runnable).finally(() =>
+            this.deliverMade(runnable.made, log),
+          );
+          return result(committed ? 'completed' : 'stale', claim);
+        }
+        await held.rollback().catch(() => undefined);
+        attempt.transaction = 'none'; // nothing of it committed: the step's outcome is its error
+      }
       const run = needsRunState(outcome, attempt.transaction)
         ? await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId))
         : undefined;
-      report.finalAttempt = options.finalAttempt ?? claim.failures >= job.retries;
+      report.finalAttempt = options.finalAttempt ?? claim.failures >= runnable.job.retries;
       const settlement = settle({
         outcome,
         transaction: attempt.transaction,
@@ -237,14 +277,72 @@ export class RunExecutor {
         token: claim.token,
         run,
       });
-      return await this.carryOut(settlement, attempt, job);
+      const settled = await this.carryOut(settlement, attempt, runnable).finally(() =>
+        this.deliverMade(runnable.made, log),
+      );
+      return settled;
     } finally {
       this.running.delete(runId.toString());
     }
   }
 
+  /**
+   * Commit a step's held transaction with its result: true when committed, false when refused (a
+   * newer attempt holds the run). A result that cannot be stored fails the step for good.
+   */
+  private async commitHeld(
+    held: NonNullable<ReturnType<NonNullable<Runnable['held']>>>,
+    attempt: Attempt,
+    runnable: Runnable,
+  ): Promise<boolean> {
+    const { claim, log } = attempt;
+    try {
+      const committed = await ledgerCall(`commit of step run ${claim.runId}`, () => held.commit(attempt.returned));
+      if (!committed) log.warn('step returned, but a newer attempt owns the run: rolled back');
+      return committed;
+    } catch (err) {
+      if (!(err instanceof InvalidArgumentError)) throw err;
+      await ledgerCall(`record the failure of run ${claim.runId}`, () => runnable.fail(err));
+      log.error({ err }, 'step failed: its result cannot be stored');
+      throw err;
+    }
+  }
+
+  /** The workflow ledger: a step run claimed here without one is a wiring mistake. */
+  private workflows(): WorkerWorkflowLedger {
+    if (!this.o.workflows)
+      throw new InvalidArgumentError('a workflow step was claimed, but the executor has no workflow ledger');
+    return this.o.workflows;
+  }
+
+  /** A workflow run's own claim: start it, and hand its first steps to the queue. */
+  private async startWorkflow(claim: Claim, workflow: WorkflowDefinition, log: Logger): Promise<ExecutionResult> {
+    try {
+      const made = await this.retryWhileUnavailable(`start of workflow run ${claim.runId}`, () =>
+        startWorkflowRun(this.workflows(), claim, workflow.graph, log),
+      );
+      await this.deliverMade(made, log);
+      return result('started', claim);
+    } catch (err) {
+      if (!(err instanceof StaleTokenError)) throw err;
+      log.warn({ err }, 'workflow run start is stale: a newer attempt owns it');
+      return result('stale', claim);
+    }
+  }
+
+  /**
+   * Hand step runs made ready to the queue. Should that fail (Redis down), they are pending in the
+   * ledger and not marked handed over: the leader's outbox hands them over.
+   */
+  private async deliverMade(made: readonly ReadyStepRun[], log: Logger): Promise<void> {
+    if (made.length === 0 || !this.o.deliverSteps) return;
+    await this.o.deliverSteps(made).catch((err: Error) => {
+      log.warn({ err, runs: made.length }, 'could not hand the steps made ready to the queue; the outbox will');
+    });
+  }
+
   /** Record the settlement in the ledger; rethrows the handler's error where the queue must know. */
-  private async carryOut(s: Settlement, attempt: Attempt, job: JobDefinition): Promise<ExecutionResult> {
+  private async carryOut(s: Settlement, attempt: Attempt, runnable: Runnable): Promise<ExecutionResult> {
     const { claim, log } = attempt;
     switch (s.kind) {
       case 'settled':
@@ -253,9 +351,18 @@ export class RunExecutor {
         return result(s.status, claim);
       case 'complete': {
         // The handler ran: try hard to record that, rather than have the run delivered and run again.
-        const accepted = await this.retryWhileUnavailable(`record the outcome of run ${claim.runId}`, () =>
-          this.o.ledger.finish(claim, 'completed'),
-        );
+        let accepted: boolean;
+        try {
+          accepted = await this.retryWhileUnavailable(`record the outcome of run ${claim.runId}`, () =>
+            runnable.complete(attempt.returned),
+          );
+        } catch (err) {
+          // A result that cannot be stored (not JSON, too large): the step fails for good, with the reason.
+          if (!(err instanceof InvalidArgumentError)) throw err;
+          await ledgerCall(`record the failure of run ${claim.runId}`, () => runnable.fail(err));
+          log.error({ err }, 'run failed: its result cannot be stored');
+          throw err;
+        }
         if (accepted) return result('completed', claim);
         log.warn('completed, but a newer attempt owns the run: outcome not recorded');
         return result('stale', claim);
@@ -281,9 +388,11 @@ export class RunExecutor {
         log.warn({ err: s.error }, 'the ledger is unavailable; the run will be delivered again');
         throw s.error;
       case 'fail': {
-        const retryInMs = s.outcome === 'retrying' ? retryDelayMs(job.backoff, claim.failures + 1) : undefined;
+        const retryInMs = s.outcome === 'retrying' ? retryDelayMs(runnable.job.backoff, claim.failures + 1) : undefined;
         const accepted = await ledgerCall(`record the failure of run ${claim.runId}`, () =>
-          this.o.ledger.finish(claim, s.outcome, s.error, { failure: true, retryInMs }),
+          retryInMs === undefined
+            ? runnable.fail(s.error)
+            : this.o.ledger.finish(claim, s.outcome, s.error, { failure: true, retryInMs }),
         );
         if (accepted && retryInMs !== undefined) await this.redeliver(claim, retryInMs, log);
         log.error({ err: s.error }, s.outcome === 'failed' ? 'run failed' : 'attempt failed; will retry');

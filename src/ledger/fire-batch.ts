@@ -40,6 +40,8 @@ export interface CommittedFire {
   hold: boolean;
   /** The fire's trace context (W3C traceparent), set by the scheduler when a tracer records it. */
   traceparent?: string;
+  /** Not to be claimed before this (a workflow step's delay); absent or null: now. */
+  availableAt?: Date | null;
 }
 
 export interface FireBatchResult {

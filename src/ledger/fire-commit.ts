@@ -8,6 +8,7 @@
 import type pg from 'pg';
 import { StaleTokenError } from '../errors.js';
 import type { FireTrigger } from '../cron/fire-trigger.js';
+import { SLOT_KEY_PREDICATE } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
 import type { LeaderStamp } from './commit-stamps.js';
 import { fenceToken } from './fences.js';
@@ -50,7 +51,7 @@ const statements = perSchema((t) => ({
               CASE WHEN f.state = 'skipped' THEN now() END,
               f.error, f.schedule_version, f.payload
        FROM fire f WHERE EXISTS (SELECT 1 FROM fence)
-       ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
+       ON CONFLICT (job, scheduled_at) WHERE ${SLOT_KEY_PREDICATE} DO NOTHING
        RETURNING id, job, scheduled_at, trigger, state),
      job_state AS (
        INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)

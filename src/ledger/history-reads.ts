@@ -3,6 +3,7 @@
  * workload's effect and attempt-log rows joined to them, commit instants and refused attempts.
  */
 import type { Queryable } from './transaction.js';
+import { SLOT_KEY_PREDICATE } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
 
 export interface RunHistoryRow {
@@ -50,7 +51,7 @@ export async function runsInWindow(
     `SELECT r.id, r.job, r.scheduled_at, r.leader_token, r.trigger, r.state, r.created_at,
             (SELECT a.token FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state = 'completed' ORDER BY a.attempt DESC LIMIT 1) AS completed_token
      FROM ${t.runs} r
-     WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.trigger NOT IN ('manual', 'once') AND r.job LIKE $3
+     WHERE (r.scheduled_at BETWEEN $1 AND $2 OR r.created_at BETWEEN $1 AND $2) AND r.${SLOT_KEY_PREDICATE} AND r.job LIKE $3
      ORDER BY r.id`,
     [from, to, `${jobPrefix}%`],
   );

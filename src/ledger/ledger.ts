@@ -10,12 +10,15 @@ import { tablesIn, type Tables } from '../db/tables.js';
 import { FireLedger } from './fire-ledger.js';
 import { RunLedger } from './run-ledger.js';
 import { ScheduleLedger } from './schedule-ledger.js';
+import { WorkflowLedger } from './workflow-ledger.js';
 
 export class Ledger {
   readonly fires: FireLedger;
   readonly runs: RunLedger;
   /** Runtime schedules and their versions. */
   readonly schedules: ScheduleLedger;
+  /** Workflow runs: start, step completions, failures, cancel, retry, signals. */
+  readonly workflows: WorkflowLedger;
   /** cronwarden's tables in this deployment's schema (src/db/tables.ts). */
   readonly tables: Tables;
   private identityValue: Promise<string> | undefined;
@@ -29,6 +32,7 @@ export class Ledger {
     this.fires = new FireLedger(pool, this.tables);
     this.runs = new RunLedger(pool, this.tables);
     this.schedules = new ScheduleLedger(pool, this.tables);
+    this.workflows = new WorkflowLedger(pool, this.tables);
   }
 
   get schema(): string {

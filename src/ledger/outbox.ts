@@ -18,7 +18,7 @@ const statements = perSchema((t) => ({
    */
   unenqueued: namedStatement(
     'outbox_unenqueued',
-    `SELECT r.id, r.job, r.scheduled_at, r.trigger FROM ${t.runs} r
+    `SELECT r.id, r.job, r.scheduled_at, r.trigger, r.available_at FROM ${t.runs} r
      WHERE r.enqueued_at IS NULL AND r.state = 'pending' AND (r.trigger <> 'once' OR r.scheduled_at <= now())
        AND NOT (r.job = ANY($2::text[]) AND EXISTS (
          SELECT 1 FROM ${t.runs} a WHERE a.job = r.job AND a.id <> r.id
@@ -34,7 +34,13 @@ export async function unenqueued(
   limit: number,
   queuedJobs: string[],
 ): Promise<CommittedFire[]> {
-  const res = await db.query<{ id: string; job: string; scheduled_at: Date; trigger: FireTrigger }>({
+  const res = await db.query<{
+    id: string;
+    job: string;
+    scheduled_at: Date;
+    trigger: FireTrigger;
+    available_at: Date | null;
+  }>({
     ...statements(t).unenqueued,
     values: [limit, queuedJobs],
   });
@@ -45,6 +51,7 @@ export async function unenqueued(
     trigger: r.trigger,
     state: 'pending',
     hold: false,
+    availableAt: r.available_at,
   }));
 }
 

@@ -37,6 +37,8 @@ export interface Claim {
   onceKey?: string;
   /** The replica whose dead attempt this claim took over, when the run was running. */
   tookOverFrom?: string;
+  /** A step run: its workflow run, step and (mapped) item. */
+  workflow?: { runId: bigint; step: string; item: number | null };
 }
 
 export type ClaimResult =
@@ -49,7 +51,9 @@ export type ClaimResult =
    * Claimable, but another statement held its row at that instant (the outbox marking it handed
    * over, the sweep looking at it): worth claiming again in a moment.
    */
-  | { status: 'locked'; state: string };
+  | { status: 'locked'; state: string }
+  /** Waiting for its retry's backoff or its step's delay: claimable in `waitMs`. */
+  | { status: 'early'; state: string; waitMs: number };
 
 export interface ClaimOptions {
   /** This replica: the claimer recorded on the run and its attempt. */
@@ -60,7 +64,7 @@ export interface ClaimOptions {
 
 interface ClaimRow {
   id: string;
-  status: 'claimed' | 'finished' | 'busy' | 'locked';
+  status: 'claimed' | 'finished' | 'busy' | 'locked' | 'early';
   state: string;
   job: string | null;
   scheduled_at: Date | null;
@@ -72,6 +76,10 @@ interface ClaimRow {
   once_key: string | null;
   failures: number | null;
   took_over_from: string | null;
+  workflow_run_id: string | null;
+  step: string | null;
+  item: number | null;
+  wait_ms: number | null;
 }
 
 const statements = perSchema((t) => ({
@@ -80,8 +88,8 @@ const statements = perSchema((t) => ({
     'claim_runs',
     `WITH wanted AS (
        SELECT r.id, r.state, r.claimed_by FROM ${t.runs} r
-       WHERE r.id = ANY($1::bigint[]) AND r.state IN ${ACTIVE_SQL}
-         AND (r.state <> 'retrying' OR r.available_at IS NULL OR r.available_at <= now())
+       WHERE r.id = ANY($1::bigint[]) AND r.state IN ${ACTIVE_SQL} AND r.kind <> 'workflow'
+         AND (r.available_at IS NULL OR r.available_at <= now())
          AND (r.state <> 'running' OR r.claimed_by IS NULL OR r.claimed_by = $2 OR NOT ${claimerAlive(t, '$3')})
        ORDER BY r.id
        FOR UPDATE OF r SKIP LOCKED),
@@ -90,7 +98,7 @@ const statements = perSchema((t) => ({
          state = 'running', started_at = COALESCE(r.started_at, now()), claimed_by = $2, available_at = NULL
        FROM wanted w WHERE r.id = w.id
        RETURNING r.id, r.job, r.scheduled_at, r.attempts, r.claim_token, r.trigger, r.payload, r.once_key,
-         r.failures, clock_timestamp() AS claimed_at,
+         r.failures, r.workflow_run_id, r.step, r.item, clock_timestamp() AS claimed_at,
          CASE WHEN w.state = 'running' THEN COALESCE(w.claimed_by, 'an unknown worker') END AS took_over_from),
      dead AS (
        UPDATE ${t.runAttempts} a SET state = 'stale', finished_at = now(),
@@ -101,14 +109,16 @@ const statements = perSchema((t) => ({
        INSERT INTO ${t.runAttempts} (run_id, attempt, token, worker, state)
        SELECT id, attempts, claim_token, $2, 'running' FROM claimed)
      SELECT c.id, 'claimed' AS status, 'running' AS state, c.job, c.scheduled_at, c.attempts, c.claim_token,
-       c.trigger, c.claimed_at, c.payload, c.once_key, c.failures, c.took_over_from
+       c.trigger, c.claimed_at, c.payload, c.once_key, c.failures, c.took_over_from, c.workflow_run_id, c.step, c.item,
+       NULL::int AS wait_ms
      FROM claimed c
      UNION ALL
      SELECT r.id, CASE WHEN r.state IN ${FINISHED_SQL} THEN 'finished'
-         WHEN r.state = 'pending' OR (r.state = 'retrying' AND (r.available_at IS NULL OR r.available_at <= now()))
-           THEN 'locked'
+         WHEN r.state IN ('pending', 'retrying') AND r.kind <> 'workflow' AND r.available_at > now() THEN 'early'
+         WHEN r.state IN ('pending', 'retrying') AND r.kind <> 'workflow' THEN 'locked'
          ELSE 'busy' END, r.state,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       ceil(extract(epoch FROM r.available_at - now()) * 1000)::int
      FROM ${t.runs} r WHERE r.id = ANY($1::bigint[]) AND r.id NOT IN (SELECT id FROM claimed)`,
   ),
   /** Record a skipped attempt for each finished run among ids $1, delivered to worker $2. */
@@ -139,6 +149,7 @@ export async function claimRuns(
   return runIds.map((id): ClaimResult => {
     const row = byId.get(id.toString());
     if (!row) return { status: 'finished', state: 'unknown' };
+    if (row.status === 'early') return { status: 'early', state: row.state, waitMs: Math.max(0, row.wait_ms ?? 0) };
     if (row.status !== 'claimed') return { status: row.status, state: row.state };
     return {
       status: 'claimed',
@@ -154,6 +165,9 @@ export async function claimRuns(
         ...(row.payload === null ? {} : { payload: row.payload }),
         ...(row.once_key === null ? {} : { onceKey: row.once_key }),
         ...(row.took_over_from === null ? {} : { tookOverFrom: row.took_over_from }),
+        ...(row.workflow_run_id === null
+          ? {}
+          : { workflow: { runId: BigInt(row.workflow_run_id), step: row.step!, item: row.item } }),
       },
     };
   });

@@ -43,18 +43,38 @@ export async function commitOne<T>(
   claim: TransactingAttempt,
   fn: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<TransactionResult<T>> {
+  const result = await commitOneThen(pool, t, claim, fn, async (_client, _value, commitWith) =>
+    (await completeAndCommit(t, [claim], commitWith)) ? true : null,
+  );
+  return result.status === 'committed' ? { status: 'committed', value: result.value } : result;
+}
+
+/**
+ * ctx.transaction with the caller's completion: the check, `fn`, then `complete` inside the same
+ * transaction (it may send its last statement with COMMIT through `commitWith`); `complete`
+ * answering null refuses the attempt (a newer claim holds the run): everything rolls back and
+ * StaleTokenError goes out, after recording the attempt skipped if a newer one completed the run.
+ */
+export async function commitOneThen<T, R>(
+  pool: pg.Pool,
+  t: Tables,
+  claim: TransactingAttempt,
+  fn: (tx: pg.PoolClient) => Promise<T>,
+  complete: (client: pg.PoolClient, value: T, commitWith: (sql: string) => Promise<unknown>) => Promise<R | null>,
+): Promise<{ status: 'committed'; value: T; completed: R } | { status: 'skipped' }> {
   return withTransaction(
     pool,
-    async (client, rollback, { opened, commitWith }): Promise<TransactionResult<T>> => {
+    async (client, rollback, { opened, commitWith }) => {
       const row = (opened?.rows as RunRow[] | undefined)?.[0];
       if (!row || row.state === 'completed') {
         await rollback();
-        return { status: 'skipped' };
+        return { status: 'skipped' as const };
       }
       const newest = row.claim_token === null ? null : BigInt(row.claim_token);
       if (newest !== claim.token) throw new StaleTokenError(`run ${claim.runId}`, claim.token, newest);
       const value = await fn(client);
-      if (await completeAndCommit(t, [claim], commitWith)) return { status: 'committed', value };
+      const completed = await complete(client, value, commitWith);
+      if (completed !== null) return { status: 'committed' as const, value, completed };
       await rollback();
       const now = await pool.query<RunRow>(`SELECT id, state, claim_token FROM ${t.runs} WHERE id = $1`, [
         claim.runId.toString(),
@@ -141,7 +161,7 @@ export async function commitGroup(
 }
 
 /** The check sent with BEGIN: each run's state and newest claim (literals: ids are integers). */
-function checkStatement(t: Tables, claims: readonly TransactingAttempt[]): string {
+export function checkStatement(t: Tables, claims: readonly TransactingAttempt[]): string {
   const ids = claims.map((c) => sqlInt(c.runId)).join(',');
   return `SELECT id, state, claim_token FROM ${t.runs} WHERE id = ANY('{${ids}}'::bigint[])`;
 }

@@ -7,6 +7,7 @@
  */
 import type pg from 'pg';
 import type { FireTrigger } from '../cron/fire-trigger.js';
+import { SLOT_KEY_PREDICATE } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
 import type { StandInStamp } from './commit-stamps.js';
 import {
@@ -36,7 +37,7 @@ const statements = perSchema((t) => ({
             f.error, f.schedule_version, f.payload
      FROM jsonb_to_recordset($1::jsonb)
        AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)
-     ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
+     ON CONFLICT (job, scheduled_at) WHERE ${SLOT_KEY_PREDICATE} DO NOTHING
      RETURNING id, job, scheduled_at, trigger, state`,
   ),
   /** Move each job's last scheduled fire forward to the latest of fires $1 (never back). */

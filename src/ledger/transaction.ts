@@ -4,6 +4,81 @@ import type pg from 'pg';
 export type Queryable = Pick<pg.Pool, 'query'> | pg.PoolClient;
 
 /**
+ * A transaction on a client of a pool, held open until commit() or rollback(), which release the
+ * client (a workflow step's ctx.transaction stays open until the step returns its result).
+ */
+export class HeldTransaction {
+  private open = true;
+  /** Set when the server dropped the connection: the client is discarded on release. */
+  private broken: Error | undefined;
+  private readonly onError = (err: Error) => {
+    this.broken = err;
+  };
+
+  private constructor(readonly client: pg.PoolClient) {
+    // A checked-out client has no listener of the pool's: without one, the server going away
+    // mid-transaction (a restart, a failover) is an 'error' event that crashes the process. The
+    // failure reaches us through the pending query anyway; the broken client is then discarded.
+    client.on('error', this.onError);
+  }
+
+  /** BEGIN on a client of `pool`; `opening` (parameterless) is sent with it, its result returned as `opened`. */
+  static async begin(pool: pg.Pool, opening?: string): Promise<{ tx: HeldTransaction; opened?: pg.QueryResult }> {
+    const tx = new HeldTransaction(await pool.connect());
+    try {
+      if (opening === undefined) {
+        await tx.client.query('BEGIN');
+        return { tx };
+      }
+      return { tx, opened: results(await tx.client.query(`BEGIN; ${opening}`))[1] };
+    } catch (err) {
+      await tx.rollback().catch(() => undefined);
+      throw err;
+    }
+  }
+
+  get isOpen(): boolean {
+    return this.open;
+  }
+
+  /** COMMIT (with a parameterless statement before it, in one round trip: its result); releases. */
+  async commit(sql?: string): Promise<pg.QueryResult | undefined> {
+    if (!this.open) throw new Error('commit of a transaction that has ended');
+    try {
+      if (sql === undefined) {
+        await this.client.query('COMMIT');
+        this.end();
+        return undefined;
+      }
+      const res = firstResult(await this.client.query(`${sql}; COMMIT`));
+      this.end();
+      return res;
+    } catch (err) {
+      // A failed statement leaves the transaction aborted: it stays open for rollback().
+      if (this.broken) this.end();
+      throw err;
+    }
+  }
+
+  /** ROLLBACK and release; nothing when it has ended already. */
+  async rollback(): Promise<void> {
+    if (!this.open) return;
+    try {
+      await this.client.query('ROLLBACK');
+    } finally {
+      this.end();
+    }
+  }
+
+  private end(): void {
+    if (!this.open) return;
+    this.open = false;
+    this.client.off('error', this.onError);
+    this.client.release(this.broken);
+  }
+}
+
+/**
  * Run `fn` in one transaction on a client of `pool`: COMMIT when it returns, ROLLBACK when it
  * throws (or when it asks for it by returning through `rollback`), the client released either way.
  * Round trips can be saved with parameterless statements (simple-protocol queries of two
@@ -16,42 +91,16 @@ export async function withTransaction<T>(
   fn: (client: pg.PoolClient, rollback: () => Promise<void>, more: TransactionExtras) => Promise<T>,
   opening?: string,
 ): Promise<T> {
-  const client = await pool.connect();
-  // A checked-out client has no listener of the pool's: without one, the server going away
-  // mid-transaction (a restart, a failover) is an 'error' event that crashes the process. The
-  // failure reaches us through the pending query anyway; the broken client is then discarded.
-  let broken: Error | undefined;
-  const onError = (err: Error) => {
-    broken = err;
-  };
-  client.on('error', onError);
-  let open = true;
-  const rollback = async () => {
-    if (!open) return;
-    open = false;
-    await client.query('ROLLBACK');
-  };
-  const commitWith = async (sql: string): Promise<pg.QueryResult> => {
-    const res = firstResult(await client.query(`${sql}; COMMIT`));
-    open = false;
-    return res;
-  };
+  const { tx, opened } = await HeldTransaction.begin(pool, opening);
   try {
-    let opened: pg.QueryResult | undefined;
-    if (opening === undefined) await client.query('BEGIN');
-    else opened = results(await client.query(`BEGIN; ${opening}`))[1];
-    const value = await fn(client, rollback, { opened, commitWith });
-    if (open) {
-      open = false;
-      await client.query('COMMIT');
-    }
+    const value = await fn(tx.client, () => tx.rollback(), {
+      opened,
+      commitWith: async (sql) => (await tx.commit(sql))!,
+    });
+    if (tx.isOpen) await tx.commit();
     return value;
-  } catch (err) {
-    if (open) await client.query('ROLLBACK').catch(() => {});
-    throw err;
   } finally {
-    client.off('error', onError);
-    client.release(broken);
+    if (tx.isOpen) await tx.rollback().catch(() => undefined);
   }
 }
 

@@ -113,6 +113,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       logger,
       redeliver: (run, delayMs) => this.delivery.redeliverAfter(run, delayMs),
+      workflows: ledger.workflows,
+      deliverSteps: (runs) => this.delivery.handOver(runs, (ids) => ledger.fires.markEnqueued(ids)),
     });
   }
 
@@ -170,7 +172,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       pool: this.ledger.pool,
       tables: this.ledger.tables,
       role: () => this.role,
-      jobs: () => this.registry.list(),
+      // Workflows also as "<workflow>@<fingerprint>": their step runs' jobs, defined while a member has it.
+      jobs: () => [...this.registry.list(), ...this.registry.workflowVersions().map((name) => ({ name }))],
       adminUrl: this.adminUrl,
       logger: this.logger,
       intervalMs: sharded ? shardedBeatMs(this.ttlMs) : undefined,

@@ -5,6 +5,8 @@ export interface DeliverableRun {
   scheduledAt: Date;
   /** The trace context of the fire that committed it (W3C traceparent), when traced. */
   traceparent?: string;
+  /** Not claimable before this (a workflow step's delay): delivered then. Absent or null: now. */
+  availableAt?: Date | null;
 }
 
 export interface RunDelivery {

@@ -1,0 +1,134 @@
+/**
+ * Workflow runs in the ledger (workflow-runs.ts, workflow-control.ts, workflow-steps.ts), bound to
+ * a pool and the deployment's tables.
+ */
+import type pg from 'pg';
+import type { Tables } from '../db/tables.js';
+import { namedStatement, perSchema } from './named-statement.js';
+import { StaleTokenError } from '../errors.js';
+import { checkStatement, recordSkippedAttempt, type TransactingAttempt } from './run-transactions.js';
+import { HeldTransaction } from './transaction.js';
+import type { WorkflowGraph } from './workflow-graph.js';
+import { cancelWorkflow, retryWorkflow, signalWorkflow, timeOutWaits, type GraphOf } from './workflow-control.js';
+import { completeStep, completeStepIn, failStep, startWorkflow, type StepRunRef } from './workflow-runs.js';
+import { stepInput, type ReadyStepRun } from './workflow-steps.js';
+
+export type { GraphOf } from './workflow-control.js';
+export type { StepRunRef } from './workflow-runs.js';
+export type { ReadyStepRun } from './workflow-steps.js';
+
+/** What a step that waited for a signal received. */
+export interface StoredSignal {
+  name: string;
+  payload: unknown;
+  sentBy: string;
+  sentAt: Date;
+}
+
+const statements = perSchema((t) => ({
+  signal: namedStatement(
+    'workflow_signal',
+    `SELECT name, payload, sent_by, sent_at FROM ${t.signals} WHERE workflow_run_id = $1 AND name = $2`,
+  ),
+}));
+
+export class WorkflowLedger {
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly t: Tables,
+  ) {}
+
+  /** Start a claimed workflow run (workflow-runs.ts); the step runs made, to hand to the queue. */
+  start(claim: TransactingAttempt, graph: WorkflowGraph): Promise<ReadyStepRun[]> {
+    return startWorkflow(this.pool, this.t, claim, graph);
+  }
+
+  /** The input of a step run: its needs' results. */
+  input(graph: WorkflowGraph, workflowRunId: bigint, step: string): Promise<Record<string, unknown>> {
+    return stepInput(this.pool, this.t, graph, workflowRunId, step);
+  }
+
+  /** The signal `name` workflow run `id` received, if any. */
+  async received(id: bigint, name: string): Promise<StoredSignal | undefined> {
+    const res = await this.pool.query<{ name: string; payload: unknown; sent_by: string; sent_at: Date }>({
+      ...statements(this.t).signal,
+      values: [id.toString(), name],
+    });
+    const r = res.rows[0];
+    return r ? { name: r.name, payload: r.payload, sentBy: r.sent_by, sentAt: r.sent_at } : undefined;
+  }
+
+  /** Complete a step run with its result (no ctx.transaction); null: refused (a newer attempt holds it). */
+  complete(graph: WorkflowGraph, ref: StepRunRef, result: unknown): Promise<ReadyStepRun[] | null> {
+    return completeStep(this.pool, this.t, graph, ref, result);
+  }
+
+  /**
+   * ctx.transaction of a step, opened: BEGIN with the check (an earlier attempt completed the step:
+   * 'skipped', recorded; a newer claim: StaleTokenError). The transaction stays open: the step's
+   * writes commit with its result when it returns (commitHeld), or not at all (rollback).
+   */
+  async open(ref: StepRunRef): Promise<{ status: 'open'; tx: HeldTransaction } | { status: 'skipped' }> {
+    const { tx, opened } = await HeldTransaction.begin(this.pool, checkStatement(this.t, [ref]));
+    const row = opened?.rows[0] as { state: string; claim_token: string | null } | undefined;
+    if (!row || row.state === 'completed') {
+      await tx.rollback();
+      await recordSkippedAttempt(this.pool, this.t, ref, 'run already completed by an earlier attempt');
+      return { status: 'skipped' };
+    }
+    const newest = row.claim_token === null ? null : BigInt(row.claim_token);
+    if (newest !== ref.token) {
+      await tx.rollback();
+      throw new StaleTokenError(`run ${ref.runId}`, ref.token, newest);
+    }
+    return { status: 'open', tx };
+  }
+
+  /**
+   * Complete a step in its held transaction with its result, make the steps that became ready,
+   * and commit; null (rolled back) when refused: a newer attempt holds the step run.
+   */
+  async commitHeld(
+    tx: HeldTransaction,
+    graph: WorkflowGraph,
+    ref: StepRunRef,
+    result: unknown,
+  ): Promise<ReadyStepRun[] | null> {
+    try {
+      const made = await completeStepIn(tx.client, this.t, graph, ref, result);
+      if (made === null) {
+        await tx.rollback();
+        return null;
+      }
+      await tx.commit();
+      return made;
+    } finally {
+      if (tx.isOpen) await tx.rollback().catch(() => undefined);
+    }
+  }
+
+  /** A step run failed for good: its workflow run fails (workflow-runs.ts). */
+  fail(ref: StepRunRef, error: unknown): Promise<boolean> {
+    return failStep(this.pool, this.t, ref, error);
+  }
+
+  cancel(id: bigint, reason: string): Promise<{ cancelled: boolean; steps: bigint[] }> {
+    return cancelWorkflow(this.pool, this.t, id, reason);
+  }
+
+  retry(id: bigint, graphOf: GraphOf): Promise<ReadyStepRun[]> {
+    return retryWorkflow(this.pool, this.t, id, graphOf);
+  }
+
+  signal(
+    id: bigint,
+    o: { name: string; payload: unknown; by: string },
+    graphOf: GraphOf,
+  ): Promise<{ accepted: boolean; made: ReadyStepRun[] }> {
+    return signalWorkflow(this.pool, this.t, id, o, graphOf);
+  }
+
+  timeOutWaits(graphOf: GraphOf, limit: number): Promise<{ timedOut: number; made: ReadyStepRun[] }> {
+    return timeOutWaits(this.pool, this.t, graphOf, limit);
+  }
+}
