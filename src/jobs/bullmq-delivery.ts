@@ -76,9 +76,15 @@ export class BullmqDelivery implements RunDelivery {
    * Hand runs committed outside the fire loop (workflow steps made ready by a completion) to the
    * queue, then mark them handed over so the outbox leaves them alone.
    */
-  async handOver(runs: readonly DeliverableRun[], markEnqueued: (runIds: bigint[]) => Promise<void>): Promise<void> {
+  async handOver(
+    runs: readonly (DeliverableRun & { attempts?: number })[],
+    markEnqueued: (runIds: bigint[]) => Promise<void>,
+  ): Promise<void> {
     if (runs.length === 0) return;
-    await this.enqueue([...runs]);
+    // A run claimed before (a step run made again by a retry) gets a job id of its own attempt.
+    const again = runs.filter((r) => (r.attempts ?? 0) > 0);
+    await this.enqueue(runs.filter((r) => (r.attempts ?? 0) === 0));
+    await Promise.all(again.map((r) => this.redeliverAfter({ runId: r.runId, attempt: r.attempts! }, 0)));
     await markEnqueued(runs.map((r) => r.runId));
   }
 

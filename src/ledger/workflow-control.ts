@@ -49,7 +49,7 @@ const statements = perSchema((t) => ({
      UPDATE ${t.runs} SET state = 'pending', finished_at = NULL, error = NULL, failures = 0, available_at = NULL,
        enqueued_at = NULL, claimed_by = NULL
      WHERE workflow_run_id = $1 AND state IN ('failed', 'cancelled') AND EXISTS (SELECT 1 FROM run)
-     RETURNING id, job, scheduled_at`,
+     RETURNING id, job, scheduled_at, attempts`,
   ),
   /** Per step of run $1: its gate's state and its runs (total, completed). */
   progress: namedStatement(
@@ -126,7 +126,7 @@ export async function retryWorkflow(pool: pg.Pool, t: Tables, id: bigint, graphO
     if (run.state !== 'failed' && run.state !== 'cancelled')
       throw new WorkflowRunError(id, `workflow run ${id} is ${run.state}: only a failed or cancelled one resumes`);
     const s = statements(t);
-    const reopened = await client.query<{ id: string; job: string; scheduled_at: Date }>({
+    const reopened = await client.query<{ id: string; job: string; scheduled_at: Date; attempts: number }>({
       ...s.reopen,
       values: [id.toString()],
     });
@@ -166,6 +166,7 @@ export async function retryWorkflow(pool: pg.Pool, t: Tables, id: bigint, graphO
       job: r.job,
       scheduledAt: r.scheduled_at,
       availableAt: null,
+      attempts: r.attempts,
     }));
     for (const step of graph.steps) {
       const g = gates.get(step.name);

@@ -17,6 +17,16 @@ export type { GraphOf } from './workflow-control.js';
 export type { StepRunRef } from './workflow-runs.js';
 export type { ReadyStepRun } from './workflow-steps.js';
 
+/** What a run is, for the operations that differ by kind (retry, cancel). */
+export interface RunPlace {
+  kind: 'job' | 'workflow' | 'step';
+  job: string;
+  scheduledAt: Date;
+  state: string;
+  /** A step run's workflow run. */
+  workflowRunId?: bigint;
+}
+
 /** What a step that waited for a signal received. */
 export interface StoredSignal {
   name: string;
@@ -26,6 +36,10 @@ export interface StoredSignal {
 }
 
 const statements = perSchema((t) => ({
+  place: namedStatement(
+    'run_place',
+    `SELECT kind, workflow_run_id, job, scheduled_at, state FROM ${t.runs} WHERE id = $1`,
+  ),
   signal: namedStatement(
     'workflow_signal',
     `SELECT name, payload, sent_by, sent_at FROM ${t.signals} WHERE workflow_run_id = $1 AND name = $2`,
@@ -37,6 +51,26 @@ export class WorkflowLedger {
     private readonly pool: pg.Pool,
     private readonly t: Tables,
   ) {}
+
+  /** What run `id` is (a job's run, a workflow run, a step run of one), or undefined when there is none. */
+  async place(id: bigint): Promise<RunPlace | undefined> {
+    const res = await this.pool.query<{
+      kind: RunPlace['kind'];
+      workflow_run_id: string | null;
+      job: string;
+      scheduled_at: Date;
+      state: string;
+    }>({ ...statements(this.t).place, values: [id.toString()] });
+    const r = res.rows[0];
+    if (!r) return undefined;
+    return {
+      kind: r.kind,
+      job: r.job,
+      scheduledAt: r.scheduled_at,
+      state: r.state,
+      ...(r.workflow_run_id === null ? {} : { workflowRunId: BigInt(r.workflow_run_id) }),
+    };
+  }
 
   /** Start a claimed workflow run (workflow-runs.ts); the step runs made, to hand to the queue. */
   start(claim: TransactingAttempt, graph: WorkflowGraph): Promise<ReadyStepRun[]> {

@@ -18,6 +18,8 @@ export interface ReadyStepRun {
   scheduledAt: Date;
   /** Not before this (a step's delay); null: now. */
   availableAt: Date | null;
+  /** Claims it had before (a step run made again by a retry): its next delivery needs a job id of its own. */
+  attempts: number;
 }
 
 /** The workflow run row, as progress needs it (locked). */
@@ -177,7 +179,13 @@ export async function makeReady(
     ],
   });
   await client.query({ ...s.ready, values: [run.id.toString(), step, rows.length, 'ready'] });
-  return res.rows.map((r) => ({ runId: BigInt(r.id), job, scheduledAt: run.scheduledAt, availableAt: r.available_at }));
+  return res.rows.map((r) => ({
+    runId: BigInt(r.id),
+    job,
+    scheduledAt: run.scheduledAt,
+    availableAt: r.available_at,
+    attempts: 0,
+  }));
 }
 
 /**

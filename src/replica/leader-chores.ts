@@ -8,6 +8,7 @@ import { DeliverySweeper } from '../scheduler/chores/delivery-sweeper.js';
 import { PauseExpiry } from '../scheduler/chores/pause-expiry.js';
 import { RemovedJobs } from '../scheduler/chores/removed-jobs.js';
 import { RunRetention } from '../scheduler/chores/run-retention.js';
+import { WaitTimeouts } from '../scheduler/chores/wait-timeouts.js';
 import type { Leadership } from '../scheduler/firing/fire-loop.js';
 import type { ReplicaOptions } from './replica-options.js';
 
@@ -22,6 +23,8 @@ export interface LeaderChoresOptions extends Pick<ReplicaOptions, 'redelivery' |
   clock: Clock;
   logger: Logger;
   onPauseExpired: (pause: JobPause) => void;
+  /** Workflow steps' waits past their timeout (WorkflowOps.timeOutWaits). */
+  timeOutWaits: () => Promise<number>;
 }
 
 /** The leader's chores: retention (unless 0), the re-delivery sweep, pause expiry and removed jobs' runs. */
@@ -40,6 +43,7 @@ export function leaderChores(o: LeaderChoresOptions): Chore[] {
       onResumed: o.onPauseExpired,
     }),
     new RemovedJobs({ ledger: ledger.fires, db: ledger.pool, tables: ledger.tables, logger, ...o.removedJobs }),
+    new WaitTimeouts(o.timeOutWaits),
   );
   return chores;
 }

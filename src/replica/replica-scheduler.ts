@@ -32,6 +32,8 @@ export interface ReplicaSchedulerOptions {
   followers: () => readonly string[] | undefined;
   /** The member heartbeat's interval, once it beats. */
   beatMs: () => number | undefined;
+  /** Workflow steps' waits past their timeout, on the leader (a chore). */
+  timeOutWaits: () => Promise<number>;
 }
 
 /**
@@ -74,6 +76,7 @@ export class ReplicaScheduler {
       clock,
       logger,
       onPauseExpired: (pause) => o.events.emit('pause:expired', pause),
+      timeOutWaits: o.timeOutWaits,
     });
     this.chores = new ChoreRunner(chores, { clock, logger });
     this.scheduleSync = new ScheduleSync({

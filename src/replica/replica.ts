@@ -29,6 +29,7 @@ import { resolveReplicaOptions, type ResolvedReplicaOptions } from './replica-de
 import type { ReplicaOptions } from './replica-options.js';
 import { schedulerClock } from './scheduler-clock.js';
 import { ReplicaScheduler } from './replica-scheduler.js';
+import { WorkflowOps } from './workflow-ops.js';
 import type { Shards } from './shards.js';
 
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
@@ -62,6 +63,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly shards: Shards;
   /** Runtime schedules, one-off runs and backfills for the admin API (routed by the job's shard). */
   readonly runtime: RuntimeAdmin;
+  /** Retry, cancel and signal workflow runs. */
+  readonly workflows: WorkflowOps;
   /** Where this replica's admin HTTP answers, once started (undefined without one). */
   adminUrl: string | undefined;
   private readonly o: ResolvedReplicaOptions;
@@ -92,6 +95,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     const clock = (this.clock = o.clock ?? this.ledgerClock!);
     const registry = this.registry;
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry, ledger });
+    this.workflows = new WorkflowOps({ ledger, registry, delivery: this.delivery, logger });
     this.scheduler = new ReplicaScheduler({
       options: o,
       registry,
@@ -103,6 +107,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       events: this,
       followers: () => this.heartbeat?.followers,
       beatMs: () => this.heartbeat?.intervalMs,
+      timeOutWaits: () => this.workflows.timeOutWaits(),
     });
     ({ shards: this.shards, runtime: this.runtime } = this.scheduler);
     // A worker that stops beating for a lease TTL is taken for dead: its runs go to others.
@@ -275,6 +280,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     return this.shards.resign();
   }
   async retry(runId: bigint): Promise<RetriedRun> {
+    // A workflow run (or a step of one) resumes from its failed steps, on any replica.
+    const workflowRun = await this.workflows.workflowRunOf(runId);
+    if (workflowRun !== undefined) return this.workflows.retry(workflowRun);
     // Sharded: the run's job says whose fence the retry goes under (an unknown run: shard 0 says so).
     const run = this.o.shards > 1 ? await runDetail(this.ledger.pool, this.ledger.tables, runId) : null;
     return (run ? this.shards.forJob(run.job) : this.shards.first).retry(runId);

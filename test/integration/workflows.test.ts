@@ -18,6 +18,8 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 interface StepRow {
   id: string;
+  attempts: number;
+  error: string | null;
   step: string;
   item: number | null;
   state: string;
@@ -74,6 +76,63 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       },
     });
 
+  let bFixed = false;
+  const flaky = defineWorkflow({ name: 'flaky', schedule: '0 0 1 1 *' })
+    .step('a', (ctx) =>
+      ctx.transaction(async (tx) => {
+        await tx.query("INSERT INTO wf_effects (run, what) VALUES ($1, 'a')", [ctx.workflowRunId]);
+        return 'a';
+      }),
+    )
+    .step('b', {
+      needs: ['a'],
+      retries: 1,
+      backoff: { type: 'fixed', delayMs: 10 },
+      run: () => {
+        if (!bFixed) throw new Error('b is broken');
+        return 'b';
+      },
+    })
+    .step('c', { needs: ['b'], run: (_ctx, i) => `${i.b}c` });
+
+  const slow = defineWorkflow({ name: 'slow', schedule: '0 0 1 1 *' })
+    .step('a', (ctx) =>
+      ctx.transaction(async (tx) => {
+        await tx.query("INSERT INTO wf_effects (run, what) VALUES ($1, 'slow a')", [ctx.workflowRunId]);
+        // Wakes when told to stop, and returns as if done: its commit must be refused.
+        await new Promise((resolve) => {
+          const timer = setTimeout(resolve, 30_000);
+          ctx.signal.addEventListener('abort', () => {
+            clearTimeout(timer);
+            resolve(undefined);
+          });
+        });
+        return 'a';
+      }),
+    )
+    .step('b', { needs: ['a'], run: () => 'b' });
+
+  const approval = defineWorkflow({ name: 'approval', schedule: '0 0 1 1 *' })
+    .step('prepare', () => ({ amount: 42 }))
+    .step('approve', {
+      needs: ['prepare'],
+      waitFor: { signal: 'approved', timeoutMs: 60_000 },
+      run: (ctx, i) => ({ amount: i.prepare.amount, by: ctx.received?.timedOut ? null : ctx.received?.data }),
+    });
+
+  const nudge = defineWorkflow({ name: 'nudge', schedule: '0 0 1 1 *' })
+    .step('ask', () => 'asked')
+    .step('go', {
+      needs: ['ask'],
+      waitFor: { signal: 'answer', timeoutMs: 1500, onTimeout: 'continue' },
+      run: (ctx) => (ctx.received?.timedOut ? 'no answer' : 'answered'),
+    })
+    .step('later', { needs: ['go'], afterMs: 1500, run: () => 'later' });
+
+  const wide = defineWorkflow({ name: 'wide', schedule: '0 0 1 1 *' })
+    .step('list', () => 10_001)
+    .step('each', { needs: ['list'], map: (i) => Array.from({ length: i.list }, (_, k) => k), run: () => 1 });
+
   before(async () => {
     db = await createTestDatabase();
     await db.pool.query('CREATE TABLE wf_effects (run text NOT NULL, what text NOT NULL)');
@@ -84,7 +143,7 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       backend: new MemoryLeaseBackend({ store: new MemoryLeaseStore() }),
       databaseUrl: db.url,
       redisUrl: SHARED_REDIS_URL,
-      jobs: [billing, diamond],
+      jobs: [billing, diamond, flaky, slow, approval, nudge, wide],
       admin: false,
       logger: pino({ level: 'silent' }),
       election: { ttlMs: 2000 },
@@ -97,17 +156,24 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
     await db?.drop();
   });
 
-  async function runToEnd(workflow: string): Promise<{ id: string; state: string; steps: StepRow[] }> {
+  /** Fire `workflow` now; its workflow run's id. */
+  async function fire(workflow: string): Promise<string> {
     // The replica leads once its first tenure's catch-up is planned: until then a trigger is refused.
-    let fire: Awaited<ReturnType<Replica['trigger']>> | undefined;
-    for (let i = 0; !fire; i++) {
-      fire = await replica.trigger(workflow).catch((err: Error) => {
+    for (let i = 0; ; i++) {
+      const fired = await replica.trigger(workflow).catch((err: Error) => {
         if (err.name !== 'NotLeaderError' || i > 200) throw err;
         return undefined;
       });
-      if (!fire) await sleep(50);
+      if (fired) return fired.runId.toString();
+      await sleep(50);
     }
-    const id = fire.runId.toString();
+  }
+
+  async function runToEnd(workflow: string): Promise<{ id: string; state: string; steps: StepRow[] }> {
+    return waitForEnd(await fire(workflow));
+  }
+
+  async function waitForEnd(id: string): Promise<{ id: string; state: string; steps: StepRow[] }> {
     const deadline = Date.now() + 30_000;
     let state = '';
     while (Date.now() < deadline) {
@@ -117,21 +183,10 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       await sleep(50);
     }
     const steps = await db.pool.query<StepRow>(
-      `SELECT id, step, item, state, result, started_at, finished_at FROM ${db.schema}.cw_runs
+      `SELECT id, step, item, state, result, started_at, finished_at, attempts, error FROM ${db.schema}.cw_runs
        WHERE workflow_run_id = $1 ORDER BY step, item`,
       [id],
     );
-    if (state !== 'completed')
-      console.log(
-        JSON.stringify(
-          (
-            await db.pool.query(
-              `SELECT id, step, item, state, error, result FROM ${db.schema}.cw_runs WHERE id = $1 OR workflow_run_id = $1 ORDER BY id`,
-              [id],
-            )
-          ).rows,
-        ),
-      );
     return { id, state, steps: steps.rows };
   }
 
@@ -188,5 +243,123 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
     assertI7(run.steps, { b: ['a'], c: ['a'], d: ['b', 'c'] });
     const effects = await db.pool.query('SELECT 1 FROM wf_effects WHERE run = $1', [run.id]);
     assert.equal(effects.rowCount, 1);
+  });
+
+  async function gates(id: string) {
+    const res = await db.pool.query<{ step: string; state: string }>(
+      `SELECT step, state FROM ${db.schema}.cw_workflow_steps WHERE workflow_run_id = $1 ORDER BY step`,
+      [id],
+    );
+    return Object.fromEntries(res.rows.map((g) => [g.step, g.state]));
+  }
+
+  async function until(what: string, ok: () => Promise<boolean>): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    while (!(await ok())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await sleep(50);
+    }
+  }
+
+  it('a step that fails after its retries fails the run and cancels what had not started; retry resumes from it', async () => {
+    const failed = await runToEnd('flaky');
+    assert.equal(failed.state, 'failed');
+    assert.deepEqual(
+      failed.steps.map((s) => [s.step, s.state, s.attempts]),
+      [
+        ['a', 'completed', 1],
+        ['b', 'failed', 2],
+      ],
+      'b failed after its one retry; c was never made',
+    );
+    assert.deepEqual(await gates(failed.id), { a: 'completed', b: 'failed', c: 'cancelled' });
+    const run = await db.pool.query<{ error: string }>(`SELECT error FROM ${db.schema}.cw_runs WHERE id = $1`, [
+      failed.id,
+    ]);
+    assert.match(run.rows[0]!.error, /^step "b" failed: b is broken/);
+
+    bFixed = true;
+    const retried = await replica.retry(BigInt(failed.id));
+    assert.equal(retried.previousState, 'failed');
+    const resumed = await waitForEnd(failed.id);
+    assert.equal(resumed.state, 'completed');
+    assert.deepEqual(
+      resumed.steps.map((s) => [s.step, s.state, s.attempts, s.result]),
+      [
+        ['a', 'completed', 1, 'a'],
+        ['b', 'completed', 3, 'b'],
+        ['c', 'completed', 1, 'bc'],
+      ],
+      'a was not run again; b ran once more; c was made',
+    );
+    const effects = await db.pool.query("SELECT 1 FROM wf_effects WHERE run = $1 AND what = 'a'", [failed.id]);
+    assert.equal(effects.rowCount, 1, "a's effect once");
+    await assert.rejects(replica.retry(BigInt(failed.id)), /only a failed or cancelled one resumes/);
+  });
+
+  it('cancel: the running step is told to stop and its late writes are refused; nothing after it starts', async () => {
+    const id = await fire('slow');
+    await until('step a running', async () => {
+      const r = await db.pool.query(
+        `SELECT 1 FROM ${db.schema}.cw_runs WHERE workflow_run_id = $1 AND step = 'a' AND state = 'running'`,
+        [id],
+      );
+      return r.rowCount === 1;
+    });
+    assert.equal(await replica.workflows.cancel(BigInt(id), 'cancelled by the test'), true);
+    assert.equal(await replica.workflows.cancel(BigInt(id), 'again'), false, 'a cancelled run is not cancelled twice');
+    const end = await waitForEnd(id);
+    assert.equal(end.state, 'cancelled');
+    await until('step a settled', async () => {
+      const r = await db.pool.query<{ state: string }>(
+        `SELECT state FROM ${db.schema}.cw_run_attempts WHERE run_id = (SELECT id FROM ${db.schema}.cw_runs WHERE workflow_run_id = $1 AND step = 'a')`,
+        [id],
+      );
+      return r.rows.every((a) => a.state !== 'running');
+    });
+    const effects = await db.pool.query("SELECT 1 FROM wf_effects WHERE run = $1 AND what = 'slow a'", [id]);
+    assert.equal(effects.rowCount, 0, "the cancelled step's transaction rolled back");
+    assert.deepEqual(
+      end.steps.map((s) => [s.step, s.state]),
+      [['a', 'cancelled']],
+    );
+    assert.deepEqual(await gates(id), { a: 'cancelled', b: 'cancelled' });
+  });
+
+  it('a step waits for a signal without a worker; the first signal of a name counts', async () => {
+    const id = await fire('approval');
+    await until('approve waiting', async () => (await gates(id)).prepare === 'completed');
+    assert.equal((await gates(id)).approve, 'waiting');
+    const sent = await replica.workflows.signal(BigInt(id), 'approved', { by: 'alice' }, 'test');
+    assert.deepEqual(sent, { accepted: true, started: 1 });
+    const end = await waitForEnd(id);
+    assert.equal(end.state, 'completed');
+    assert.deepEqual(end.steps.find((s) => s.step === 'approve')!.result, { amount: 42, by: { by: 'alice' } });
+    assert.deepEqual(await replica.workflows.signal(BigInt(id), 'approved', { by: 'bob' }, 'test'), {
+      accepted: false,
+      started: 0,
+    });
+  });
+
+  it('a wait past its timeout goes on (onTimeout "continue"); a delay holds its step back', async () => {
+    const run = await runToEnd('nudge');
+    assert.equal(run.state, 'completed');
+    const [ask, go, later] = ['ask', 'go', 'later'].map((n) => run.steps.find((s) => s.step === n)!);
+    assert.equal(go!.result, 'no answer');
+    assert.ok(go!.started_at.getTime() - ask!.finished_at.getTime() >= 1400, 'go waited for its timeout');
+    assert.ok(later!.started_at.getTime() - go!.finished_at.getTime() >= 1400, 'later waited its delay');
+  });
+
+  it('a map wider than the bound fails the run with the reason; nothing is made', async () => {
+    const run = await runToEnd('wide');
+    assert.equal(run.state, 'failed');
+    const row = await db.pool.query<{ error: string }>(`SELECT error FROM ${db.schema}.cw_runs WHERE id = $1`, [
+      run.id,
+    ]);
+    assert.match(row.rows[0]!.error, /10001 items; a step fans out to at most 10000/);
+    assert.deepEqual(
+      run.steps.map((s) => s.step),
+      ['list'],
+    );
   });
 });
