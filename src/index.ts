@@ -7,6 +7,18 @@ export {
   type OverlapPolicy,
 } from './jobs/define-job.js';
 export type { JobContext, JobHandler, TransactionClient } from './jobs/job-context.js';
+export {
+  defineWorkflow,
+  isWorkflow,
+  MAX_FAN_OUT,
+  MAX_STEPS,
+  WorkflowDefinition,
+  type ReceivedSignal,
+  type StepContext,
+  type StepInput,
+  type StepOptions,
+  type WorkflowOptions,
+} from './jobs/define-workflow.js';
 export { JobRegistry, UnknownJobError } from './jobs/job-registry.js';
 export { NodeCronCoordinator } from './jobs/node-cron-coordinator.js';
 export { Replica, type ReplicaOptions, type ReplicaAdminOptions, type ReplicaEvents } from './replica/replica.js';

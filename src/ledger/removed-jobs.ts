@@ -3,6 +3,8 @@
  * `cancelled` and then its per-job state (last fire, pause flag) is forgotten. `defined` is the
  * jobs of every live member; a runtime schedule's job ("handler/id") counts by its handler.
  * node-cron coordinator runs ("node-cron:…") are not jobs of any replica and are never touched.
+ * Workflow runs and their steps are settled by their workflow run (workflow-control.ts), which
+ * fails once no live replica defines the definition it was started with.
  */
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
@@ -14,7 +16,8 @@ const statements = perSchema((t) => ({
   cancelRuns: namedStatement(
     'cancel_runs_of_removed_jobs',
     `UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), error = $2
-     WHERE state IN ${ACTIVE_SQL} AND split_part(job, '/', 1) <> ALL($1::text[]) AND job NOT LIKE 'node-cron:%'
+     WHERE state IN ${ACTIVE_SQL} AND kind = 'job' AND split_part(job, '/', 1) <> ALL($1::text[])
+       AND job NOT LIKE 'node-cron:%'
        AND created_at < now() - $3::bigint * interval '1 millisecond'
      RETURNING id, job`,
   ),

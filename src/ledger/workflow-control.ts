@@ -17,15 +17,25 @@ import { failWorkflowRun } from './workflow-runs.js';
 export type GraphOf = (workflow: string, fingerprint: string) => WorkflowGraph | undefined;
 
 const statements = perSchema((t) => ({
+  /** Running workflow runs whose "<workflow>@<fingerprint>" is not in $1, older than $2 ms. */
+  undefinedRuns: namedStatement(
+    'workflow_runs_of_undefined_definitions',
+    `SELECT id, job || '@' || (result #>> '{}') AS definition FROM ${t.runs}
+     WHERE kind = 'workflow' AND state = 'running' AND job || '@' || (result #>> '{}') <> ALL($1::text[])
+       AND created_at < now() - $2::bigint * interval '1 millisecond'`,
+  ),
   pinnedTo: namedStatement(
     'workflow_fingerprint',
     `SELECT kind, result #>> '{}' AS fingerprint FROM ${t.runs} WHERE id = $1`,
   ),
-  /** Cancel workflow run $1 with reason $2 and its active step runs (fenced: a new token each). */
+  /**
+   * End workflow run $1 as $3 ('cancelled', or 'failed' when its definition is gone) with reason $2,
+   * and cancel its active step runs (fenced: a new token each).
+   */
   cancel: namedStatement(
     'cancel_workflow_run',
     `WITH run AS (
-       UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), error = $2
+       UPDATE ${t.runs} SET state = $3, finished_at = now(), error = $2
        WHERE id = $1 AND state IN ${ACTIVE_SQL} RETURNING id),
      steps AS (
        UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), claim_token = nextval(${t.executionTokenSeq}),
@@ -105,11 +115,43 @@ export async function cancelWorkflow(
     if (!(await lockWorkflowRun(client, t, id))) return { cancelled: false, steps: [] };
     const res = await client.query<{ cancelled: number; steps: string[] }>({
       ...statements(t).cancel,
-      values: [id.toString(), reason],
+      values: [id.toString(), reason, 'cancelled'],
     });
     const row = res.rows[0]!;
     return { cancelled: row.cancelled === 1, steps: row.steps.map(BigInt) };
   });
+}
+
+/**
+ * Workflow runs started with a definition no live replica has any more (every replica that had it
+ * is gone, `defined` being what the live ones define), older than `graceMs`: each fails with the
+ * reason (a retry on a replica with that definition resumes it), its active steps cancelled.
+ */
+export async function failUndefinedWorkflows(
+  pool: pg.Pool,
+  t: Tables,
+  defined: readonly string[],
+  graceMs: number,
+): Promise<{ runId: bigint; definition: string; steps: bigint[] }[]> {
+  const orphans = await pool.query<{ id: string; definition: string }>({
+    ...statements(t).undefinedRuns,
+    values: [[...defined], Math.floor(graceMs)],
+  });
+  const failed: { runId: bigint; definition: string; steps: bigint[] }[] = [];
+  for (const o of orphans.rows) {
+    const reason = `definition ${o.definition} is defined by no live replica (its code changed or was removed)`;
+    const ended = await withTransaction(pool, async (client) => {
+      await lockWorkflowRun(client, t, BigInt(o.id));
+      const res = await client.query<{ cancelled: number; steps: string[] }>({
+        ...statements(t).cancel,
+        values: [o.id, reason, 'failed'],
+      });
+      return res.rows[0]!;
+    });
+    if (ended.cancelled === 1)
+      failed.push({ runId: BigInt(o.id), definition: o.definition, steps: ended.steps.map(BigInt) });
+  }
+  return failed;
 }
 
 /**

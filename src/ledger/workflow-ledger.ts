@@ -9,7 +9,14 @@ import { StaleTokenError } from '../errors.js';
 import { checkStatement, recordSkippedAttempt, type TransactingAttempt } from './run-transactions.js';
 import { HeldTransaction } from './transaction.js';
 import type { WorkflowGraph } from './workflow-graph.js';
-import { cancelWorkflow, retryWorkflow, signalWorkflow, timeOutWaits, type GraphOf } from './workflow-control.js';
+import {
+  cancelWorkflow,
+  failUndefinedWorkflows,
+  retryWorkflow,
+  signalWorkflow,
+  timeOutWaits,
+  type GraphOf,
+} from './workflow-control.js';
 import { completeStep, completeStepIn, failStep, startWorkflow, type StepRunRef } from './workflow-runs.js';
 import { stepInput, type ReadyStepRun } from './workflow-steps.js';
 
@@ -160,6 +167,14 @@ export class WorkflowLedger {
     graphOf: GraphOf,
   ): Promise<{ accepted: boolean; made: ReadyStepRun[] }> {
     return signalWorkflow(this.pool, this.t, id, o, graphOf);
+  }
+
+  /** Fail running workflow runs whose definition no live replica has (`defined`: what they define). */
+  failUndefined(
+    defined: readonly string[],
+    graceMs: number,
+  ): Promise<{ runId: bigint; definition: string; steps: bigint[] }[]> {
+    return failUndefinedWorkflows(this.pool, this.t, defined, graceMs);
   }
 
   timeOutWaits(graphOf: GraphOf, limit: number): Promise<{ timedOut: number; made: ReadyStepRun[] }> {

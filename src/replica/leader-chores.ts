@@ -42,7 +42,15 @@ export function leaderChores(o: LeaderChoresOptions): Chore[] {
       fenceResource: o.fenceResource,
       onResumed: o.onPauseExpired,
     }),
-    new RemovedJobs({ ledger: ledger.fires, db: ledger.pool, tables: ledger.tables, logger, ...o.removedJobs }),
+    new RemovedJobs({
+      ledger: ledger.fires,
+      workflows: ledger.workflows,
+      cancel: (ids) => delivery.cancel(ids),
+      db: ledger.pool,
+      tables: ledger.tables,
+      logger,
+      ...o.removedJobs,
+    }),
     new WaitTimeouts(o.timeOutWaits),
   );
   return chores;

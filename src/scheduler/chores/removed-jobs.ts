@@ -1,12 +1,16 @@
 import type { Logger } from 'pino';
 import type { Tables } from '../../db/tables.js';
 import type { FireLedger } from '../../ledger/fire-ledger.js';
+import type { WorkflowLedger } from '../../ledger/workflow-ledger.js';
 import { jobsOfLiveMembers } from '../../ledger/members.js';
 import type { Queryable } from '../../ledger/transaction.js';
 import type { Chore } from './chore.js';
 
 export interface RemovedJobsOptions {
   ledger: Pick<FireLedger, 'cancelRunsOfUndefinedJobs' | 'forgetUndefinedJobs'>;
+  workflows: Pick<WorkflowLedger, 'failUndefined'>;
+  /** Tell the workers running these runs to stop (their commits are refused in any case). */
+  cancel: (runIds: bigint[]) => Promise<void>;
   /** Where the members' job sets are read. */
   db: Queryable;
   tables: Tables;
@@ -48,6 +52,14 @@ export class RemovedJobs implements Chore {
     for (const job of new Set(settled.map((r) => r.job))) {
       const runs = settled.filter((r) => r.job === job).map((r) => r.runId.toString());
       this.o.logger.warn({ job, runs }, `settled the runs of a removed job: ${reason}`);
+    }
+    // A workflow run started with a definition no live replica has fails; its steps are cancelled.
+    for (const w of await this.o.workflows.failUndefined([...defined], liveWithinMs)) {
+      this.o.logger.warn(
+        { runId: w.runId.toString(), definition: w.definition },
+        'failed a workflow run whose definition no live replica has',
+      );
+      await this.o.cancel(w.steps).catch(() => undefined);
     }
     // Its last fire and pause flag go too; its runs' history stays until retention.
     const forgotten = await this.o.ledger.forgetUndefinedJobs([...defined]);
