@@ -31,5 +31,6 @@ ALTER TABLE "cw_runs" ADD COLUMN "result" jsonb;--> statement-breakpoint
 ALTER TABLE "cw_signals" ADD CONSTRAINT "cw_signals_workflow_run_id_cw_runs_id_fk" FOREIGN KEY ("workflow_run_id") REFERENCES "public"."cw_runs"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 ALTER TABLE "cw_workflow_steps" ADD CONSTRAINT "cw_workflow_steps_workflow_run_id_cw_runs_id_fk" FOREIGN KEY ("workflow_run_id") REFERENCES "public"."cw_runs"("id") ON DELETE cascade ON UPDATE no action;--> statement-breakpoint
 CREATE INDEX "cw_workflow_steps_timeout" ON "cw_workflow_steps" USING btree ("timeout_at") WHERE "cw_workflow_steps"."state" = 'waiting' AND "cw_workflow_steps"."timeout_at" IS NOT NULL;--> statement-breakpoint
+CREATE INDEX "cw_runs_workflow_finished" ON "cw_runs" USING btree ("finished_at") WHERE "cw_runs"."kind" = 'workflow';--> statement-breakpoint
 CREATE UNIQUE INDEX "cw_runs_workflow_step_item" ON "cw_runs" USING btree ("workflow_run_id","step",COALESCE("item", -1)) WHERE "cw_runs"."workflow_run_id" IS NOT NULL;--> statement-breakpoint
 CREATE UNIQUE INDEX "cw_runs_job_scheduled_at" ON "cw_runs" USING btree ("job","scheduled_at") WHERE "trigger" NOT IN ('manual', 'once', 'step');

@@ -11,6 +11,7 @@ import type { LeaseRecord } from '../locks/lease.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
+import type { SentSignal } from '../ledger/workflow-ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
 import type { BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
 
@@ -32,8 +33,12 @@ export const adminCalls = {
     pause: signature<[job: string, request: PauseRequest], JobPause>(),
     /** Give up leadership; false when not leading. */
     resign: signature<[], boolean>(),
-    /** Retry a failed or cancelled run (leader only, fenced like a fire). */
+    /** Retry a failed or cancelled run (leader only, fenced like a fire); a workflow run resumes from its failed steps. */
     retry: signature<[runId: bigint], RetriedRun>(),
+    /** Cancel an active run (a workflow run with its steps); false when it was not active. */
+    cancel: signature<[runId: bigint, reason: string], boolean>(),
+    /** Send a workflow run a signal (a step may wait for it). */
+    signal: signature<[runId: bigint, name: string, data: unknown, by: string], SentSignal>(),
   },
   /** Runtime schedules, one-off runs and backfills. */
   runtime: {

@@ -56,6 +56,8 @@ export interface ThreadJob {
   maxCatchUp: number;
   overlapQueueMax: number;
   dst: DstPolicy;
+  /** A workflow's steps. */
+  workflowSteps?: { name: string; needs: string[]; mapped: boolean }[];
 }
 
 /** What the admin thread starts from (workerData). */
@@ -180,6 +182,7 @@ export class AdminThread {
         maxCatchUp: j.maxCatchUp,
         overlapQueueMax: j.overlapQueueMax,
         dst: { ...j.schedule.dst },
+        ...(j.workflowSteps ? { workflowSteps: j.workflowSteps.map((s) => ({ ...s, needs: [...s.needs] })) } : {}),
       })),
       runtime: r.runtime !== undefined,
       log: { level: r.logger.level, bindings: r.logger.bindings() },

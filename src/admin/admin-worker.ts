@@ -14,6 +14,7 @@ import {
   ScheduleExistsError,
   ScheduleNotFoundError,
   StaleTokenError,
+  WorkflowRunError,
 } from '../errors.js';
 import type { Lease } from '../locks/lease.js';
 import { CronSchedule } from '../cron/cron-schedule.js';
@@ -116,6 +117,7 @@ const errorClasses: Record<string, { prototype: Error }> = {
   RunNotFoundError,
   RunNotRetryableError,
   StaleTokenError,
+  WorkflowRunError,
   ScheduleNotFoundError,
   ScheduleExistsError,
   InvalidArgumentError,

@@ -132,6 +132,7 @@ async function jobsStatus(c: RouteContext) {
         // Handler text is served bounded, whatever the ledger holds.
         lastRun: lastRun && { ...lastRun, error: boundText(lastRun.error) },
         ...jobOverview(j, now, stats.get(j.name)),
+        ...(j.workflowSteps ? { workflow: { steps: j.workflowSteps } } : {}),
       };
     }),
   };

@@ -2,7 +2,7 @@ import type pg from 'pg';
 import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
-import { activeRunCounts, attemptsFinishedSince, jobHealth } from '../ledger/admin-reads.js';
+import { activeRunCounts, attemptsFinishedSince, jobHealth, workflowRunsFinishedSince } from '../ledger/admin-reads.js';
 import type { Tables } from '../db/tables.js';
 
 /** What the metrics read of a replica: its events, identity and clock offset. */
@@ -30,6 +30,8 @@ export class ReplicaMetrics {
   readonly registry = new Registry();
   private readonly attempts: Counter<'job' | 'outcome'>;
   private readonly durations: Histogram<'job' | 'outcome'>;
+  private readonly stepAttempts: Counter<'workflow' | 'step' | 'outcome'>;
+  private readonly handOff: Histogram<'workflow'>;
   /** Attempts finished after this instant (database time) are still to be counted. */
   private watermark: Date;
   private readonly counted = new Map<string, number>();
@@ -52,6 +54,7 @@ export class ReplicaMetrics {
     const runs = this.runMetrics();
     this.attempts = runs.attempts;
     this.durations = runs.durations;
+    ({ stepAttempts: this.stepAttempts, handOff: this.handOff } = this.workflowMetrics());
     this.jobMetrics();
     this.wireEvents(lease, fires, backendErrors);
   }
@@ -204,6 +207,63 @@ export class ReplicaMetrics {
   }
 
   /**
+   * Workflows: step attempts this replica ran by workflow, step and outcome, and their hand-off
+   * latency (the step made ready by its needs' commit, to its attempt's start); on the leader,
+   * workflow runs that ended, by outcome, with their duration from fire to end.
+   */
+  private workflowMetrics() {
+    const registers = [this.registry];
+    const { replica, pool, tables } = this;
+    const stepAttempts = new Counter({
+      name: 'cronwarden_workflow_step_attempts_total',
+      help: 'Workflow step attempts executed by this replica, by workflow, step and outcome',
+      labelNames: ['workflow', 'step', 'outcome'],
+      registers,
+    });
+    const handOff = new Histogram({
+      name: 'cronwarden_workflow_step_handoff_seconds',
+      help: "From a step's needs' commit (the step made ready) to its first attempt's start, on this replica",
+      labelNames: ['workflow'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers,
+    });
+    const runs = new Counter({
+      name: 'cronwarden_workflow_runs_finished_total',
+      help: 'Workflow runs that ended, by workflow and outcome (leader only: each counted once)',
+      labelNames: ['workflow', 'outcome'],
+      registers,
+    });
+    const durations = new Histogram({
+      name: 'cronwarden_workflow_run_duration_seconds',
+      help: 'Workflow runs from fire to end, by workflow and outcome (leader only)',
+      labelNames: ['workflow', 'outcome'],
+      buckets: [0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600],
+      registers,
+    });
+    let since = new Date(replica.startedAt);
+    const seen = new Map<string, number>();
+    // Read at scrape time, like the attempts: runs that ended since the last scrape (5 s overlap).
+    new Gauge({
+      name: 'cronwarden_workflow_runs_read_timestamp_seconds',
+      help: 'When the leader last read the workflow runs that ended (leader only)',
+      registers,
+      collect: async function (this: Gauge) {
+        if (replica.role !== 'leader') return;
+        for (const run of await workflowRunsFinishedSince(pool, tables, new Date(since.getTime() - 5000))) {
+          if (seen.has(run.id)) continue;
+          seen.set(run.id, run.finishedAt.getTime());
+          runs.inc({ workflow: run.workflow, outcome: run.state });
+          durations.observe({ workflow: run.workflow, outcome: run.state }, Math.max(0, run.seconds));
+          if (run.finishedAt > since) since = run.finishedAt;
+        }
+        for (const [id, at] of seen) if (at <= since.getTime() - 5000) seen.delete(id);
+        this.set(Date.now() / 1000);
+      },
+    });
+    return { stepAttempts, handOff };
+  }
+
+  /**
    * Per job, what a cron operator alerts on: last fire, next fire due, last success, failure
    * streak. Cluster-wide figures read from the ledger in one bounded query (jobHealth), so only
    * the leader exports them: one series per job, and a follower's scrape costs no query.
@@ -314,6 +374,11 @@ export class ReplicaMetrics {
       this.counted.set(key, row.finishedAt.getTime());
       this.attempts.inc({ job: handlerOf(row.job), outcome: row.state });
       this.durations.observe({ job: handlerOf(row.job), outcome: row.state }, Math.max(0, row.seconds));
+      if (row.step) {
+        const workflow = row.job.slice(0, row.job.indexOf('@'));
+        this.stepAttempts.inc({ workflow, step: row.step.name, outcome: row.state });
+        if (row.attempt === 1) this.handOff.observe({ workflow }, row.step.handOffSeconds);
+      }
       if (row.finishedAt > this.watermark) this.watermark = row.finishedAt;
     }
     for (const [key, at] of this.counted) if (at <= this.watermark.getTime() - 5000) this.counted.delete(key);

@@ -9,12 +9,14 @@ import { leadershipRoutes } from './leadership-routes.js';
 import { runRoutes } from './run-routes.js';
 import { runtimeRoutes } from './runtime-routes.js';
 import { serviceRoutes } from './service-routes.js';
+import { workflowRoutes } from './workflow-routes.js';
 
 export const adminRoutes: readonly AdminRoute[] = [
   ...serviceRoutes,
   ...leadershipRoutes,
   ...jobRoutes,
   ...runRoutes,
+  ...workflowRoutes,
   ...runtimeRoutes,
 ];
 

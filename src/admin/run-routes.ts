@@ -13,7 +13,8 @@ import { HttpError, parse } from './http-error.js';
 import { notLeader } from './not-leader.js';
 
 const MAX_BIGINT = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
-const runId = z
+/** A run id in a path: digits, within PostgreSQL's bigint. */
+export const runIdParam = z
   .string()
   .regex(/^[1-9][0-9]{0,18}$/, 'must be a run id')
   .refine((v) => BigInt(v) <= MAX_BIGINT, `must be a run id (at most ${MAX_BIGINT})`);
@@ -56,7 +57,7 @@ function decodeCursor(v: string | undefined): RunCursor | undefined {
 /** ?q=: a run id, or an idempotency key `job@instant` (the key handlers get: job-context.ts). */
 function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot'> {
   if (q === undefined) return {};
-  if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(z.object({ q: runId }), { q }).q) };
+  if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(z.object({ q: runIdParam }), { q }).q) };
   const at = q.lastIndexOf('@');
   const when = at > 0 ? Date.parse(q.slice(at + 1)) : NaN;
   if (Number.isNaN(when)) throw new HttpError(400, 'bad_request', `q: must be ${KEY_HELP}`);
@@ -97,7 +98,7 @@ export const runRoutes: AdminRoute[] = [
     summary: 'one run with its idempotency key and every attempt (token, worker, state, times, error)',
     handle: (c, req) =>
       c.read(req, async () => {
-        const { id } = parse(z.object({ id: runId }), req.params);
+        const { id } = parse(z.object({ id: runIdParam }), req.params);
         const run = await runDetail(c.pool, c.reads.tables, BigInt(id));
         if (!run) throw new HttpError(404, 'unknown_run', new RunNotFoundError(BigInt(id)).message);
         return {
@@ -131,7 +132,7 @@ export const runRoutes: AdminRoute[] = [
       'a new attempt of a failed or cancelled run, fenced like a fire (leader only; 409 `not_retryable`, `fenced`)',
     // Refusals are 404 / 409 with a code saying which.
     handle: async (c, req) => {
-      const { id } = parse(z.object({ id: runId }), req.params);
+      const { id } = parse(z.object({ id: runIdParam }), req.params);
       // Sharded, the run's shard decides who may retry it: the replica answers that, naming its leader.
       if (c.replica.role !== 'leader' && !c.replica.shardLeases) return notLeader(c);
       try {

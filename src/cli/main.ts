@@ -9,6 +9,7 @@ import { registerControl } from './control-command.js';
 import { registerRuntime } from './runtime-command.js';
 import { registerRuns } from './runs-command.js';
 import { registerNext } from './next-command.js';
+import { registerWorkflows } from './workflow-command.js';
 
 /**
  * `cronwarden` command line. Exit codes scripts can rely on:
@@ -35,6 +36,7 @@ registerControl(program);
 registerRuntime(program);
 registerRuns(program);
 registerNext(program);
+registerWorkflows(program);
 
 // Commander's usage errors ("error: unknown option '--x'", sometimes with "(Did you mean …?)" on
 // a second line) become one line naming the help to read. Set per command, so the hint names it.

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
 import { adminOptions, clientFrom } from './control-command.js';
 import { table } from './status-command.js';
+import { workflowText, workflowView } from './workflow-command.js';
 
 interface RunRow {
   id: string;
@@ -86,8 +87,13 @@ function registerShow(program: Command): void {
   adminOptions(program.command('run').argument('<id>', 'run id').description('show one run with every attempt'))
     .option('--json', 'print the raw JSON')
     .action(async (id: string, opts: Opts) => {
-      const run = await clientFrom(opts).get<RunDetail>(`/api/runs/${runIdArg(id)}`);
-      if (opts.json) return void process.stdout.write(`${JSON.stringify(run, null, 2)}\n`);
+      const client = clientFrom(opts);
+      const run = await client.get<RunDetail>(`/api/runs/${runIdArg(id)}`);
+      // A workflow run: its graph first (its steps are runs of their own, `cronwarden run STEP_RUN`).
+      const workflow = await workflowView(client, id);
+      if (opts.json)
+        return void process.stdout.write(`${JSON.stringify(workflow ? { ...run, workflow } : run, null, 2)}\n`);
+      if (workflow) process.stdout.write(`${workflowText(workflow).join('\n')}\n\n`);
       const out = [
         `run       ${run.id}  ${run.job}  ${run.state}`,
         `scheduled ${run.scheduledAt} (${run.trigger}), committed ${run.createdAt} by ${run.leaderId} token ${run.leaderToken}`,

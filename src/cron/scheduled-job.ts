@@ -31,9 +31,18 @@ export interface ScheduledJob {
   readonly overlapQueueMax: number;
 }
 
+/** A workflow's step as the admin API lists it: its name, what it needs, whether it fans out. */
+export interface StepShape {
+  readonly name: string;
+  readonly needs: readonly string[];
+  readonly mapped: boolean;
+}
+
 /** A job from code: its schedule is one cron expression with its DST policy. */
 export interface CodeJob extends ScheduledJob {
   readonly schedule: CronSchedule;
+  /** A workflow's steps (its fires start a workflow run); absent for a job. */
+  readonly workflowSteps?: readonly StepShape[];
 }
 
 /** The jobs the leader fires, by name (JobRegistry is the implementation). */

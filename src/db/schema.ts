@@ -129,6 +129,10 @@ export const runs = pgTable(
     // instant must neither swallow that fire nor be refused as its duplicate. One-off runs have
     // their own key, (job, once_key).
     uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt).where(sql.raw(SLOT_KEY_PREDICATE)),
+    // The metrics' workflow runs that ended since the last scrape.
+    index('cw_runs_workflow_finished')
+      .on(t.finishedAt)
+      .where(sql`${t.kind} = 'workflow'`),
     // One run per step (per item of a mapped step) of a workflow run: a step is created once.
     uniqueIndex('cw_runs_workflow_step_item')
       .on(t.workflowRunId, t.step, sql`COALESCE(${t.item}, -1)`)

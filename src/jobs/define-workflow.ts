@@ -156,6 +156,11 @@ export class WorkflowDefinition<R extends Results = {}> implements JobDefinition
     this.graph = graphOf(job.name, steps);
   }
 
+  /** Its steps as the admin API lists them. */
+  get workflowSteps(): readonly { name: string; needs: readonly string[]; mapped: boolean }[] {
+    return this.graph.steps.map((s) => ({ name: s.name, needs: s.needs, mapped: s.mapped }));
+  }
+
   /** A workflow run is started by its claim (the steps do the work), never by calling this. */
   handler(): never {
     throw new InvalidArgumentError(`workflow "${this.name}" is started by cronwarden, not called`);

@@ -181,6 +181,8 @@ export interface FinishedAttempt {
   state: string;
   seconds: number;
   finishedAt: Date;
+  /** A workflow step's attempt: its step, and how long after the step was made ready this attempt started. */
+  step?: { name: string; handOffSeconds: number };
 }
 
 /** Attempts `worker` finished after `since` (at most `limit`), oldest first. */
@@ -198,8 +200,11 @@ export async function attemptsFinishedSince(
     state: string;
     seconds: number;
     finished_at: Date;
+    step: string | null;
+    hand_off: number | null;
   }>(
-    `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds, a.finished_at
+    `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds,
+       a.finished_at, r.step, extract(epoch FROM a.started_at - r.created_at)::float8 AS hand_off
      FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
      WHERE a.worker = $1 AND a.finished_at IS NOT NULL AND a.finished_at > $2::timestamptz
      ORDER BY a.finished_at LIMIT $3`,
@@ -209,6 +214,37 @@ export async function attemptsFinishedSince(
     runId: r.run_id,
     attempt: r.attempt,
     job: r.job,
+    state: r.state,
+    seconds: r.seconds,
+    finishedAt: r.finished_at,
+    ...(r.step === null ? {} : { step: { name: r.step, handOffSeconds: Math.max(0, r.hand_off ?? 0) } }),
+  }));
+}
+
+export interface FinishedWorkflowRun {
+  id: string;
+  workflow: string;
+  state: string;
+  /** From its fire to its end. */
+  seconds: number;
+  finishedAt: Date;
+}
+
+/** Workflow runs that ended after `since` (at most `limit`), oldest first. */
+export async function workflowRunsFinishedSince(
+  db: Db,
+  t: Tables,
+  since: Date,
+  limit = 10_000,
+): Promise<FinishedWorkflowRun[]> {
+  const res = await db.query<{ id: string; job: string; state: string; seconds: number; finished_at: Date }>(
+    `SELECT id::text, job, state, extract(epoch FROM finished_at - created_at)::float8 AS seconds, finished_at
+     FROM ${t.runs} WHERE kind = 'workflow' AND finished_at > $1::timestamptz ORDER BY finished_at LIMIT $2`,
+    [since, limit],
+  );
+  return res.rows.map((r) => ({
+    id: r.id,
+    workflow: r.job,
     state: r.state,
     seconds: r.seconds,
     finishedAt: r.finished_at,

@@ -20,13 +20,13 @@ const statements = perSchema((t) => ({
   /** Running workflow runs whose "<workflow>@<fingerprint>" is not in $1, older than $2 ms. */
   undefinedRuns: namedStatement(
     'workflow_runs_of_undefined_definitions',
-    `SELECT id, job || '@' || (result #>> '{}') AS definition FROM ${t.runs}
-     WHERE kind = 'workflow' AND state = 'running' AND job || '@' || (result #>> '{}') <> ALL($1::text[])
+    `SELECT id, job || '@' || (result ->> 'definition') AS definition FROM ${t.runs}
+     WHERE kind = 'workflow' AND state = 'running' AND job || '@' || (result ->> 'definition') <> ALL($1::text[])
        AND created_at < now() - $2::bigint * interval '1 millisecond'`,
   ),
   pinnedTo: namedStatement(
     'workflow_fingerprint',
-    `SELECT kind, result #>> '{}' AS fingerprint FROM ${t.runs} WHERE id = $1`,
+    `SELECT kind, result ->> 'definition' AS fingerprint FROM ${t.runs} WHERE id = $1`,
   ),
   /**
    * End workflow run $1 as $3 ('cancelled', or 'failed' when its definition is gone) with reason $2,
@@ -92,7 +92,7 @@ const statements = perSchema((t) => ({
   /** Up to $1 waits past their timeout: the workflow run, its job, the step. */
   timedOut: namedStatement(
     'workflow_waits_timed_out',
-    `SELECT g.workflow_run_id, g.step, g.waits_for, r.job, r.result #>> '{}' AS fingerprint
+    `SELECT g.workflow_run_id, g.step, g.waits_for, r.job, r.result ->> 'definition' AS fingerprint
      FROM ${t.workflowSteps} g JOIN ${t.runs} r ON r.id = g.workflow_run_id
      WHERE g.state = 'waiting' AND g.timeout_at IS NOT NULL AND g.timeout_at < now() AND r.state = 'running'
      ORDER BY g.timeout_at LIMIT $1`,

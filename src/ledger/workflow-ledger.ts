@@ -24,6 +24,14 @@ export type { GraphOf } from './workflow-control.js';
 export type { StepRunRef } from './workflow-runs.js';
 export type { ReadyStepRun } from './workflow-steps.js';
 
+/** The answer to a signal sent to a workflow run. */
+export interface SentSignal {
+  /** False when the run already had a signal of that name (the first one counts). */
+  accepted: boolean;
+  /** Step runs the signal made ready. */
+  started: number;
+}
+
 /** What a run is, for the operations that differ by kind (retry, cancel). */
 export interface RunPlace {
   kind: 'job' | 'workflow' | 'step';

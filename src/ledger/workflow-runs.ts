@@ -33,11 +33,14 @@ export interface StepRunRef extends TransactingAttempt {
 }
 
 const statements = perSchema((t) => ({
-  /** Pin workflow run $1 (claimed by token $2) to fingerprint $3; its start attempt completed. */
+  /**
+   * Pin workflow run $1 (claimed by token $2) to its definition $3 ({ definition: fingerprint,
+   * steps: their names, needs, maps and waits }: what the console draws); its start attempt completed.
+   */
   pin: namedStatement(
     'pin_workflow_run',
     `WITH run AS (
-       UPDATE ${t.runs} SET kind = 'workflow', claimed_by = NULL, result = to_jsonb($3::text)
+       UPDATE ${t.runs} SET kind = 'workflow', claimed_by = NULL, result = $3::jsonb
        WHERE id = $1 AND claim_token = $2 AND state = 'running' AND kind = 'job'
        RETURNING id)
      , attempt AS (
@@ -47,7 +50,7 @@ const statements = perSchema((t) => ({
   ),
   pinned: namedStatement(
     'workflow_run_pinned',
-    `SELECT kind, result #>> '{}' AS fingerprint, claim_token FROM ${t.runs} WHERE id = $1`,
+    `SELECT kind, result ->> 'definition' AS fingerprint, claim_token FROM ${t.runs} WHERE id = $1`,
   ),
   signalsOf: namedStatement('workflow_signals', `SELECT name FROM ${t.signals} WHERE workflow_run_id = $1`),
   /** Gates: arrays of steps, needs left, awaited signal, its timeout in ms. */
@@ -120,7 +123,7 @@ export async function startWorkflow(
     const s = statements(t);
     const pinned = await client.query<{ pinned: number }>({
       ...s.pin,
-      values: [claim.runId.toString(), claim.token.toString(), graph.fingerprint],
+      values: [claim.runId.toString(), claim.token.toString(), JSON.stringify(definitionOf(graph))],
     });
     if (!run || pinned.rows[0]?.pinned !== 1) {
       const now = await client.query<{ kind: string; claim_token: string | null }>({
@@ -283,4 +286,18 @@ function resultJson(ref: StepRunRef, result: unknown): string {
 
 function byStep(a: { step: string }, b: { step: string }): number {
   return a.step < b.step ? -1 : a.step > b.step ? 1 : 0;
+}
+
+/** What a workflow run keeps of its definition: its fingerprint and its graph's shape. */
+export function definitionOf(graph: WorkflowGraph): { definition: string; steps: unknown[] } {
+  return {
+    definition: graph.fingerprint,
+    steps: graph.steps.map((s) => ({
+      name: s.name,
+      needs: s.needs,
+      mapped: s.mapped,
+      ...(s.afterMs > 0 ? { afterMs: s.afterMs } : {}),
+      ...(s.signal ? { signal: s.signal } : {}),
+    })),
+  };
 }

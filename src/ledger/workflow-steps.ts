@@ -50,8 +50,8 @@ const statements = perSchema((t) => ({
   insertRuns: namedStatement(
     'insert_step_runs',
     `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, kind, workflow_run_id, step,
-       item, payload, available_at)
-     SELECT $1, $2, 'step', $3, $4, 'pending', 'step', $5, $6, i.item, i.payload,
+       item, payload, created_at, available_at)
+     SELECT $1, $2, 'step', $3, $4, 'pending', 'step', $5, $6, i.item, i.payload, clock_timestamp(),
        CASE WHEN $8::bigint > 0 THEN now() + $8::bigint * interval '1 millisecond' END
      FROM unnest($7::int[], $9::jsonb[]) AS i(item, payload)
      ON CONFLICT (workflow_run_id, step, COALESCE(item, -1)) WHERE workflow_run_id IS NOT NULL DO NOTHING

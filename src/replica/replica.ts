@@ -30,6 +30,7 @@ import type { ReplicaOptions } from './replica-options.js';
 import { schedulerClock } from './scheduler-clock.js';
 import { ReplicaScheduler } from './replica-scheduler.js';
 import { WorkflowOps } from './workflow-ops.js';
+import type { SentSignal } from '../ledger/workflow-ledger.js';
 import type { Shards } from './shards.js';
 
 export type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
@@ -278,6 +279,12 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   /** Give up every shard this replica leads; false when it leads none. */
   resign(): Promise<boolean> {
     return this.shards.resign();
+  }
+  cancel(runId: bigint, reason: string): Promise<boolean> {
+    return this.workflows.cancel(runId, reason);
+  }
+  signal(runId: bigint, name: string, data: unknown, by: string): Promise<SentSignal> {
+    return this.workflows.signal(runId, name, data, by);
   }
   async retry(runId: bigint): Promise<RetriedRun> {
     // A workflow run (or a step of one) resumes from its failed steps, on any replica.

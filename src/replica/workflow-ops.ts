@@ -10,14 +10,7 @@ import type { BullmqDelivery } from '../jobs/bullmq-delivery.js';
 import type { JobRegistry } from '../jobs/job-registry.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { RetriedRun } from '../ledger/run-retry.js';
-import type { GraphOf, ReadyStepRun } from '../ledger/workflow-ledger.js';
-
-export interface SentSignal {
-  /** False when the run already had a signal of that name (the first one counts). */
-  accepted: boolean;
-  /** Step runs the signal made ready. */
-  started: number;
-}
+import type { GraphOf, ReadyStepRun, SentSignal } from '../ledger/workflow-ledger.js';
 
 export class WorkflowOps {
   private readonly graphOf: GraphOf;
