@@ -37,6 +37,10 @@ export function registerDrill(program: Command): void {
     .option('--replicas <n>', 'replica processes', '3')
     .option('--jobs <n>', 'jobs due every second', '10')
     .option(
+      '--workflows',
+      'also run workflows (a diamond, a fan-out of 50 with a fan-in, a signal wait) and check I7 and each step once',
+    )
+    .option(
       '--shards <n>',
       "sharded leadership: each replica runs with this many shards; leader faults strike shard 0's holder (give at least as many jobs)",
       '1',
@@ -106,6 +110,7 @@ export function registerDrill(program: Command): void {
         backend: o.backend,
         replicas: o.replicas,
         jobs: o.jobs,
+        ...(raw.workflows === true ? { workflows: true } : {}),
         // Unsharded, the report's options stay as they were.
         ...(o.shards > 1 ? { shards: o.shards } : {}),
         faults,
@@ -142,6 +147,12 @@ function printReport(r: DrillReport): void {
     `effects doubled ${c.effectsDuplicated}, missing ${c.effectsMissing}, written by a stale attempt ${c.staleEffects}; stale attempts refused ${r.staleAttemptsRefused}`,
   );
   console.log(`leader tokens out of commit order: ${c.tokenRegressions}`);
+  if (r.workflows) {
+    const w = r.workflows;
+    console.log(
+      `workflow runs ${w.workflowRuns} ${JSON.stringify(w.byState)}, missed ${w.missed}; step runs ${w.stepRuns}: effects doubled ${w.effectsDuplicated}, missing ${w.effectsMissing}, stray ${w.strayEffects}; started before a need completed (I7) ${w.startedEarly}; unsettled ${w.unsettled}`,
+    );
+  }
   const st = c.settlement;
   console.log(
     `runs settled: completed ${st.completed}, superseded ${st.superseded}, skipped ${st.skipped}, failed ${st.failed}, cancelled ${st.cancelled}; ` +

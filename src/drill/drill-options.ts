@@ -18,6 +18,11 @@ export interface DrillOptions {
    * every shard to have a job due every second (fewer: a warning).
    */
   shards?: number;
+  /**
+   * Run the workflow workload beside the jobs (workflow-workload.ts: a diamond, a fan-out of 50
+   * with a fan-in, a step waiting for a signal) and check I7 and each step's effect once.
+   */
+  workflows?: boolean;
   /** Seconds between the end of one fault and the next. */
   intervalSeconds: number;
   ttlMs: number;

@@ -17,6 +17,8 @@
  * replicas, strike.ts strikes a fault, faults.ts judges it, checker.ts checks the history; this
  * file runs them in order.
  */
+import { checkWorkflows, readWorkflowHistory, type WorkflowReport } from './workflow-checker.js';
+import { STEP_EFFECTS_TABLE, workflowSlots } from './workflow-workload.js';
 import { randomUUID } from 'node:crypto';
 import { memberAdminUrl } from '../ledger/admin-reads.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
@@ -113,6 +115,8 @@ export interface DrillReport {
   unexpectedExits: string[];
   /** With shards: the shards each replica held at some point of the drill (the spread). */
   shardsLed?: Record<string, number[]>;
+  /** With --workflows: I7 and each step's effect once, per workflow run of the window. */
+  workflows?: WorkflowReport;
   violations: string[];
   ok: boolean;
 }
@@ -185,6 +189,7 @@ async function openSession(o: DrillOptions, env: DrillEnvironment, clocks: Skewe
       ttlMs: o.ttlMs,
       jobs: o.jobs,
       shards,
+      workflows: o.workflows,
     },
     links,
     clocks,
@@ -382,10 +387,17 @@ async function judgeDrill(
   const check = checkHistory(history, { expected, requireCompleted: true, shards });
   const staleTimes = await ledgerHistory.staleAttemptTimes(env.ledger.pool, DRILL_TABLES);
   chargeFaults(faults, history, expected, staleTimes, to);
+  const workflows = o.workflows
+    ? checkWorkflows(
+        await readWorkflowHistory(env.ledger.pool, DRILL_TABLES, STEP_EFFECTS_TABLE, from, to),
+        workflowSlots(from.getTime(), to.getTime()),
+      )
+    : undefined;
   const violations = [
     ...outcome.violations,
     ...unexpectedExits.map((e) => `replica exited by itself: ${e}`),
     ...check.violations.map((v) => `${v.invariant}: ${v.message}`),
+    ...(workflows?.violations ?? []).map((v) => `${v.invariant}: ${v.message}`),
   ];
   const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
   return {
@@ -397,8 +409,9 @@ async function judgeDrill(
     staleWritesRefused: check.staleWritesRefused,
     unexpectedExits,
     ...(outcome.shardsLed ? { shardsLed: outcome.shardsLed } : {}),
+    ...(workflows ? { workflows } : {}),
     violations,
-    ok: violations.length === 0 && check.ok,
+    ok: violations.length === 0 && check.ok && (workflows?.ok ?? true),
   };
 }
 

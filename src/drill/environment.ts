@@ -17,6 +17,7 @@ import type { BackendConfig } from '../locks/create-backend.js';
 import { DrillError } from '../errors.js';
 import { ATTEMPT_LOG_DDL } from './attempt-log.js';
 import type { FaultKind } from './faults.js';
+import { STEP_EFFECTS_DDL } from './workflow-workload.js';
 import { startEtcdCluster } from './servers/etcd-server.js';
 import { startPostgresCluster } from './servers/postgres-cluster.js';
 import { startPostgresPair, type PairFailover } from './servers/postgres-pair.js';
@@ -84,6 +85,7 @@ export async function startEnvironment(
     await ledger.pool.query(
       'CREATE TABLE cw_drill_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)',
     );
+    await ledger.pool.query(STEP_EFFECTS_DDL);
     await ledger.witness.query(ATTEMPT_LOG_DDL);
     const queue = track(await startQueue(o, schedule));
     const lease = track(await startLease(o.backend, schedule.includes('redis-sentinel-failover')));

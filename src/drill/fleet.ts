@@ -27,6 +27,8 @@ export interface FleetOptions {
   jobs: number;
   /** Sharded leadership: each replica runs with --shards this many (1: one leader). */
   shards: number;
+  /** The workflow workload too (drill --workflows). */
+  workflows?: boolean;
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -97,6 +99,7 @@ export class ReplicaFleet {
       CRONWARDEN_LOG_LEVEL: logged ? (process.env.CRONWARDEN_LOG_LEVEL ?? 'info') : 'error',
       ...(logged ? { CRONWARDEN_LOG_FORMAT: 'json' } : {}),
       CRONWARDEN_DRILL_JOBS: String(o.jobs),
+      CRONWARDEN_DRILL_WORKFLOWS: o.workflows ? '1' : '0',
       // Always set, so a CRONWARDEN_SHARDS in the drill's own environment cannot leak into it.
       CRONWARDEN_SHARDS: String(o.shards),
       CRONWARDEN_ADMIN_PORT: '0', // several replicas on one machine: any free port each

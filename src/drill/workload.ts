@@ -22,6 +22,7 @@ import { defineJob, type JobDefinition } from '../jobs/define-job.js';
 import type { JobContext } from '../jobs/job-context.js';
 import { ATTEMPT_LOG_TABLE, type AttemptOutcome } from './attempt-log.js';
 import { drillJobNames } from './job-names.js';
+import { drillWorkflows } from './workflow-workload.js';
 
 const count = Number(process.env.CRONWARDEN_DRILL_JOBS ?? 10);
 // The replica's own shard count (the drill sets it): with shards, job i is named into shard i mod N.
@@ -92,3 +93,6 @@ export const drillJobs: JobDefinition[] = names.map((name, i) =>
     },
   }),
 );
+
+/** With `cronwarden drill --workflows`: the workflows beside the jobs. */
+export const workflows = process.env.CRONWARDEN_DRILL_WORKFLOWS === '1' ? drillWorkflows : [];

@@ -67,7 +67,7 @@ const statements = perSchema((t) => ({
   completeStep: namedStatement(
     'complete_step_run',
     `WITH run AS (
-       UPDATE ${t.runs} SET state = 'completed', finished_at = now(), completed_attempt = $3, result = $4::jsonb,
+       UPDATE ${t.runs} SET state = 'completed', finished_at = clock_timestamp(), completed_attempt = $3, result = $4::jsonb,
          error = NULL, available_at = NULL
        WHERE id = $1 AND claim_token = $2 AND state IN ${ACTIVE_SQL}
        RETURNING id, item)

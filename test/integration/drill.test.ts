@@ -93,6 +93,8 @@ describe('failover drill (short)', () => {
         backend,
         replicas: 3,
         jobs: 4,
+        // The workflow workload too: I7 and each step's effect once through every fault kind.
+        workflows: true,
         faults: kinds,
         faultCount: kinds.length,
         intervalSeconds: 3,
@@ -103,6 +105,9 @@ describe('failover drill (short)', () => {
       });
       console.log(summary(backend, report));
       assertClean(report, kinds, report.violations);
+      const w = report.workflows!;
+      assert.ok(w.workflowRuns > 0 && w.stepRuns > w.workflowRuns, JSON.stringify(w));
+      assert.equal(w.ok, true, JSON.stringify(w.violations));
       assert.equal(report.check.settlement.unsettled, 0);
       assert.equal(report.ok, true);
     });
@@ -117,6 +122,7 @@ describe('failover drill (short)', () => {
         backend: 'redis',
         replicas: 3,
         jobs: 4,
+        workflows: true,
         faults: kinds,
         faultCount: kinds.length,
         intervalSeconds: 2,
