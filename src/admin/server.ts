@@ -21,7 +21,8 @@ import {
   sameOrigin,
   type HostPolicy,
 } from './guards.js';
-import { HttpError } from './http-error.js';
+import { HttpError, parse } from './http-error.js';
+import { boundJsonDepth } from './json-body.js';
 import { ReplicaMetrics } from './metrics.js';
 import { ProbeServer, type ProbeListenOptions } from './probe-server.js';
 import { readinessCheck, type Readiness } from './probes.js';
@@ -268,7 +269,7 @@ export class AdminServer {
         method: route.method,
         url: route.path,
         ...(route.access === 'token' && { onRequest: this.requireToken }),
-        handler: (req, reply) => route.handle(c, req, reply),
+        handler: (req, reply) => route.handle(c, req, reply, route.params && parse(route.params, req.params)),
       });
     }
   }
@@ -287,6 +288,7 @@ function boundedApp(o: AdminServerOptions): FastifyInstance {
     http: { headersTimeout: idleMs, connectionsCheckingInterval: Math.min(1000, idleMs) },
   });
   app.server.maxConnections = o.maxConnections ?? 512;
+  boundJsonDepth(app);
   return app;
 }
 

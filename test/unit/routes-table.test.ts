@@ -5,6 +5,7 @@
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
+import { z } from 'zod';
 import { adminRoutes, routesTable } from '../../src/admin/routes.js';
 
 it('docs/reference/admin-api.md shows the route table the route definitions make', () => {
@@ -23,5 +24,13 @@ it('each route is defined once, with a one-line summary; what changes something 
   for (const r of adminRoutes) {
     assert.match(r.summary, /^[^\n|]{10,140}$/, `${r.method} ${r.path}: one line of 10-140 characters, no |`);
     assert.equal(r.access, r.method === 'GET' ? 'open' : 'token', `${r.method} ${r.path}`);
+  }
+});
+
+it('every route with path parameters declares their schema, naming exactly the parameters of its path', () => {
+  for (const r of adminRoutes) {
+    const inPath = [...r.path.matchAll(/:([A-Za-z]+)/g)].map((m) => m[1]!).sort();
+    const shape = r.params instanceof z.ZodObject ? Object.keys(r.params.shape).sort() : [];
+    assert.deepEqual(shape, inPath, `${r.method} ${r.path}`);
   }
 });
