@@ -9,6 +9,7 @@ import { registerControl } from './control-command.js';
 import { registerRuntime } from './runtime-command.js';
 import { registerRuns } from './runs-command.js';
 import { registerNext } from './next-command.js';
+import { printError, terminalSafe } from './terminal-text.js';
 
 /**
  * `cronwarden` command line. Exit codes scripts can rely on:
@@ -41,7 +42,8 @@ registerNext(program);
 for (const cmd of [program, ...program.commands]) {
   const helpHint = cmd === program ? 'cronwarden --help' : `cronwarden ${cmd.name()} --help`;
   cmd.configureOutput({
-    outputError: (str, write) => write(`cronwarden: ${oneLine(str.replace(/^error: /, ''))} (see ${helpHint})\n`),
+    outputError: (str, write) =>
+      write(terminalSafe(`cronwarden: ${oneLine(str.replace(/^error: /, ''))} (see ${helpHint})\n`)),
   });
 }
 
@@ -65,6 +67,6 @@ try {
     // Already reported by outputError above (or help/version printed, exit code 0).
     process.exit(err.exitCode === 0 ? EXIT.ok : EXIT.usage);
   }
-  process.stderr.write(`cronwarden: ${messageOf(err)}\n`);
+  printError(`cronwarden: ${messageOf(err)}\n`);
   process.exit(err instanceof CronwardenError && !err.retryable ? EXIT.usage : EXIT.failure);
 }

@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { AdminRequestError, type AdminClient } from '../admin/client.js';
 import { InvalidConfigError } from '../errors.js';
 import { adminOptions, clientFrom } from './control-command.js';
+import { print, printError } from './terminal-text.js';
 
 type AdminOpts = { url: string; timeoutMs: string };
 
@@ -77,14 +78,14 @@ function registerSchedule(program: Command): void {
         id,
         ...specOptions(o),
       });
-      process.stdout.write(`created ${line(body.schedule)}\n`);
+      print(`created ${line(body.schedule)}\n`);
     });
   withSpec(adminOptions(schedule.command('update').argument('<id>', 'schedule id').description('change a schedule')))
     .addHelpText('after', tokenHelp)
     .action(async (id: string, o: AdminOpts & Record<string, string>) => {
       const path = `/api/schedules/${encodeURIComponent(id)}`;
       const { body } = await clientFrom(o).mutate<{ schedule: ScheduleView }>(path, specOptions(o), 'PATCH');
-      process.stdout.write(`updated ${line(body.schedule)}\n`);
+      print(`updated ${line(body.schedule)}\n`);
     });
   for (const action of ['pause', 'resume', 'delete'] as const) {
     adminOptions(schedule.command(action).argument('<id>', 'schedule id').description(`${action} a schedule`))
@@ -95,7 +96,7 @@ function registerSchedule(program: Command): void {
           action === 'delete'
             ? await clientFrom(o).mutate<{ schedule: ScheduleView }>(path, undefined, 'DELETE')
             : await clientFrom(o).mutate<{ schedule: ScheduleView }>(`${path}/${action}`);
-        process.stdout.write(`${action === 'delete' ? 'deleted' : `${action}d`} ${line(body.schedule)}\n`);
+        print(`${action === 'delete' ? 'deleted' : `${action}d`} ${line(body.schedule)}\n`);
       });
   }
   adminOptions(schedule.command('list').description('list the schedules').option('--deleted', 'include deleted ones'))
@@ -104,14 +105,14 @@ function registerSchedule(program: Command): void {
       const body = await clientFrom(o).get<{ schedules: ScheduleView[] }>(
         `/api/schedules${o.deleted ? '?deleted=1' : ''}`,
       );
-      if (o.json) process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
-      else for (const s of body.schedules) process.stdout.write(`${line(s)}\n`);
+      if (o.json) print(`${JSON.stringify(body, null, 2)}\n`);
+      else for (const s of body.schedules) print(`${line(s)}\n`);
     });
   adminOptions(
     schedule.command('show').argument('<id>', 'schedule id').description('a schedule and its versions'),
   ).action(async (id: string, o: AdminOpts) => {
     const body = await clientFrom(o).get<unknown>(`/api/schedules/${encodeURIComponent(id)}`);
-    process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
+    print(`${JSON.stringify(body, null, 2)}\n`);
   });
 }
 
@@ -133,7 +134,7 @@ function registerOnce(program: Command): void {
         { key: o.key, at: o.at, payload: json(o.payload, '--payload') },
       );
       const what = body.created ? 'committed' : 'already committed for this key:';
-      process.stdout.write(`${job}: ${what} run ${body.runId} at ${body.scheduledAt}\n`);
+      print(`${job}: ${what} run ${body.runId} at ${body.scheduledAt}\n`);
     });
 }
 
@@ -173,7 +174,7 @@ async function runBackfill(
       failures = 0;
     } catch (err) {
       if (!(err instanceof AdminRequestError) || !err.retryable || ++failures > 10) throw err;
-      if (tty) process.stderr.write(`\n${err.message}; trying again\n`);
+      if (tty) printError(`\n${err.message}; trying again\n`);
       await new Promise((r) => setTimeout(r, 1000));
       continue;
     }
@@ -205,9 +206,7 @@ function registerBackfill(program: Command): void {
       const rate = int(o.rate, '--rate');
       const client = clientFrom({ ...o, timeoutMs: String(Math.max(Number(o.timeoutMs) || 0, 30_000)) });
       const sum = await runBackfill(client, job, { from: o.from, to: o.to, rate }, process.stderr.isTTY === true);
-      process.stdout.write(
-        `${job}: backfilled ${sum.inserted} slot(s); ${sum.existing} of ${sum.total} were already in the ledger\n`,
-      );
+      print(`${job}: backfilled ${sum.inserted} slot(s); ${sum.existing} of ${sum.total} were already in the ledger\n`);
     });
 }
 

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { MemberAgreement } from '../admin/member-agreement.js';
 import { adminOptions, clientFrom } from './control-command.js';
+import { oneLineSafe, print } from './terminal-text.js';
 
 interface Lease {
   backend: string;
@@ -66,7 +67,7 @@ export function registerStatus(program: Command): void {
       ]);
       if (opts.json) {
         const all = { lease, ...members, jobs: jobs.jobs, schedules: schedules.schedules };
-        process.stdout.write(`${JSON.stringify(all, null, 2)}\n`);
+        print(`${JSON.stringify(all, null, 2)}\n`);
         return;
       }
       const out: string[] = [];
@@ -108,7 +109,7 @@ export function registerStatus(program: Command): void {
       out.push(...jobLines(jobs.jobs));
       out.push(...pauses(jobs.jobs));
       out.push(...scheduleLines(schedules.schedules));
-      process.stdout.write(`${out.join('\n')}\n`);
+      print(`${out.join('\n')}\n`);
     });
 }
 
@@ -179,7 +180,9 @@ function disagreement(a: MemberAgreement | undefined): string[] {
   return lines;
 }
 
-export function table(head: string[], rows: string[][]): string[] {
+/** Columns padded to their widest cell; each cell on one line, control characters escaped. */
+export function table(head: string[], rawRows: string[][]): string[] {
+  const rows = rawRows.map((r) => r.map(oneLineSafe));
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   return [head, ...rows].map((r) =>
     r
