@@ -21,7 +21,13 @@ const ACTOR = 'admin';
 const listQuery = z.object({
   handler: z.string().max(200).optional(),
   deleted: z.enum(['0', '1', 'true', 'false']).optional(),
-  limit: z.coerce.number().int().min(1).max(5000).default(1000),
+  limit: z.coerce
+    .number()
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(5000, 'must be at most 5000')
+    .default(1000),
+  after: z.string().min(1).max(128, 'must be the nextAfter of an earlier page').optional(),
 });
 const onceBody = z.strictObject({
   key: onceKeySchema,
@@ -40,16 +46,23 @@ export const runtimeRoutes: AdminRoute[] = [
     method: 'GET',
     path: '/api/schedules',
     access: 'open',
-    summary: 'runtime schedules by id, with their next fire (`?handler=&deleted=1&limit=`)',
+    summary:
+      'runtime schedules by id, with their next fire, a page at a time (`?handler=&deleted=1&limit=&after=`; `nextAfter`)',
     handle: (c, req) =>
       c.read(req, async () => {
         const q = parse(listQuery, req.query);
         const list = await c.reads.schedules.list({
           handler: q.handler,
           includeDeleted: q.deleted === '1' || q.deleted === 'true',
-          limit: q.limit,
+          limit: q.limit + 1, // one more than asked: whether there is a next page at all
+          after: q.after,
         });
-        return { schedules: list.map((s) => view(s, c.replica.clock.now())) };
+        const page = list.slice(0, q.limit);
+        return {
+          schedules: page.map((s) => view(s, c.replica.clock.now())),
+          // Keyset paging: the next page is the schedules after this id (null: this was the last).
+          nextAfter: list.length > q.limit ? page[page.length - 1]!.id : null,
+        };
       }),
   },
   defineRoute({

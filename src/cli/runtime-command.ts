@@ -20,6 +20,15 @@ interface ScheduleView {
   payload: unknown;
 }
 
+/** Schedules a page of `schedule list` asks for (the API's most). */
+const LIST_PAGE = 5000;
+
+interface SchedulePage {
+  schedules: ScheduleView[];
+  /** null on the last page; absent from a replica older than paging (its one page is all it gives). */
+  nextAfter?: string | null;
+}
+
 function json(text: string | undefined, option: string): unknown {
   if (text === undefined) return undefined;
   try {
@@ -99,14 +108,24 @@ function registerSchedule(program: Command): void {
         print(`${action === 'delete' ? 'deleted' : `${action}d`} ${line(body.schedule)}\n`);
       });
   }
-  adminOptions(schedule.command('list').description('list the schedules').option('--deleted', 'include deleted ones'))
+  adminOptions(
+    schedule.command('list').description('list every schedule, by id').option('--deleted', 'include deleted ones'),
+  )
     .option('--json', 'print JSON')
     .action(async (o: AdminOpts & { deleted?: boolean; json?: boolean }) => {
-      const body = await clientFrom(o).get<{ schedules: ScheduleView[] }>(
-        `/api/schedules${o.deleted ? '?deleted=1' : ''}`,
-      );
-      if (o.json) print(`${JSON.stringify(body, null, 2)}\n`);
-      else for (const s of body.schedules) print(`${line(s)}\n`);
+      const client = clientFrom(o);
+      const all: ScheduleView[] = [];
+      // The API answers a page at a time: follow nextAfter to the end, printing as pages come.
+      for (let after: string | null = ''; after !== null; ) {
+        const q = new URLSearchParams({ limit: String(LIST_PAGE) });
+        if (o.deleted) q.set('deleted', '1');
+        if (after) q.set('after', after);
+        const page: SchedulePage = await client.get<SchedulePage>(`/api/schedules?${q}`);
+        if (o.json) all.push(...page.schedules);
+        else for (const s of page.schedules) print(`${line(s)}\n`);
+        after = page.nextAfter ?? null;
+      }
+      if (o.json) print(`${JSON.stringify({ schedules: all }, null, 2)}\n`);
     });
   adminOptions(
     schedule.command('show').argument('<id>', 'schedule id').description('a schedule and its versions'),

@@ -102,4 +102,32 @@ describe('cronwarden schedule / once / backfill', { timeout: 120_000 }, () => {
     assert.equal(future.code, 2);
     assert.match(future.stderr, /in the future/);
   });
+
+  it('schedule list pages through every schedule (the API answers a page at a time, with nextAfter)', async () => {
+    // 5,100 deleted schedules straight into the ledger: more than one page of the API's 5,000.
+    await db.pool.query(
+      `INSERT INTO cw_schedules (id, handler, cron, timezone, misfire, overlap, catch_up_window_ms, misfire_grace_ms,
+         payload, paused, version, deleted_at)
+       SELECT 'bulk-' || lpad(g::text, 5, '0'), 'tick', '0 0 1 1 *', 'UTC', 'all', 'allow', 0, 0, NULL, false, 1, now()
+       FROM generate_series(1, 5100) g`,
+    );
+    const page = (await (await fetch(`${url}/api/schedules?deleted=1&limit=2&after=bulk-00010`)).json()) as {
+      schedules: { id: string }[];
+      nextAfter: string | null;
+    };
+    assert.deepEqual(
+      page.schedules.map((x) => x.id),
+      ['bulk-00011', 'bulk-00012'],
+    );
+    assert.equal(page.nextAfter, 'bulk-00012');
+    const list = await cli(url, 'schedule', 'list', '--deleted');
+    assert.equal(list.code, 0, list.stderr);
+    const ids = list.stdout.split('\n').filter((l) => l.startsWith('bulk-'));
+    assert.equal(ids.length, 5100, 'every schedule, not the first page');
+    assert.equal(new Set(ids).size, 5100);
+    const json = JSON.parse((await cli(url, 'schedule', 'list', '--deleted', '--json')).stdout) as {
+      schedules: { id: string }[];
+    };
+    assert.equal(json.schedules.filter((x) => x.id.startsWith('bulk-')).length, 5100);
+  });
 });
