@@ -1,6 +1,15 @@
 import { CronwardenError, InvalidArgumentError } from '../errors.js';
 
-/** A failed admin call. 4xx other than 409 are the caller's mistake (not retryable: CLI exit 2). */
+/**
+ * 409s that another try can change: leadership moving (not_leader), or a newer leader fenced this
+ * one out (fenced). A schedule that exists or a run that is not retryable stays so (CLI exit 2).
+ */
+const RETRYABLE_CONFLICTS: ReadonlySet<string> = new Set(['not_leader', 'fenced']);
+
+/**
+ * A failed admin call. 4xx are the caller's mistake (not retryable: CLI exit 2) but for the
+ * conflicts another try can change; without a response, or on a 5xx, trying again may help.
+ */
 export class AdminRequestError extends CronwardenError {
   readonly retryable: boolean;
   constructor(
@@ -145,7 +154,8 @@ export class AdminClient {
     const b = body as { error?: string; code?: string; leader?: string | null; leaderAdminUrl?: string | null };
     if (res.status === 409 && b.code === 'not_leader')
       throw new NotLeaderResponse(b.leader ?? null, b.leaderAdminUrl ?? null);
-    throw new AdminRequestError(res.status, `${method} ${path}: ${res.status} ${b.error ?? res.statusText}`);
+    const retryable = res.status === 409 ? RETRYABLE_CONFLICTS.has(b.code ?? '') : undefined;
+    throw new AdminRequestError(res.status, `${method} ${path}: ${res.status} ${b.error ?? res.statusText}`, retryable);
   }
 }
 

@@ -9,6 +9,7 @@ import { onceKeySchema, payloadSchema } from '../jobs/payload.js';
 import type { StoredSchedule } from '../ledger/schedule-ledger.js';
 import { CronSchedule } from '../cron/cron-schedule.js';
 import { runtimeJobName } from '../scheduler/schedules/runtime-schedules.js';
+import { MAX_BACKFILL_LIMIT, MAX_BACKFILL_RATE } from '../scheduler/firing/backfill.js';
 import { defineRoute, type AdminRoute, type RouteContext } from './admin-route.js';
 import { HttpError, parse } from './http-error.js';
 import { notLeader } from './not-leader.js';
@@ -37,8 +38,8 @@ const onceBody = z.strictObject({
 const backfillBody = z.strictObject({
   from: instant,
   to: instant,
-  limit: z.number().int().min(1).max(5000).optional(),
-  rate: z.number().int().min(1).max(2000).optional(),
+  limit: z.number().int().min(1).max(MAX_BACKFILL_LIMIT).optional(),
+  rate: z.number().int().min(1).max(MAX_BACKFILL_RATE).optional(),
 });
 
 export const runtimeRoutes: AdminRoute[] = [

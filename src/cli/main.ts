@@ -10,6 +10,7 @@ import { registerRuntime } from './runtime-command.js';
 import { registerRuns } from './runs-command.js';
 import { registerNext } from './next-command.js';
 import { printError, terminalSafe } from './terminal-text.js';
+import { envTypos } from '../config/env-typos.js';
 
 /**
  * `cronwarden` command line. Exit codes scripts can rely on:
@@ -59,6 +60,10 @@ function messageOf(err: unknown): string {
   const inner = Array.isArray(e.errors) && e.errors[0] instanceof Error ? e.errors[0].message : '';
   return oneLine(e.message || inner || e.code || e.name) || 'unknown error';
 }
+
+// A misspelt setting is ignored, so its default silently stays in force: say so before anything else.
+for (const { name, nearest } of envTypos(process.env))
+  printError(`cronwarden: warning: ${name} is not a cronwarden variable and is ignored; did you mean ${nearest}?\n`);
 
 try {
   await program.parseAsync(process.argv);

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
+import { fireTriggers } from '../cron/fire-trigger.js';
 import { adminOptions, clientFrom } from './control-command.js';
 import { table } from './status-command.js';
 import { print } from './terminal-text.js';
@@ -56,12 +57,13 @@ function registerList(program: Command): void {
   adminOptions(program.command('runs').description('list runs newest first (by scheduled time), one page'))
     .option('--job <name>', 'only this job')
     .option('--state <state>', 'only runs in this state (pending, running, completed, failed, …)')
+    .option('--trigger <trigger>', `only runs fired so: ${fireTriggers.join(', ')}`)
     .option('--limit <n>', 'runs per page (1-500)', '20')
     .option('--cursor <cursor>', 'the page after this one (printed as "next page: --cursor …")')
     .option('--json', 'print the raw JSON')
-    .action(async (opts: Opts & { job?: string; state?: string; limit: string; cursor?: string }) => {
+    .action(async (opts: Opts & { job?: string; state?: string; trigger?: string; limit: string; cursor?: string }) => {
       const q = new URLSearchParams({ limit: opts.limit });
-      for (const k of ['job', 'state', 'cursor'] as const) if (opts[k] !== undefined) q.set(k, opts[k]);
+      for (const k of ['job', 'state', 'trigger', 'cursor'] as const) if (opts[k] !== undefined) q.set(k, opts[k]);
       const page = await clientFrom(opts).get<{ runs: RunRow[]; nextCursor: string | null }>(`/api/runs?${q}`);
       if (opts.json) return void print(`${JSON.stringify(page, null, 2)}\n`);
       const out = table(

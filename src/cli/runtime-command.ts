@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { AdminRequestError, type AdminClient } from '../admin/client.js';
 import { InvalidConfigError } from '../errors.js';
+import { BACKFILL_RATE, MAX_BACKFILL_LIMIT, MAX_BACKFILL_RATE } from '../scheduler/firing/backfill.js';
 import { adminOptions, clientFrom } from './control-command.js';
 import { print, printError } from './terminal-text.js';
 
@@ -38,10 +39,12 @@ function json(text: string | undefined, option: string): unknown {
   }
 }
 
-function int(text: string | undefined, option: string): number | undefined {
+function int(text: string | undefined, option: string, range?: { min: number; max: number }): number | undefined {
   if (text === undefined) return undefined;
   const n = Number(text);
   if (!Number.isInteger(n)) throw new InvalidConfigError(option, 'must be a whole number');
+  if (range && (n < range.min || n > range.max))
+    throw new InvalidConfigError(option, `must be from ${range.min} to ${range.max}`);
   return n;
 }
 
@@ -116,7 +119,7 @@ function registerSchedule(program: Command): void {
       const client = clientFrom(o);
       const all: ScheduleView[] = [];
       // The API answers a page at a time: follow nextAfter to the end, printing as pages come.
-      for (let after: string | null = ''; after !== null; ) {
+      for (let after: string | null = ''; after !== null;) {
         const q = new URLSearchParams({ limit: String(LIST_PAGE) });
         if (o.deleted) q.set('deleted', '1');
         if (after) q.set('after', after);
@@ -176,7 +179,7 @@ function progress(done: number, total: number, inserted: number, existing: numbe
 async function runBackfill(
   client: AdminClient,
   job: string,
-  body: { from: string; to: string; rate?: number },
+  body: { from: string; to: string; rate: number },
   tty: boolean,
 ): Promise<{ total: number; inserted: number; existing: number }> {
   let from = body.from;
@@ -188,7 +191,8 @@ async function runBackfill(
       ({ body: step } = await client.mutate<Step>(`/api/jobs/${encodeURIComponent(job)}/backfill`, {
         ...body,
         from,
-        limit: Math.max(1, (body.rate ?? 200) * 2),
+        // Two seconds of slots a step, within what one step may take.
+        limit: Math.min(MAX_BACKFILL_LIMIT, body.rate * 2),
       }));
       failures = 0;
     } catch (err) {
@@ -217,12 +221,15 @@ function registerBackfill(program: Command): void {
       .argument('<job>', 'a job from code, or a runtime schedule as <handler>/<id>')
       .requiredOption('--from <instant>', 'ISO 8601 instant, start of the range (inclusive)')
       .requiredOption('--to <instant>', 'ISO 8601 instant, end of the range (inclusive, not in the future)')
-      .option('--rate <slots-per-second>', 'at most this many slots a second (default 200)')
+      .option(
+        '--rate <slots-per-second>',
+        `at most this many slots a second, 1-${MAX_BACKFILL_RATE} (default ${BACKFILL_RATE})`,
+      )
       .description('fire every slot of a job in a past range that the ledger does not hold yet, through the leader'),
   )
     .addHelpText('after', tokenHelp)
     .action(async (job: string, o: AdminOpts & { from: string; to: string; rate?: string }) => {
-      const rate = int(o.rate, '--rate');
+      const rate = int(o.rate, '--rate', { min: 1, max: MAX_BACKFILL_RATE }) ?? BACKFILL_RATE;
       const client = clientFrom({ ...o, timeoutMs: String(Math.max(Number(o.timeoutMs) || 0, 30_000)) });
       const sum = await runBackfill(client, job, { from: o.from, to: o.to, rate }, process.stderr.isTTY === true);
       print(`${job}: backfilled ${sum.inserted} slot(s); ${sum.existing} of ${sum.total} were already in the ledger\n`);

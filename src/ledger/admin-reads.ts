@@ -77,7 +77,10 @@ export interface LastRun {
   error: string | null;
 }
 
-/** Newest run (by scheduled time) of each job. */
+/**
+ * Newest run (by scheduled time) of each job among those already due: a one-off run committed for
+ * 9999-12-31 is not the job's last outcome (it would show `pending` for ever).
+ */
 export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<string, LastRun>> {
   const res = await db.query<{
     id: string;
@@ -89,7 +92,7 @@ export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<s
     error: string | null;
   }>(
     `SELECT DISTINCT ON (job) id::text, job, scheduled_at, trigger, state, finished_at, error
-     FROM ${t.runs} r WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, r.id DESC`,
+     FROM ${t.runs} r WHERE job = ANY($1::text[]) AND scheduled_at <= now() ORDER BY job, scheduled_at DESC, r.id DESC`,
     [jobs],
   );
   return new Map(

@@ -70,6 +70,11 @@ it('cronwarden runs lists the failed run; --json gives the page with its cursor'
     [runId],
   );
   assert.equal(page.nextCursor, null);
+  const manual = await cli(['runs', '--url', follower.url, '--trigger', 'manual']);
+  assert.match(manual.stdout, new RegExp(`^${runId}\\s+flaky`, 'm'));
+  const once = await cli(['runs', '--url', follower.url, '--trigger', 'once']);
+  assert.equal(once.code, 0, once.stderr);
+  assert.doesNotMatch(once.stdout, new RegExp(`^${runId}\\s`, 'm'), 'only one-off runs');
   const bad = await cli(['runs', '--url', follower.url, '--state', 'exploded']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /state: must be one of/);
@@ -108,7 +113,7 @@ it(
       return r.rows[0]?.state === 'completed';
     }, 'the retried run completes');
     const again = await cli(['retry', runId, '--url', leader.url], ADMIN_TOKEN);
-    assert.equal(again.code, 1, 'a 409 is a runtime refusal');
+    assert.equal(again.code, 2, 'not retryable: trying again cannot change it');
     assert.match(again.stderr, /is completed: it completed, so retrying it would repeat its effect/);
     assert.equal(await effectRows(db, runId), 1);
   },

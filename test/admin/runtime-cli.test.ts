@@ -101,6 +101,31 @@ describe('cronwarden schedule / once / backfill', { timeout: 120_000 }, () => {
     );
     assert.equal(future.code, 2);
     assert.match(future.stderr, /in the future/);
+    const fast = await cli(url, 'backfill', 'yearly', ...range, '--rate', '3000');
+    assert.equal(fast.code, 2);
+    assert.match(fast.stderr, /^cronwarden: --rate: must be from 1 to 2000$/m, 'names the option the CLI has');
+    const fastest = await cli(url, 'backfill', 'yearly', ...range, '--rate', '2000');
+    assert.equal(fastest.code, 0, fastest.stderr);
+  });
+
+  it('a conflict that trying again cannot change (schedule exists) exits 2', async () => {
+    assert.equal((await cli(url, 'schedule', 'create', 'twice', '--handler', 'tick', '--cron', '0 0 1 1 *')).code, 0);
+    const again = await cli(url, 'schedule', 'create', 'twice', '--handler', 'tick', '--cron', '0 0 1 1 *');
+    assert.equal(again.code, 2, again.stderr);
+    assert.match(again.stderr, /409 .*exists/);
+  });
+
+  it("a one-off run far ahead is not the job's last outcome until it is due", async () => {
+    const before = await cli(url, 'status', '--json');
+    const lastOf = (out: string) =>
+      (JSON.parse(out) as { jobs: { name: string; lastRun: { scheduledAt: string } | null }[] }).jobs.find(
+        (j) => j.name === 'yearly',
+      )!.lastRun;
+    const far = await cli(url, 'once', 'yearly', '--key', 'far', '--at', '9999-12-31T00:00:00Z');
+    assert.equal(far.code, 0, far.stderr);
+    const after = await cli(url, 'status', '--json');
+    assert.deepEqual(lastOf(after.stdout), lastOf(before.stdout), 'a run not due yet is not the last outcome');
+    assert.notEqual(lastOf(after.stdout)?.scheduledAt.slice(0, 4), '9999');
   });
 
   it('schedule list pages through every schedule (the API answers a page at a time, with nextAfter)', async () => {
