@@ -13,8 +13,12 @@ import type { ReplicaMetrics } from './metrics.js';
 import type { Readiness } from './probes.js';
 import type { ReplicaView } from './replica-view.js';
 
-/** open: anyone who reaches the port; token: `Authorization: Bearer <admin token>` (else 401). */
-export type RouteAccess = 'open' | 'token';
+/**
+ * open: anyone who reaches the port (the page, the probes, the metrics: no handler text);
+ * read: the same, unless the server's reads need the token (adminReadsNeedToken);
+ * token: `Authorization: Bearer <admin token>` (else 401).
+ */
+export type RouteAccess = 'open' | 'read' | 'token';
 
 export interface AdminRoute<P = unknown> {
   method: 'GET' | 'POST' | 'PATCH' | 'DELETE';

@@ -124,7 +124,8 @@ export class AdminClient {
   private async call<T>(base: string, method: string, path: string, payload?: unknown): Promise<T> {
     let res: Response;
     const mutation = method !== 'GET';
-    const headers: Record<string, string> = mutation && this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
+    // Reads carry the token too, when there is one: a deployment may put them behind it (adminReadsNeedToken).
+    const headers: Record<string, string> = this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
     if (payload !== undefined) headers['content-type'] = 'application/json';
     if (mutation && this.o.user) headers['x-cronwarden-user'] = this.o.user;
     try {
@@ -133,7 +134,7 @@ export class AdminClient {
         headers,
         body: payload === undefined ? undefined : JSON.stringify(payload),
         // A redirect is not followed: the token goes to no URL the operator did not name.
-        redirect: mutation ? 'error' : 'follow',
+        redirect: this.o.token ? 'error' : 'follow',
         signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000),
       });
     } catch (err) {

@@ -25,14 +25,14 @@ export const jobRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/jobs',
-    access: 'open',
+    access: 'read',
     summary: 'each job: schedule in words, policies, pause, next fires, last run and its 24 h numbers',
     handle: (c, req) => c.read(req, () => jobsStatus(c)),
   },
   defineRoute({
     method: 'GET',
     path: '/api/jobs/:name/next',
-    access: 'open',
+    access: 'read',
     summary: "a job's next fires (`?count=1..200`): local time, offset, what the DST policy did, paused",
     params: jobParams,
     handle: (c, req, _reply, { name }) =>

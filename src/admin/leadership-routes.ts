@@ -24,7 +24,7 @@ export const leadershipRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/lease',
-    access: 'open',
+    access: 'read',
     summary:
       "the lease: backend, holder, token, expiry, the leader's admin URL, this replica's role; per shard when sharded",
     handle: (c, req) => c.read(req, () => leaseStatus(c)),
@@ -32,7 +32,7 @@ export const leadershipRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/members',
-    access: 'open',
+    access: 'read',
     summary:
       'the replicas seen in the last minute (version, role, admin URL, last heartbeat) and whether they agree on version and jobs',
     handle: (c, req) =>
@@ -44,7 +44,7 @@ export const leadershipRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/elections',
-    access: 'open',
+    access: 'read',
     summary: 'the failover history of a lease (`?shard=&limit=`): leaders, tokens, handover and gap times',
     handle: (c, req) =>
       c.read(req, async () => {

@@ -69,7 +69,7 @@ export const runRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/runs',
-    access: 'open',
+    access: 'read',
     summary: 'every run, newest first, a page at a time (`?job=&state=&trigger=&from=&to=&q=&limit=&cursor=`)',
     handle: (c, req) =>
       c.read(req, async () => {
@@ -95,7 +95,7 @@ export const runRoutes: AdminRoute[] = [
   defineRoute({
     method: 'GET',
     path: '/api/runs/:id',
-    access: 'open',
+    access: 'read',
     summary: 'one run with its idempotency key and every attempt (token, worker, state, times, error)',
     params: runParams,
     handle: (c, req, _reply, { id }) =>
@@ -117,7 +117,7 @@ export const runRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/history',
-    access: 'open',
+    access: 'read',
     summary: 'fires, failures and lateness p95 a minute, for the cluster and per job (`?minutes=5..1440&job=`)',
     handle: (c, req) =>
       c.read(req, async () => {

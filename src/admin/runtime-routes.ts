@@ -46,7 +46,7 @@ export const runtimeRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/schedules',
-    access: 'open',
+    access: 'read',
     summary:
       'runtime schedules by id, with their next fire, a page at a time (`?handler=&deleted=1&limit=&after=`; `nextAfter`)',
     handle: (c, req) =>
@@ -69,7 +69,7 @@ export const runtimeRoutes: AdminRoute[] = [
   defineRoute({
     method: 'GET',
     path: '/api/schedules/:id',
-    access: 'open',
+    access: 'read',
     summary: 'one runtime schedule with every version (who changed what, when)',
     params: scheduleParams,
     handle: (c, req, _reply, { id }) =>

@@ -486,10 +486,13 @@ describe('cronwarden CLI: where the admin token may go', () => {
         [],
       );
       assert.deepEqual(foreign.seen, []);
-      // The replica the operator named did get the token (that is where it was sent), and was asked who the members are.
+      // The replica the operator named did get the token (that is where it was sent), and was asked
+      // who the members are, with the token too (reads may need it: adminReadsNeedToken).
       assert.equal(asked.seen[0]!.authorization, `Bearer ${ADMIN_TOKEN}`);
       assert.ok(
-        asked.seen.some((r) => r.method === 'GET' && r.url === '/api/members' && r.authorization === undefined),
+        asked.seen.some(
+          (r) => r.method === 'GET' && r.url === '/api/members' && r.authorization === `Bearer ${ADMIN_TOKEN}`,
+        ),
       );
     } finally {
       await asked.close();
