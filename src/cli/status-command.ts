@@ -18,7 +18,12 @@ interface Lease {
 }
 interface Member {
   replicaId: string;
+  /** From the lease: leader or follower. */
   role: string;
+  /** Sharded: the shards it leads. */
+  leads?: number[];
+  /** Missed three beats (killed, frozen, cut off); absent from replicas older than this field. */
+  stoppedBeating?: boolean;
   host: string;
   pid: number;
   version: string;
@@ -75,7 +80,9 @@ export function registerStatus(program: Command): void {
       out.push(
         `leader    ${lease.holder ?? 'none'}${lease.holder ? `  token ${lease.token}  expires in ${lease.expiresInMs} ms  since ${lease.leaderSince ?? '?'}` : ''}`,
       );
-      out.push(`asked     ${lease.replicaId} (${lease.role}) at ${client.baseUrl}`);
+      // Its role as the lease says (a follower waiting for the lease calls itself a candidate).
+      const role = lease.holder === lease.replicaId ? 'leader' : 'follower';
+      out.push(`asked     ${lease.replicaId} (${role}) at ${client.baseUrl}`);
       if (lease.shards) {
         out.push('', 'SHARDS');
         out.push(
@@ -96,11 +103,11 @@ export function registerStatus(program: Command): void {
           ['REPLICA', 'ROLE', 'HOST', 'PID', 'VERSION', 'LAST SEEN', 'ADMIN'],
           members.members.map((m) => [
             m.replicaId,
-            m.role,
+            m.leads?.length ? `${m.role} (shards ${m.leads.join(',')})` : m.role,
             m.host,
             String(m.pid),
             m.version,
-            `${(m.lastSeenAgoMs / 1000).toFixed(1)}s ago`,
+            `${(m.lastSeenAgoMs / 1000).toFixed(1)}s ago${m.stoppedBeating ? ' (stopped beating)' : ''}`,
             m.adminUrl ?? '-',
           ]),
         ),
