@@ -7,10 +7,12 @@ import { z } from 'zod';
 import { InvalidArgumentError, NotLeaderError, ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
 import { onceKeySchema, payloadSchema } from '../jobs/payload.js';
 import type { StoredSchedule } from '../ledger/schedule-ledger.js';
+import { lastRuns } from '../ledger/admin-reads.js';
 import { CronSchedule } from '../cron/cron-schedule.js';
 import { runtimeJobName } from '../scheduler/schedules/runtime-schedules.js';
 import { MAX_BACKFILL_LIMIT, MAX_BACKFILL_RATE } from '../scheduler/firing/backfill.js';
 import { defineRoute, type AdminRoute, type RouteContext } from './admin-route.js';
+import { boundText } from './guards.js';
 import { HttpError, parse } from './http-error.js';
 import { notLeader } from './not-leader.js';
 import { jobLease, type RuntimeAdmin } from './replica-view.js';
@@ -48,7 +50,7 @@ export const runtimeRoutes: AdminRoute[] = [
     path: '/api/schedules',
     access: 'read',
     summary:
-      'runtime schedules by id, with their next fire, a page at a time (`?handler=&deleted=1&limit=&after=`; `nextAfter`)',
+      'runtime schedules by id with next fire and last run, a page at a time (`?handler=&deleted=1&limit=&after=`; `nextAfter`)',
     handle: (c, req) =>
       c.read(req, async () => {
         const q = parse(listQuery, req.query);
@@ -59,8 +61,17 @@ export const runtimeRoutes: AdminRoute[] = [
           after: q.after,
         });
         const page = list.slice(0, q.limit);
+        const last = await lastRuns(
+          c.pool,
+          c.reads.tables,
+          page.map((s) => runtimeJobName(s.handler, s.id)),
+        );
         return {
-          schedules: page.map((s) => view(s, c.replica.clock.now())),
+          schedules: page.map((s) => {
+            const run = last.get(runtimeJobName(s.handler, s.id));
+            // Handler text is served bounded, whatever the ledger holds.
+            return { ...view(s, c.replica.clock.now()), lastRun: run ? { ...run, error: boundText(run.error) } : null };
+          }),
           // Keyset paging: the next page is the schedules after this id (null: this was the last).
           nextAfter: list.length > q.limit ? page[page.length - 1]!.id : null,
         };

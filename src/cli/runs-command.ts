@@ -111,7 +111,8 @@ function registerShow(program: Command): void {
           ]),
         ),
       ];
-      const failed = [...run.attempts].reverse().find((a) => a.errorStack);
+      // A stack is a failure's: a superseded attempt (a later slot wrote first) says why in its line.
+      const failed = [...run.attempts].reverse().find((a) => a.errorStack && a.state !== 'superseded');
       if (failed) out.push('', `stack of attempt ${failed.attempt}:`, failed.errorStack!);
       print(`${out.join('\n')}\n`);
     });

@@ -11,6 +11,7 @@ import { Cluster, ADMIN_TOKEN, firstLeader, json, type Node } from './support.js
 import { consoleJobs, createUserTables, effectRows, insertHistory, setFailing, until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { listElections } from '../../src/ledger/admin-reads.js';
+import { jobStats } from '../../src/ledger/job-stats.js';
 import { tablesIn } from '../../src/db/tables.js';
 
 let db: TestDatabase;
@@ -225,6 +226,28 @@ describe('overview and history', () => {
     assert.ok(sum(h.jobs.beat.fires) > 0);
     assert.equal(sum(h.cluster.fires), sum(Object.values(h.jobs).map((s) => sum((s as { fires: number[] }).fires))));
     assert.equal((await fetch(`${leader.url}/api/history?minutes=2`)).status, 400);
+  });
+
+  it("a backfill's runs do not count as lateness: its slots are old on purpose", async () => {
+    // A backfill started just now of slots 7-9 minutes ago, and one run of the same job 50 ms late.
+    await db.pool.query(
+      `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, created_at, started_at, finished_at)
+       SELECT 'backfilled', date_trunc('minute', now()) - g * interval '1 minute', 'backfill', 1, 'l', 'completed', now(), now(), now()
+       FROM generate_series(7, 9) g
+       UNION ALL
+       SELECT 'backfilled', date_trunc('minute', now()) - interval '3 minutes', 'schedule', 1, 'l', 'completed',
+              date_trunc('minute', now()) - interval '3 minutes', date_trunc('minute', now()) - interval '3 minutes' + interval '50 milliseconds', now()`,
+    );
+    const h = await json(await fetch(`${leader.url}/api/history?minutes=15&job=backfilled`));
+    const late = (h.jobs.backfilled.latenessP95Ms as (number | null)[]).filter((v) => v !== null);
+    assert.deepEqual(late, [50], 'only the scheduled run is late, by 50 ms');
+    assert.equal(
+      (h.jobs.backfilled.fires as number[]).reduce((a, b) => a + b, 0),
+      4,
+      'the backfilled slots still count as fires',
+    );
+    const stats = await jobStats(db.pool, tablesIn(db.schema), ['backfilled']);
+    assert.equal(stats.get('backfilled')!.latenessP95Ms, 50);
   });
 });
 
