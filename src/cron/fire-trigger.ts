@@ -4,4 +4,5 @@
  * all the same, inside the unique (job, scheduled_at) key like 'schedule' and 'catchup'), a backfill
  * of past slots (in that key too), or a one-off run (outside it, keyed by its once_key).
  */
-export type FireTrigger = 'schedule' | 'catchup' | 'manual' | 'standin' | 'backfill' | 'once';
+export const fireTriggers = ['schedule', 'catchup', 'manual', 'standin', 'backfill', 'once'] as const;
+export type FireTrigger = (typeof fireTriggers)[number];

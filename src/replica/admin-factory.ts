@@ -27,6 +27,7 @@ export function createAdmin(o: AdminFactoryOptions): AdminServer | AdminThread {
     replica: o.replica,
     backend: o.backend,
     token: a.token,
+    readsNeedToken: a.readsNeedToken,
     host: a.host,
     port: a.port,
     advertisedUrl: a.url,

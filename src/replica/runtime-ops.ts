@@ -1,9 +1,10 @@
 import type { Logger } from 'pino';
 import type { RuntimeAdmin } from '../admin/replica-view.js';
 import type { Clock } from '../clock.js';
-import { NotLeaderError } from '../errors.js';
+import { InvalidArgumentError, NotLeaderError } from '../errors.js';
 import type { JobRegistry } from '../jobs/job-registry.js';
 import { validateSchedule } from '../jobs/schedule-input.js';
+import { onceKeySchema, payloadProblem } from '../jobs/payload.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
 import type { Backfiller, BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
@@ -70,6 +71,10 @@ export class RuntimeOps implements RuntimeAdmin {
 
   async once(job: string, o: { at: Date; key: string; payload: unknown }): Promise<OnceRun> {
     this.o.registry.require(job);
+    const key = onceKeySchema.safeParse(o.key);
+    if (!key.success) throw new InvalidArgumentError(`key: ${key.error.issues[0]!.message}`);
+    const payload = payloadProblem(o.payload);
+    if (payload) throw new InvalidArgumentError(`payload: ${payload}`);
     const lease = this.o.leadership.lease();
     if (!lease) throw new NotLeaderError('only the leader can commit a one-off run');
     const run = await this.o.ledger.schedules.commitOnce(
