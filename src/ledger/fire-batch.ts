@@ -75,10 +75,31 @@ export function withOutdated(result: FireBatchResult, requested: number, accepte
   return requested > accepted ? { ...result, outdated: requested - accepted } : result;
 }
 
-/** The fires as the JSON that jsonb_to_recordset reads in the insert statements. */
+/**
+ * The one order in which every fire commit (the leader's and each stand-in's) inserts its runs:
+ * by job, then instant, the unique key the inserts wait on. Two stand-ins share the fence row (FOR
+ * SHARE), so nothing else serialises them; had one inserted (a, T) then (b, T) while the other
+ * inserted (b, T) then (a, T), each would wait for the other's uncommitted key (40P01, seen with
+ * the lease server down and every follower standing in). In one order, a commit only ever waits
+ * for a key above every key it holds, so no two can wait for each other.
+ */
+export function inLockOrder(fires: FireRequest[]): FireRequest[] {
+  return [...fires].sort(
+    (a, b) =>
+      (a.job < b.job ? -1 : a.job > b.job ? 1 : 0) ||
+      a.scheduledAt.getTime() - b.scheduledAt.getTime() ||
+      (a.trigger < b.trigger ? -1 : a.trigger > b.trigger ? 1 : 0),
+  );
+}
+
+/**
+ * The fires as the JSON that jsonb_to_recordset reads in the insert statements; `ord` is each
+ * fire's place, which the inserts follow (ORDER BY ord), so the caller's order is the lock order.
+ */
 export function fireRecords(fires: FireRequest[]): string {
   return JSON.stringify(
-    fires.map((f) => ({
+    fires.map((f, ord) => ({
+      ord,
       job: f.job,
       scheduled_at: f.scheduledAt.toISOString(),
       trigger: f.trigger,

@@ -1,6 +1,8 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import { Ledger } from '../../src/ledger/ledger.js';
+import type { FireRequest } from '../../src/ledger/fire-ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 /** The stand-in's commit on real PostgreSQL: one row per slot however many race, tokens in commit order. */
@@ -118,4 +120,56 @@ describe('Stand-in commits (real PostgreSQL)', () => {
     const r = await ledger.fires.commitStandInFires([{ ...fire('g', 1), replace: true }], standIn('f1'));
     assert.equal(r.committed.length, 0);
   });
+
+  it('the leader and two stand-ins committing overlapping slots in any order never deadlock (no 40P01)', async () => {
+    // Its own pool, which notices a deadlock after 20 ms instead of PostgreSQL's 1 s.
+    const pool = new pg.Pool({ connectionString: db.url, max: 12, options: '-c deadlock_timeout=20ms' });
+    const fast = new Ledger(pool, db.schema);
+    await fast.fires.advanceFence(FENCE, 30n);
+    const random = seeded(25);
+    const shuffled = <T>(list: T[]): T[] => {
+      const out = [...list];
+      for (let i = out.length - 1; i > 0; i--) {
+        const j = Math.floor(random() * (i + 1));
+        [out[i], out[j]] = [out[j]!, out[i]!];
+      }
+      return out;
+    };
+    const jobs = ['k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'k8'];
+    const failures: string[] = [];
+    let committed = 0;
+    try {
+      for (let round = 0; round < 80; round++) {
+        // Two slots per job, each commit a different order of them (a tie in a follower's queue).
+        const slots: FireRequest[] = jobs.flatMap((job) => [fire(job, 2 * round), fire(job, 2 * round + 1)]);
+        const results = await Promise.allSettled([
+          fast.fires.commitStandInFires(shuffled(slots), standIn('f1')),
+          fast.fires.commitStandInFires(shuffled(slots), standIn('f2')),
+          fast.fires.commitFires(
+            shuffled(slots).map((s) => ({ ...s, trigger: 'schedule' as const })),
+            leader(30n),
+          ),
+        ]);
+        for (const r of results) {
+          if (r.status === 'fulfilled') committed += r.value.committed.length;
+          else failures.push(`${(r.reason as { code?: string }).code}: ${(r.reason as Error).message}`);
+        }
+      }
+    } finally {
+      await pool.end();
+    }
+    assert.deepEqual(failures, [], 'every commit went through');
+    assert.equal(committed, 80 * 2 * jobs.length, 'and together they committed each slot once');
+  });
 });
+
+/** A small deterministic PRNG (mulberry32), so a failing order can be run again. */
+function seeded(seed: number): () => number {
+  let a = seed;
+  return () => {
+    a = (a + 0x6d2b79f5) | 0;
+    let t = Math.imul(a ^ (a >>> 15), 1 | a);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
