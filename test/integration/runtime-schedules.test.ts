@@ -319,6 +319,18 @@ describe('runtime schedules, one-off runs and backfill across three replicas', {
     );
     assert.equal(x!.body.inserted + y!.body.inserted, 0);
   });
+
+  it('no fire transaction started before its slot: created_at >= scheduled_at on every run but one-offs', async () => {
+    // The replicas keep time by the ledger's clock, never ahead of it (issue 25 #3).
+    const fired = await db.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'schedule'",
+    );
+    assert.ok(fired.rows[0]!.n >= 30, `only ${fired.rows[0]!.n} scheduled fires: too few to tell`);
+    const early = await db.pool.query(
+      `SELECT job, trigger, scheduled_at, created_at FROM cw_runs WHERE trigger <> 'once' AND created_at < scheduled_at`,
+    );
+    assert.deepEqual(early.rows, []);
+  });
 });
 
 async function runs(db: TestDatabase, job: string) {
