@@ -1,9 +1,11 @@
 /**
  * The leader's commit of a batch of fires: advance its fence (a stale leader is refused here, not
- * by luck), insert each run under the unique (job, scheduled_at) key, move each job's last fire
- * forward, and for overlap 'replace' cancel the job's other active runs; all in one transaction,
- * checked against the leader's local deadline just before COMMIT. Each statement's WHERE clause
- * is the point (graphile-worker style: "only the writer that advances the row goes on").
+ * by luck), insert each run unless its slot is taken (the unique (job, scheduled_at) key, and a
+ * runtime schedule's (schedule_id, scheduled_at) whatever handler's name a run of it carries: a
+ * conflict on either is DO NOTHING), move each job's last fire forward, and for overlap 'replace'
+ * cancel the job's other active runs; all in one transaction, checked against the leader's local
+ * deadline just before COMMIT. Each statement's WHERE clause is the point (graphile-worker style:
+ * "only the writer that advances the row goes on").
  */
 import type pg from 'pg';
 import { StaleTokenError } from '../errors.js';
@@ -53,7 +55,7 @@ const statements = perSchema((t) => ({
               CASE WHEN f.state = 'skipped' THEN now() END,
               f.error, f.schedule_version, f.payload
        FROM fire f WHERE EXISTS (SELECT 1 FROM fence) ORDER BY f.ord
-       ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
+       ON CONFLICT DO NOTHING
        RETURNING id, job, scheduled_at, trigger, state),
      job_state AS (
        INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)

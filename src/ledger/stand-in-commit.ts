@@ -2,8 +2,8 @@
  * A follower's commit of overdue slots the leader did not commit (stand-in.ts in the scheduler).
  * No lease, so no fence to advance: the fires carry the scheduler fence's current token, read under
  * a share lock on the fence row, so a leader's fenced commit and this one are serialised and the
- * tokens on committed runs never decrease in commit order (I3). The unique (job, scheduled_at) key
- * keeps each slot once however many followers and leaders race for it (I1).
+ * tokens on committed runs never decrease in commit order (I3). The slot's unique keys (as in
+ * fire-commit.ts) keep each slot once however many followers and leaders race for it (I1).
  *
  * Lock order, the same in the leader's commit (fire-commit.ts): the schedules' rows (sorted by id,
  * FOR SHARE), the fence row, the runs' unique keys (inLockOrder), the job state rows (by job). The
@@ -44,7 +44,7 @@ const statements = perSchema((t) => ({
      FROM jsonb_to_recordset($1::jsonb) AS f(ord int, job text, scheduled_at timestamptz, trigger text, state text,
        error text, schedule_version int, payload jsonb)
      ORDER BY f.ord
-     ON CONFLICT (job, scheduled_at) WHERE trigger NOT IN ('manual', 'once') DO NOTHING
+     ON CONFLICT DO NOTHING
      RETURNING id, job, scheduled_at, trigger, state`,
   ),
   /** Move each job's last scheduled fire forward to the latest of fires $1 (never back). */
