@@ -10,6 +10,7 @@ import {
   settingKeys,
   settings,
   type SettingDefinition,
+  type SettingKey,
 } from '../config/settings.js';
 import { checkStartup, type CheckedConnections } from '../config/startup-checks.js';
 import { createLogger } from '../config/logger.js';
@@ -57,8 +58,23 @@ async function startReplica(flags: SettingFlags): Promise<void> {
   const replica = new Replica(toReplicaOptions(config, { ...checked, backend, jobs, logger, schema }));
   replica.logger.info({ config: describeConfig(config) }, 'starting replica');
   stopOnSignals(replica, checked);
-  await replica.start();
+  await replica.start().catch((err: unknown) => {
+    throw asSetting(err);
+  });
   if (replica.adminUrl) logAdmin(replica, config.admin);
+}
+
+/** The Replica's options the CLI sets from a setting of its own, for errors that name an option. */
+const optionSettings: Partial<Record<string, SettingKey>> = {
+  'admin.port': 'adminPort',
+  'admin.probe.port': 'probePort',
+};
+
+/** A Replica's InvalidConfigError as the operator's setting (flag and variable) to change. */
+function asSetting(err: unknown): unknown {
+  if (!(err instanceof InvalidConfigError)) return err;
+  const key = optionSettings[err.setting];
+  return key ? new InvalidConfigError(settingName(key), err.message.slice(err.setting.length + 2)) : err;
 }
 
 /** SIGTERM / SIGINT stop the replica gracefully, close its connections and exit; a second signal exits at once. */

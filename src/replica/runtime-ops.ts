@@ -9,7 +9,8 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
 import type { Backfiller, BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
 import type { Leadership } from '../scheduler/firing/fire-loop.js';
-import { RUNTIME_SEPARATOR, type RuntimeSchedules } from '../scheduler/schedules/runtime-schedules.js';
+import type { RuntimeSchedules } from '../scheduler/schedules/runtime-schedules.js';
+import { scheduleIdOf } from '../cron/job-names.js';
 import type { RunDelivery } from '../scheduler/firing/run-delivery.js';
 
 export interface RuntimeOpsOptions {
@@ -101,8 +102,8 @@ export class RuntimeOps implements RuntimeAdmin {
 
   async backfill(r: BackfillRequest): Promise<BackfillStep> {
     // A schedule created a moment ago may not have reached the leader yet: read it now.
-    const sep = r.job.indexOf(RUNTIME_SEPARATOR);
-    if (sep > 0 && !this.o.schedules.get(r.job)) await this.o.schedules.refresh([r.job.slice(sep + 1)]);
+    const id = scheduleIdOf(r.job);
+    if (id !== undefined && !this.o.schedules.get(r.job)) await this.o.schedules.refresh([id]);
     return this.o.backfiller.step(r);
   }
 }
