@@ -108,8 +108,11 @@ async function stopAndClose(replica: Replica, connections: CheckedConnections): 
 /** Where the admin HTTP listens, and what an operator should know about its exposure. */
 function logAdmin(replica: Replica, admin: AdminConfig): void {
   if (!admin.token) replica.logger.info('admin: no CRONWARDEN_ADMIN_TOKEN, so trigger/pause/resume/resign are refused');
-  if (!['127.0.0.1', 'localhost', '::1'].includes(admin.host) && !admin.token) {
-    replica.logger.warn({ host: admin.host }, 'admin HTTP listens beyond loopback; reads are open to that network');
+  if (!['127.0.0.1', 'localhost', '::1'].includes(admin.host) && !(admin.token && admin.readsNeedToken)) {
+    replica.logger.warn(
+      { host: admin.host },
+      'admin HTTP listens beyond loopback; reads are open to that network (set CRONWARDEN_ADMIN_READS_NEED_TOKEN=true and a token)',
+    );
   }
   replica.logger.info({ adminUrl: replica.adminUrl, statusPage: `${replica.adminUrl}/` }, 'admin HTTP listening');
   if (replica.probeUrl) replica.logger.info({ probeUrl: replica.probeUrl }, 'probes (/healthz, /readyz) listening');
