@@ -1,5 +1,5 @@
 // Copy the files tsc does not emit next to the compiled code: the Redis Lua scripts (read from
-// ./lua relative to src/locks/redis.ts, in src as in dist) and the admin console page.
+// ./lua relative to src/locks/redis.ts, in src as in dist), the admin console page and its vendored assets.
 // Paths resolve from this file, so the copy works whatever the working directory.
 import { cpSync, mkdirSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -15,4 +15,6 @@ for (const f of scripts) cpSync(luaFrom + f, luaTo + f);
 
 mkdirSync(at('dist/admin/'), { recursive: true });
 cpSync(at('src/admin/console.html'), at('dist/admin/console.html'));
-console.log(`copy-assets: ${scripts.length} Lua scripts and the console page into dist/`);
+// The console's vendored chart library (src/admin/vendor/uplot/README.md), served as /assets/*.
+cpSync(at('src/admin/vendor/'), at('dist/admin/vendor/'), { recursive: true });
+console.log(`copy-assets: ${scripts.length} Lua scripts, the console page and its vendored assets into dist/`);

@@ -5,6 +5,7 @@
  */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type pg from 'pg';
+import type { z } from 'zod';
 import type { LeaseBackend } from '../locks/lease.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { JobStats } from '../ledger/job-stats.js';
@@ -12,19 +13,31 @@ import type { ReplicaMetrics } from './metrics.js';
 import type { Readiness } from './probes.js';
 import type { ReplicaView } from './replica-view.js';
 
-/** open: anyone who reaches the port; token: `Authorization: Bearer <admin token>` (else 401). */
-export type RouteAccess = 'open' | 'token';
+/**
+ * open: anyone who reaches the port (the page, the probes, the metrics: no handler text);
+ * read: the same, unless the server's reads need the token (adminReadsNeedToken);
+ * token: `Authorization: Bearer <admin token>` (else 401).
+ */
+export type RouteAccess = 'open' | 'read' | 'token';
 
-export interface AdminRoute {
+export interface AdminRoute<P = unknown> {
   method: 'GET' | 'POST' | 'PATCH' | 'DELETE';
   /** Fastify's form: `:name` is a path parameter. */
   path: string;
   access: RouteAccess;
   /** One line for the route table (docs/reference/admin-api.md). */
   summary: string;
-  /** Answers with the body to send, or with `reply` once it has sent. */
-  handle(c: RouteContext, req: FastifyRequest, reply: FastifyReply): Promise<unknown>;
+  /**
+   * The path parameters (route-params.ts), required when the path has any: the server parses
+   * them before `handle` and answers 400 naming the parameter when they do not parse.
+   */
+  params?: z.ZodType<P>;
+  /** Answers with the body to send, or with `reply` once it has sent; `params` as parsed. */
+  handle(c: RouteContext, req: FastifyRequest, reply: FastifyReply, params: P): Promise<unknown>;
 }
+
+/** A route whose handler is typed by its `params`, for a list of routes of any parameters. */
+export const defineRoute = <P>(route: AdminRoute<P>): AdminRoute => route;
 
 /** What a route's handler is given: the replica, the admin reads' own pool, and the server's shared checks. */
 export interface RouteContext {

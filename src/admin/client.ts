@@ -1,6 +1,15 @@
 import { CronwardenError, InvalidArgumentError } from '../errors.js';
 
-/** A failed admin call. 4xx other than 409 are the caller's mistake (not retryable: CLI exit 2). */
+/**
+ * 409s that another try can change: leadership moving (not_leader), or a newer leader fenced this
+ * one out (fenced). A schedule that exists or a run that is not retryable stays so (CLI exit 2).
+ */
+const RETRYABLE_CONFLICTS: ReadonlySet<string> = new Set(['not_leader', 'fenced']);
+
+/**
+ * A failed admin call. 4xx are the caller's mistake (not retryable: CLI exit 2) but for the
+ * conflicts another try can change; without a response, or on a 5xx, trying again may help.
+ */
 export class AdminRequestError extends CronwardenError {
   readonly retryable: boolean;
   constructor(
@@ -115,7 +124,8 @@ export class AdminClient {
   private async call<T>(base: string, method: string, path: string, payload?: unknown): Promise<T> {
     let res: Response;
     const mutation = method !== 'GET';
-    const headers: Record<string, string> = mutation && this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
+    // Reads carry the token too, when there is one: a deployment may put them behind it (adminReadsNeedToken).
+    const headers: Record<string, string> = this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
     if (payload !== undefined) headers['content-type'] = 'application/json';
     if (mutation && this.o.user) headers['x-cronwarden-user'] = this.o.user;
     try {
@@ -124,7 +134,7 @@ export class AdminClient {
         headers,
         body: payload === undefined ? undefined : JSON.stringify(payload),
         // A redirect is not followed: the token goes to no URL the operator did not name.
-        redirect: mutation ? 'error' : 'follow',
+        redirect: this.o.token ? 'error' : 'follow',
         signal: AbortSignal.timeout(this.o.timeoutMs ?? 5000),
       });
     } catch (err) {
@@ -145,7 +155,8 @@ export class AdminClient {
     const b = body as { error?: string; code?: string; leader?: string | null; leaderAdminUrl?: string | null };
     if (res.status === 409 && b.code === 'not_leader')
       throw new NotLeaderResponse(b.leader ?? null, b.leaderAdminUrl ?? null);
-    throw new AdminRequestError(res.status, `${method} ${path}: ${res.status} ${b.error ?? res.statusText}`);
+    const retryable = res.status === 409 ? RETRYABLE_CONFLICTS.has(b.code ?? '') : undefined;
+    throw new AdminRequestError(res.status, `${method} ${path}: ${res.status} ${b.error ?? res.statusText}`, retryable);
   }
 }
 

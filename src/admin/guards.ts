@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { isIP } from 'node:net';
+import { maskCredentials } from '../redact.js';
 
 /**
  * Small guards of the admin HTTP: which Host names it answers, the page's Content-Security-Policy,
@@ -11,11 +12,16 @@ import { isIP } from 'node:net';
 /** Longest handler text (an error message or stack) one response field carries. */
 export const MAX_SERVED_TEXT = 2000;
 
-/** `text` cut to `max` characters, with a marker saying how much was left out. */
+/**
+ * `text` with credentials masked (rows stored before errors were masked on the way in) and cut to
+ * `max` characters, with a marker saying how much was left out.
+ */
 export function boundText(text: string, max?: number): string;
 export function boundText(text: string | null, max?: number): string | null;
-export function boundText(text: string | null, max = MAX_SERVED_TEXT): string | null {
-  if (text === null || text.length <= max) return text;
+export function boundText(raw: string | null, max = MAX_SERVED_TEXT): string | null {
+  if (raw === null) return null;
+  const text = maskCredentials(raw);
+  if (text.length <= max) return text;
   return `${text.slice(0, max)}… [${text.length - max} more characters not shown]`;
 }
 
@@ -93,7 +99,8 @@ export function sameOrigin(origin: string | undefined, host: string | undefined)
 
 /**
  * A Content-Security-Policy for `html` that allows its own inline <script> and <style> blocks by
- * hash and nothing else inline; everything else only from this origin.
+ * hash and nothing else inline; scripts, styles and everything else only from this origin (the
+ * page loads its chart library from /assets/, served with nosniff; /api answers are JSON).
  */
 export function pagePolicy(html: string): string {
   const hashes = (tag: string) =>
@@ -104,8 +111,8 @@ export function pagePolicy(html: string): string {
   const styles = hashes('style');
   return [
     "default-src 'self'",
-    `script-src ${scripts.length ? scripts.join(' ') : "'none'"}`,
-    `style-src ${styles.length ? styles.join(' ') : "'none'"}`,
+    `script-src 'self' ${scripts.join(' ')}`.trimEnd(),
+    `style-src 'self' ${styles.join(' ')}`.trimEnd(),
     "img-src 'self' data:",
     "connect-src 'self'",
     "object-src 'none'",

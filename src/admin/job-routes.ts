@@ -3,23 +3,19 @@
  * the preview of their next fires, and the mutations (token): trigger is leader-only, pause and
  * resume work on any replica (the flag lives in the ledger).
  */
-import type { FastifyRequest } from 'fastify';
-import { z } from 'zod';
 import { NotLeaderError } from '../errors.js';
 import { lastRuns } from '../ledger/admin-reads.js';
-import type { AdminRoute, RouteContext } from './admin-route.js';
+import { defineRoute, type AdminRoute, type RouteContext } from './admin-route.js';
 import { boundText } from './guards.js';
-import { HttpError, parse } from './http-error.js';
+import { HttpError } from './http-error.js';
 import { jobOverview } from './job-overview.js';
 import { pauseFields, pauseRequest, policyFields, previewBody } from './job-policies-view.js';
 import { notLeader } from './not-leader.js';
 import { jobLease } from './replica-view.js';
-
-const jobName = z.string().regex(/^[A-Za-z0-9_.:@/-]{1,200}$/, 'must be 1-200 letters, digits or _ . : @ / -');
+import { jobParams } from './route-params.js';
 
 /** The job named in the path; 404 when this replica does not define it. */
-function job(c: RouteContext, req: FastifyRequest) {
-  const { name } = parse(z.object({ name: jobName }), req.params);
+function job(c: RouteContext, name: string) {
   const found = c.replica.job(name);
   if (!found) throw new HttpError(404, 'unknown_job', `unknown job "${name}"`);
   return found;
@@ -29,30 +25,32 @@ export const jobRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/jobs',
-    access: 'open',
+    access: 'read',
     summary: 'each job: schedule in words, policies, pause, next fires, last run and its 24 h numbers',
     handle: (c, req) => c.read(req, () => jobsStatus(c)),
   },
-  {
+  defineRoute({
     method: 'GET',
     path: '/api/jobs/:name/next',
-    access: 'open',
+    access: 'read',
     summary: "a job's next fires (`?count=1..200`): local time, offset, what the DST policy did, paused",
-    handle: (c, req) =>
+    params: jobParams,
+    handle: (c, req, _reply, { name }) =>
       c.read(req, async () => {
-        const found = job(c, req);
+        const found = job(c, name);
         const pauses = await c.reads.fires.pauses();
         return previewBody(found, req.query, c.replica.clock.now(), pauses.get(found.name));
       }),
-  },
-  {
+  }),
+  defineRoute({
     method: 'POST',
     path: '/api/jobs/:name/trigger',
     access: 'token',
     summary: 'fire a job now, as a run of its own (leader only; a follower answers 409 naming the leader)',
-    handle: async (c, req) => {
+    params: jobParams,
+    handle: async (c, _req, _reply, { name }) => {
       const r = c.replica;
-      const found = job(c, req);
+      const found = job(c, name);
       if (r.role !== 'leader') return notLeader(c, jobLease(r, found.name));
       try {
         const fire = await r.trigger(found.name);
@@ -69,15 +67,16 @@ export const jobRoutes: AdminRoute[] = [
         throw err;
       }
     },
-  },
-  {
+  }),
+  defineRoute({
     method: 'POST',
     path: '/api/jobs/:name/pause',
     access: 'token',
     summary: 'pause a job, with an optional JSON body `{"reason", "until"}` (any replica)',
-    handle: async (c, req) => {
+    params: jobParams,
+    handle: async (c, req, _reply, { name }) => {
       const r = c.replica;
-      const found = job(c, req);
+      const found = job(c, name);
       const request = pauseRequest(req.body, req.headers['x-cronwarden-user'], r.clock.now());
       const pause = await r.pause(found.name, request);
       r.logger.info(
@@ -86,20 +85,21 @@ export const jobRoutes: AdminRoute[] = [
       );
       return { job: found.name, ...pauseFields(pause, r.clock.now()) };
     },
-  },
-  {
+  }),
+  defineRoute({
     method: 'POST',
     path: '/api/jobs/:name/resume',
     access: 'token',
     summary: "resume a job, clearing its pause's reason and expiry (any replica)",
-    handle: async (c, req) => {
+    params: jobParams,
+    handle: async (c, _req, _reply, { name }) => {
       const r = c.replica;
-      const found = job(c, req);
+      const found = job(c, name);
       await r.setPaused(found.name, false);
       r.logger.info({ job: found.name }, 'admin: job resumed');
       return { job: found.name, paused: false };
     },
-  },
+  }),
 ];
 
 /** The body of GET /api/jobs: each defined job with its pause, next fire and last run. */

@@ -7,6 +7,7 @@ import { electedAt, listElections, listMembers, memberAdminUrl } from '../ledger
 import type { AdminRoute, RouteContext } from './admin-route.js';
 import { HttpError, parse } from './http-error.js';
 import { memberAgreement } from './member-agreement.js';
+import { memberRoles } from './member-roles.js';
 import { notLeader } from './not-leader.js';
 
 /** GET /api/elections: the limit, and with sharded leadership the shard (default 0). */
@@ -24,7 +25,7 @@ export const leadershipRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/lease',
-    access: 'open',
+    access: 'read',
     summary:
       "the lease: backend, holder, token, expiry, the leader's admin URL, this replica's role; per shard when sharded",
     handle: (c, req) => c.read(req, () => leaseStatus(c)),
@@ -32,19 +33,20 @@ export const leadershipRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/members',
-    access: 'open',
+    access: 'read',
     summary:
-      'the replicas seen in the last minute (version, role, admin URL, last heartbeat) and whether they agree on version and jobs',
+      'the replicas seen in the last minute (version, role from the lease, admin URL, last beat, stopped beating) and whether they agree',
     handle: (c, req) =>
       c.read(req, async () => {
-        const members = await listMembers(c.pool, c.reads.tables);
-        return { members, agreement: memberAgreement(members) };
+        const rows = await listMembers(c.pool, c.reads.tables);
+        const members = await memberRoles(rows, c.backend, c.replica.shardLeases ?? [c.replica.leaseName]);
+        return { members, agreement: memberAgreement(rows) };
       }),
   },
   {
     method: 'GET',
     path: '/api/elections',
-    access: 'open',
+    access: 'read',
     summary: 'the failover history of a lease (`?shard=&limit=`): leaders, tokens, handover and gap times',
     handle: (c, req) =>
       c.read(req, async () => {

@@ -4,28 +4,34 @@
  */
 import { z } from 'zod';
 import { NotLeaderError, RunNotFoundError, RunNotRetryableError, StaleTokenError } from '../errors.js';
+import { fireTriggers } from '../cron/fire-trigger.js';
 import { runStates } from '../db/schema.js';
 import { pageRuns, runDetail, type RunCursor, type RunPageFilter } from '../ledger/run-reads.js';
 import { minuteHistory } from '../ledger/job-stats.js';
-import type { AdminRoute } from './admin-route.js';
+import { defineRoute, type AdminRoute } from './admin-route.js';
 import { boundText } from './guards.js';
 import { HttpError, parse } from './http-error.js';
 import { notLeader } from './not-leader.js';
+import { MAX_RUN_ID, instant, runId, runParams } from './route-params.js';
 
-const MAX_BIGINT = 2n ** 63n - 1n; // run ids are PostgreSQL bigint
-/** A run id in a path: digits, within PostgreSQL's bigint. */
-export const runIdParam = z
-  .string()
-  .regex(/^[1-9][0-9]{0,18}$/, 'must be a run id')
-  .refine((v) => BigInt(v) <= MAX_BIGINT, `must be a run id (at most ${MAX_BIGINT})`);
-const instant = z.string().refine((v) => !Number.isNaN(Date.parse(v)), 'must be an ISO date and time');
+/** Scheduled instants in µs since the epoch, within the years 0000-9999 (what `instant` takes). */
+const MAX_CURSOR_US = 253_402_300_800_000_000n;
 const CURSOR = /^(-?[0-9]{1,19})\.([1-9][0-9]{0,18})$/;
 const KEY_HELP = 'a run id (digits) or an idempotency key (job@2026-01-01T00:00:00.000Z)';
+
+/** A page's cursor: the nextCursor of an earlier page, "<scheduled µs>.<run id>". */
+const cursor = z.string().transform((v, ctx): RunCursor => {
+  const m = CURSOR.exec(v);
+  const c = m && { scheduledUs: BigInt(m[1]!), id: BigInt(m[2]!) };
+  if (c && c.id <= MAX_RUN_ID && c.scheduledUs <= MAX_CURSOR_US && -c.scheduledUs <= MAX_CURSOR_US) return c;
+  ctx.addIssue({ code: 'custom', message: 'must be the nextCursor of an earlier page' });
+  return z.NEVER;
+});
 
 const runsQuery = z.object({
   job: z.string().min(1).max(200, 'must be at most 200 characters').optional(),
   state: z.enum(runStates, `must be one of ${runStates.join(', ')}`).optional(),
-  trigger: z.enum(['schedule', 'catchup', 'manual'], 'must be one of schedule, catchup, manual').optional(),
+  trigger: z.enum(fireTriggers, `must be one of ${fireTriggers.join(', ')}`).optional(),
   from: instant.optional(),
   to: instant.optional(),
   q: z.string().trim().min(1).max(300, 'must be at most 300 characters').optional(),
@@ -35,7 +41,7 @@ const runsQuery = z.object({
     .min(1, 'must be at least 1')
     .max(500, 'must be at most 500')
     .default(50),
-  cursor: z.string().regex(CURSOR, 'must be the nextCursor of an earlier page').optional(),
+  cursor: cursor.optional(),
 });
 const historyQuery = z.object({
   minutes: z.coerce
@@ -49,26 +55,21 @@ const historyQuery = z.object({
 
 export const encodeCursor = (c: RunCursor | null) => (c === null ? null : `${c.scheduledUs}.${c.id}`);
 
-function decodeCursor(v: string | undefined): RunCursor | undefined {
-  const m = v === undefined ? null : CURSOR.exec(v);
-  return m ? { scheduledUs: BigInt(m[1]!), id: BigInt(m[2]!) } : undefined;
-}
-
 /** ?q=: a run id, or an idempotency key `job@instant` (the key handlers get: job-context.ts). */
 function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot'> {
   if (q === undefined) return {};
-  if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(z.object({ q: runIdParam }), { q }).q) };
+  if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(z.object({ q: runId }), { q }).q) };
   const at = q.lastIndexOf('@');
-  const when = at > 0 ? Date.parse(q.slice(at + 1)) : NaN;
-  if (Number.isNaN(when)) throw new HttpError(400, 'bad_request', `q: must be ${KEY_HELP}`);
-  return { slot: { job: q.slice(0, at), scheduledAt: new Date(when) } };
+  const when = at > 0 ? instant.safeParse(q.slice(at + 1)) : undefined;
+  if (!when?.success) throw new HttpError(400, 'bad_request', `q: must be ${KEY_HELP}`);
+  return { slot: { job: q.slice(0, at), scheduledAt: new Date(when.data) } };
 }
 
 export const runRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/runs',
-    access: 'open',
+    access: 'read',
     summary: 'every run, newest first, a page at a time (`?job=&state=&trigger=&from=&to=&q=&limit=&cursor=`)',
     handle: (c, req) =>
       c.read(req, async () => {
@@ -82,7 +83,7 @@ export const runRoutes: AdminRoute[] = [
           to: q.to === undefined ? undefined : new Date(q.to),
           ...search(q.q),
           limit: q.limit,
-          cursor: decodeCursor(q.cursor),
+          cursor: q.cursor,
         });
         // Handler text is served bounded, whatever the ledger holds.
         return {
@@ -91,14 +92,14 @@ export const runRoutes: AdminRoute[] = [
         };
       }),
   },
-  {
+  defineRoute({
     method: 'GET',
     path: '/api/runs/:id',
-    access: 'open',
+    access: 'read',
     summary: 'one run with its idempotency key and every attempt (token, worker, state, times, error)',
-    handle: (c, req) =>
+    params: runParams,
+    handle: (c, req, _reply, { id }) =>
       c.read(req, async () => {
-        const { id } = parse(z.object({ id: runIdParam }), req.params);
         const run = await runDetail(c.pool, c.reads.tables, BigInt(id));
         if (!run) throw new HttpError(404, 'unknown_run', new RunNotFoundError(BigInt(id)).message);
         return {
@@ -112,11 +113,11 @@ export const runRoutes: AdminRoute[] = [
           })),
         };
       }),
-  },
+  }),
   {
     method: 'GET',
     path: '/api/history',
-    access: 'open',
+    access: 'read',
     summary: 'fires, failures and lateness p95 a minute, for the cluster and per job (`?minutes=5..1440&job=`)',
     handle: (c, req) =>
       c.read(req, async () => {
@@ -124,15 +125,15 @@ export const runRoutes: AdminRoute[] = [
         return minuteHistory(c.pool, c.reads.tables, q.minutes, q.job);
       }),
   },
-  {
+  defineRoute({
     method: 'POST',
     path: '/api/runs/:id/retry',
     access: 'token',
     summary:
       'a new attempt of a failed or cancelled run, fenced like a fire (leader only; 409 `not_retryable`, `fenced`)',
+    params: runParams,
     // Refusals are 404 / 409 with a code saying which.
-    handle: async (c, req) => {
-      const { id } = parse(z.object({ id: runIdParam }), req.params);
+    handle: async (c, _req, _reply, { id }) => {
       // Sharded, the run's shard decides who may retry it: the replica answers that, naming its leader.
       if (c.replica.role !== 'leader' && !c.replica.shardLeases) return notLeader(c);
       try {
@@ -160,5 +161,5 @@ export const runRoutes: AdminRoute[] = [
         throw err;
       }
     },
-  },
+  }),
 ];

@@ -5,68 +5,91 @@
  */
 import { z } from 'zod';
 import { InvalidArgumentError, NotLeaderError, ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
-import { scheduleId } from '../jobs/schedule-input.js';
+import { onceKeySchema, payloadSchema } from '../jobs/payload.js';
 import type { StoredSchedule } from '../ledger/schedule-ledger.js';
+import { lastRuns } from '../ledger/admin-reads.js';
 import { CronSchedule } from '../cron/cron-schedule.js';
 import { runtimeJobName } from '../scheduler/schedules/runtime-schedules.js';
-import type { AdminRoute, RouteContext } from './admin-route.js';
+import { MAX_BACKFILL_LIMIT, MAX_BACKFILL_RATE } from '../scheduler/firing/backfill.js';
+import { defineRoute, type AdminRoute, type RouteContext } from './admin-route.js';
+import { boundText } from './guards.js';
 import { HttpError, parse } from './http-error.js';
 import { notLeader } from './not-leader.js';
 import { jobLease, type RuntimeAdmin } from './replica-view.js';
+import { instant, jobParams, scheduleParams } from './route-params.js';
 
 /** Who made a change: the admin bearer token has one name. */
 const ACTOR = 'admin';
 
-const idParams = z.object({ id: scheduleId });
-const jobParams = z.object({ name: z.string().regex(/^[A-Za-z0-9._:/-]{1,300}$/, 'must be a job name') });
-const instant = z.iso.datetime({ offset: true, message: 'must be an ISO 8601 instant, e.g. 2026-01-01T00:00:00Z' });
 const listQuery = z.object({
   handler: z.string().max(200).optional(),
   deleted: z.enum(['0', '1', 'true', 'false']).optional(),
-  limit: z.coerce.number().int().min(1).max(5000).default(1000),
+  limit: z.coerce
+    .number()
+    .int('must be a whole number')
+    .min(1, 'must be at least 1')
+    .max(5000, 'must be at most 5000')
+    .default(1000),
+  after: z.string().min(1).max(128, 'must be the nextAfter of an earlier page').optional(),
 });
 const onceBody = z.strictObject({
-  key: z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters'),
+  key: onceKeySchema,
   at: instant.optional(),
-  payload: z.unknown().optional(),
+  payload: payloadSchema.optional(),
 });
 const backfillBody = z.strictObject({
   from: instant,
   to: instant,
-  limit: z.number().int().min(1).max(5000).optional(),
-  rate: z.number().int().min(1).max(2000).optional(),
+  limit: z.number().int().min(1).max(MAX_BACKFILL_LIMIT).optional(),
+  rate: z.number().int().min(1).max(MAX_BACKFILL_RATE).optional(),
 });
 
 export const runtimeRoutes: AdminRoute[] = [
   {
     method: 'GET',
     path: '/api/schedules',
-    access: 'open',
-    summary: 'runtime schedules by id, with their next fire (`?handler=&deleted=1&limit=`)',
+    access: 'read',
+    summary:
+      'runtime schedules by id with next fire and last run, a page at a time (`?handler=&deleted=1&limit=&after=`; `nextAfter`)',
     handle: (c, req) =>
       c.read(req, async () => {
         const q = parse(listQuery, req.query);
         const list = await c.reads.schedules.list({
           handler: q.handler,
           includeDeleted: q.deleted === '1' || q.deleted === 'true',
-          limit: q.limit,
+          limit: q.limit + 1, // one more than asked: whether there is a next page at all
+          after: q.after,
         });
-        return { schedules: list.map((s) => view(s, c.replica.clock.now())) };
+        const page = list.slice(0, q.limit);
+        const last = await lastRuns(
+          c.pool,
+          c.reads.tables,
+          page.map((s) => runtimeJobName(s.handler, s.id)),
+        );
+        return {
+          schedules: page.map((s) => {
+            const run = last.get(runtimeJobName(s.handler, s.id));
+            // Handler text is served bounded, whatever the ledger holds.
+            return { ...view(s, c.replica.clock.now()), lastRun: run ? { ...run, error: boundText(run.error) } : null };
+          }),
+          // Keyset paging: the next page is the schedules after this id (null: this was the last).
+          nextAfter: list.length > q.limit ? page[page.length - 1]!.id : null,
+        };
       }),
   },
-  {
+  defineRoute({
     method: 'GET',
     path: '/api/schedules/:id',
-    access: 'open',
+    access: 'read',
     summary: 'one runtime schedule with every version (who changed what, when)',
-    handle: (c, req) =>
+    params: scheduleParams,
+    handle: (c, req, _reply, { id }) =>
       c.read(req, async () => {
-        const { id } = parse(idParams, req.params);
         const s = await c.reads.schedules.get(id);
         if (!s) throw new HttpError(404, 'unknown_schedule', `no runtime schedule "${id}"`);
         return { schedule: view(s, c.replica.clock.now()), versions: await c.reads.schedules.versions(id) };
       }),
-  },
+  }),
   {
     method: 'POST',
     path: '/api/schedules',
@@ -79,44 +102,46 @@ export const runtimeRoutes: AdminRoute[] = [
       return reply.code(201).send({ schedule: view(s, c.replica.clock.now()) });
     },
   },
-  {
+  defineRoute({
     method: 'PATCH',
     path: '/api/schedules/:id',
     access: 'token',
     summary: 'change a runtime schedule: the fields given, laid over its current version (any replica)',
-    handle: async (c, req) => {
-      const { id } = parse(idParams, req.params);
-      return { schedule: view(await refuse(() => ops(c).update(id, req.body ?? {}, ACTOR)), c.replica.clock.now()) };
-    },
-  },
-  ...(['pause', 'resume'] as const).map((action): AdminRoute => ({
-    method: 'POST',
-    path: `/api/schedules/:id/${action}`,
-    access: 'token',
-    summary: `${action} a runtime schedule, as a new version (any replica)`,
-    handle: async (c, req) => {
-      const { id } = parse(idParams, req.params);
-      const s = await refuse(() => ops(c).setPaused(id, action === 'pause', ACTOR));
-      return { schedule: view(s, c.replica.clock.now()) };
-    },
-  })),
-  {
+    params: scheduleParams,
+    handle: async (c, req, _reply, { id }) => ({
+      schedule: view(await refuse(() => ops(c).update(id, req.body ?? {}, ACTOR)), c.replica.clock.now()),
+    }),
+  }),
+  ...(['pause', 'resume'] as const).map((action) =>
+    defineRoute({
+      method: 'POST',
+      path: `/api/schedules/:id/${action}`,
+      access: 'token',
+      summary: `${action} a runtime schedule, as a new version (any replica)`,
+      params: scheduleParams,
+      handle: async (c, _req, _reply, { id }) => {
+        const s = await refuse(() => ops(c).setPaused(id, action === 'pause', ACTOR));
+        return { schedule: view(s, c.replica.clock.now()) };
+      },
+    }),
+  ),
+  defineRoute({
     method: 'DELETE',
     path: '/api/schedules/:id',
     access: 'token',
     summary: 'delete a runtime schedule; its versions stay (any replica)',
-    handle: async (c, req) => {
-      const { id } = parse(idParams, req.params);
-      return { schedule: view(await refuse(() => ops(c).delete(id, ACTOR)), c.replica.clock.now()) };
-    },
-  },
-  {
+    params: scheduleParams,
+    handle: async (c, _req, _reply, { id }) => ({
+      schedule: view(await refuse(() => ops(c).delete(id, ACTOR)), c.replica.clock.now()),
+    }),
+  }),
+  defineRoute({
     method: 'POST',
     path: '/api/jobs/:name/once',
     access: 'token',
     summary: 'a one-off run of a job, once per `key` (leader only; a follower answers 409 naming the leader)',
-    handle: async (c, req, reply) => {
-      const { name } = parse(jobParams, req.params);
+    params: jobParams,
+    handle: async (c, req, reply, { name }) => {
       const b = parse(onceBody, req.body);
       if (c.replica.role !== 'leader') return notLeader(c, jobLease(c.replica, name));
       const at = b.at ? new Date(b.at) : new Date(c.replica.clock.now());
@@ -131,14 +156,14 @@ export const runtimeRoutes: AdminRoute[] = [
         leader: c.replica.replicaId,
       });
     },
-  },
-  {
+  }),
+  defineRoute({
     method: 'POST',
     path: '/api/jobs/:name/backfill',
     access: 'token',
     summary: "fire a job's slots from `from` to `to`, a step at a time (leader only; a follower answers 409)",
-    handle: async (c, req) => {
-      const { name } = parse(jobParams, req.params);
+    params: jobParams,
+    handle: async (c, req, _reply, { name }) => {
       const b = parse(backfillBody, req.body);
       if (c.replica.role !== 'leader') return notLeader(c, jobLease(c.replica, name));
       const step = await refuse(
@@ -154,7 +179,7 @@ export const runtimeRoutes: AdminRoute[] = [
       );
       return { ...step, next: step.next?.toISOString() ?? null, leader: c.replica.replicaId };
     },
-  },
+  }),
 ];
 
 function ops(c: RouteContext): RuntimeAdmin {

@@ -8,7 +8,7 @@ import type { LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
 import { jobStats, type JobStats } from '../ledger/job-stats.js';
 import { OncePerKind } from '../once-per-kind.js';
-import type { RouteContext } from './admin-route.js';
+import type { AdminRoute, RouteContext } from './admin-route.js';
 import { createAdminPool, isDatabaseBusy, type AdminPoolOptions } from './admin-pool.js';
 import { bearerMatches } from './auth.js';
 import {
@@ -21,7 +21,8 @@ import {
   sameOrigin,
   type HostPolicy,
 } from './guards.js';
-import { HttpError } from './http-error.js';
+import { HttpError, parse } from './http-error.js';
+import { boundJsonDepth } from './json-body.js';
 import { ReplicaMetrics } from './metrics.js';
 import { ProbeServer, type ProbeListenOptions } from './probe-server.js';
 import { readinessCheck, type Readiness } from './probes.js';
@@ -41,6 +42,8 @@ export interface AdminServerOptions {
   pool?: AdminPoolOptions;
   /** Bearer token for mutations; without one every mutation is refused (401). */
   token?: string;
+  /** The `read` routes (the /api reads) need the token too; default false (open). */
+  readsNeedToken?: boolean;
   host?: string;
   port?: number;
   /** The URL advertised to the other replicas and the CLI; its host is accepted in Host headers. */
@@ -250,7 +253,19 @@ export class AdminServer {
     }
   };
 
-  /** Every route of routes.ts, a token route behind the bearer check. */
+  private requireReadToken = async (req: FastifyRequest): Promise<void> => {
+    if (!bearerMatches(req.headers.authorization, this.o.token))
+      throw new HttpError(401, 'unauthorized', 'reads need the admin bearer token here (adminReadsNeedToken)');
+  };
+
+  /** Which check a route's access needs, if any. */
+  private guard(access: AdminRoute['access']) {
+    if (access === 'token') return this.requireToken;
+    if (access === 'read' && this.o.readsNeedToken) return this.requireReadToken;
+    return undefined;
+  }
+
+  /** Every route of routes.ts, a token route (and a read, when reads need it) behind the bearer check. */
   private routes(): void {
     const c: RouteContext = {
       replica: this.o.replica,
@@ -264,11 +279,12 @@ export class AdminServer {
       consolePage: () => this.consolePage(),
     };
     for (const route of adminRoutes) {
+      const guard = this.guard(route.access);
       this.app.route({
         method: route.method,
         url: route.path,
-        ...(route.access === 'token' && { onRequest: this.requireToken }),
-        handler: (req, reply) => route.handle(c, req, reply),
+        ...(guard && { onRequest: guard }),
+        handler: (req, reply) => route.handle(c, req, reply, route.params && parse(route.params, req.params)),
       });
     }
   }
@@ -287,6 +303,7 @@ function boundedApp(o: AdminServerOptions): FastifyInstance {
     http: { headersTimeout: idleMs, connectionsCheckingInterval: Math.min(1000, idleMs) },
   });
   app.server.maxConnections = o.maxConnections ?? 512;
+  boundJsonDepth(app);
   return app;
 }
 

@@ -1,9 +1,14 @@
 /**
- * The routes outside /api: the console page, the probes (/healthz reads no database, /readyz
+ * The routes outside /api: the console page and its chart library, the probes (/healthz reads no database, /readyz
  * shares one check among callers) and the Prometheus metrics (a read under the cap).
  */
-import type { AdminRoute } from './admin-route.js';
+import { z } from 'zod';
+import { defineRoute, type AdminRoute } from './admin-route.js';
+import { consoleAsset, consoleAssets, type ConsoleAssetName } from './console-assets.js';
 import { health, readiness } from './probes.js';
+
+const assetNames = Object.keys(consoleAssets) as [ConsoleAssetName, ...ConsoleAssetName[]];
+const assetParams = z.object({ file: z.enum(assetNames, `must be one of ${assetNames.join(', ')}`) });
 
 export const serviceRoutes: AdminRoute[] = [
   {
@@ -20,6 +25,17 @@ export const serviceRoutes: AdminRoute[] = [
         .send(page.html);
     },
   },
+  defineRoute({
+    method: 'GET',
+    path: '/assets/:file',
+    access: 'open',
+    summary: "the console's vendored chart library (uPlot): `uplot.js`, `uplot.css`",
+    params: assetParams,
+    handle: async (_c, _req, reply, { file }) => {
+      const asset = await consoleAsset(file);
+      return reply.type(asset.type).header('cache-control', 'public, max-age=3600').send(asset.body);
+    },
+  }),
   {
     method: 'GET',
     path: '/healthz',

@@ -5,10 +5,10 @@
 import { z } from 'zod';
 import { RunNotFoundError, WorkflowRunError } from '../errors.js';
 import { workflowRunView } from '../ledger/workflow-reads.js';
-import type { AdminRoute } from './admin-route.js';
+import { defineRoute, type AdminRoute } from './admin-route.js';
 import { boundText } from './guards.js';
 import { HttpError, parse } from './http-error.js';
-import { runIdParam } from './run-routes.js';
+import { runId, runParams } from './route-params.js';
 
 const signalName = z
   .string()
@@ -27,15 +27,17 @@ function refused(err: unknown): never {
   throw err;
 }
 
+const signalParams = z.object({ id: runId, name: signalName });
+
 export const workflowRoutes: AdminRoute[] = [
-  {
+  defineRoute({
     method: 'GET',
     path: '/api/runs/:id/workflow',
-    access: 'open',
+    access: 'read',
     summary: "a workflow run's graph: its steps (needs, fan-out), each step's state and runs, its signals",
-    handle: (c, req) =>
+    params: runParams,
+    handle: (c, req, _reply, { id }) =>
       c.read(req, async () => {
-        const { id } = parse(z.object({ id: runIdParam }), req.params);
         const view = await workflowRunView(c.pool, c.reads.tables, BigInt(id));
         if (!view) throw new HttpError(404, 'unknown_workflow_run', `run ${id} is no started workflow run`);
         return {
@@ -48,14 +50,14 @@ export const workflowRoutes: AdminRoute[] = [
           })),
         };
       }),
-  },
-  {
+  }),
+  defineRoute({
     method: 'POST',
     path: '/api/runs/:id/cancel',
     access: 'token',
     summary: 'cancel an active run; a workflow run with its steps (their late commits refused). JSON body `{"reason"}`',
-    handle: async (c, req) => {
-      const { id } = parse(z.object({ id: runIdParam }), req.params);
+    params: runParams,
+    handle: async (c, req, _reply, { id }) => {
       const body = parse(cancelBody, req.body);
       const reason = `cancelled: ${body?.reason ?? 'by an operator'}`;
       const cancelled = await c.replica.cancel(BigInt(id), reason).catch(refused);
@@ -63,20 +65,20 @@ export const workflowRoutes: AdminRoute[] = [
       c.replica.logger.info({ runId: id, reason }, 'admin: run cancelled');
       return { cancelled: true, runId: id };
     },
-  },
-  {
+  }),
+  defineRoute({
     method: 'POST',
     path: '/api/runs/:id/signal/:name',
     access: 'token',
     summary:
       'send a workflow run a signal a step may wait for (the first of a name counts). JSON body `{"data", "by"}`',
-    handle: async (c, req) => {
-      const { id, name } = parse(z.object({ id: runIdParam, name: signalName }), req.params);
+    params: signalParams,
+    handle: async (c, req, _reply, { id, name }) => {
       const body = parse(signalBody, req.body);
       const by = body?.by ? `admin (${body.by})` : 'admin';
       const sent = await c.replica.signal(BigInt(id), name, body?.data ?? null, by).catch(refused);
       c.replica.logger.info({ runId: id, signal: name, accepted: sent.accepted }, 'admin: signal sent');
       return { runId: id, signal: name, ...sent };
     },
-  },
+  }),
 ];

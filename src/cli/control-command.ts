@@ -2,6 +2,7 @@ import { userInfo } from 'node:os';
 import type { Command } from 'commander';
 import { AdminClient, parseAdminUrl } from '../admin/client.js';
 import { InvalidConfigError } from '../errors.js';
+import { print } from './terminal-text.js';
 
 /** --url / --timeout-ms shared by every command that talks to a replica's admin HTTP. */
 export function adminOptions(cmd: Command): Command {
@@ -54,9 +55,7 @@ export function registerControl(program: Command): void {
       const { body, via } = await clientFrom(opts).mutate<{ runId: string; scheduledAt: string; leader: string }>(
         `/api/jobs/${encodeURIComponent(job)}/trigger`,
       );
-      process.stdout.write(
-        `triggered ${job}: run ${body.runId} at ${body.scheduledAt} (leader ${body.leader}, ${via})\n`,
-      );
+      print(`triggered ${job}: run ${body.runId} at ${body.scheduledAt} (leader ${body.leader}, ${via})\n`);
     });
 
   registerPause(program);
@@ -67,7 +66,7 @@ export function registerControl(program: Command): void {
     .addHelpText('after', tokenHelp)
     .action(async (job: string, opts: { url: string; timeoutMs: string }) => {
       await clientFrom(opts).mutate(`/api/jobs/${encodeURIComponent(job)}/resume`);
-      process.stdout.write(`${job}: resumed\n`);
+      print(`${job}: resumed\n`);
     });
 
   adminOptions(
@@ -76,7 +75,7 @@ export function registerControl(program: Command): void {
     .addHelpText('after', tokenHelp)
     .action(async (opts: { url: string; timeoutMs: string }) => {
       const { body } = await clientFrom(opts).mutate<{ replicaId: string; token: string }>('/api/resign');
-      process.stdout.write(`${body.replicaId} resigned (token ${body.token})\n`);
+      print(`${body.replicaId} resigned (token ${body.token})\n`);
     });
 }
 
@@ -106,6 +105,6 @@ function registerPause(program: Command): void {
       });
       const until = body.pausedUntil ? ` until ${body.pausedUntil}` : ' until resumed';
       const why = body.pausedReason ? `: ${body.pausedReason}` : '';
-      process.stdout.write(`${job}: paused by ${body.pausedBy ?? 'admin'}${until}${why}\n`);
+      print(`${job}: paused by ${body.pausedBy ?? 'admin'}${until}${why}\n`);
     });
 }

@@ -10,6 +10,8 @@ import { registerRuntime } from './runtime-command.js';
 import { registerRuns } from './runs-command.js';
 import { registerNext } from './next-command.js';
 import { registerWorkflows } from './workflow-command.js';
+import { printError, terminalSafe } from './terminal-text.js';
+import { envTypos } from '../config/env-typos.js';
 
 /**
  * `cronwarden` command line. Exit codes scripts can rely on:
@@ -43,7 +45,8 @@ registerWorkflows(program);
 for (const cmd of [program, ...program.commands]) {
   const helpHint = cmd === program ? 'cronwarden --help' : `cronwarden ${cmd.name()} --help`;
   cmd.configureOutput({
-    outputError: (str, write) => write(`cronwarden: ${oneLine(str.replace(/^error: /, ''))} (see ${helpHint})\n`),
+    outputError: (str, write) =>
+      write(terminalSafe(`cronwarden: ${oneLine(str.replace(/^error: /, ''))} (see ${helpHint})\n`)),
   });
 }
 
@@ -60,6 +63,10 @@ function messageOf(err: unknown): string {
   return oneLine(e.message || inner || e.code || e.name) || 'unknown error';
 }
 
+// A misspelt setting is ignored, so its default silently stays in force: say so before anything else.
+for (const { name, nearest } of envTypos(process.env))
+  printError(`cronwarden: warning: ${name} is not a cronwarden variable and is ignored; did you mean ${nearest}?\n`);
+
 try {
   await program.parseAsync(process.argv);
 } catch (err) {
@@ -67,6 +74,6 @@ try {
     // Already reported by outputError above (or help/version printed, exit code 0).
     process.exit(err.exitCode === 0 ? EXIT.ok : EXIT.usage);
   }
-  process.stderr.write(`cronwarden: ${messageOf(err)}\n`);
+  printError(`cronwarden: ${messageOf(err)}\n`);
   process.exit(err instanceof CronwardenError && !err.retryable ? EXIT.usage : EXIT.failure);
 }

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { InvalidConfigError } from '../errors.js';
 import { adminOptions, clientFrom } from './control-command.js';
+import { print } from './terminal-text.js';
 
 interface Preview {
   job: string;
@@ -40,7 +41,7 @@ export function registerNext(program: Command): void {
       throw new InvalidConfigError('--count', `must be a whole number from 1 to 200, not "${opts.count}"`);
     const p = await clientFrom(opts).get<Preview>(`/api/jobs/${encodeURIComponent(job)}/next?count=${opts.count}`);
     if (opts.json) {
-      process.stdout.write(`${JSON.stringify(p, null, 2)}\n`);
+      print(`${JSON.stringify(p, null, 2)}\n`);
       return;
     }
     const out = [`${p.job}  ${p.schedule}  ${p.timezone}  dstRepeat ${p.dstRepeat}, dstGap ${p.dstGap}`];
@@ -56,7 +57,7 @@ export function registerNext(program: Command): void {
           .join('  ')
           .trimEnd(),
       );
-    process.stdout.write(`${out.join('\n')}\n`);
+    print(`${out.join('\n')}\n`);
   });
 }
 

@@ -1,7 +1,9 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
+import { fireTriggers } from '../cron/fire-trigger.js';
 import { adminOptions, clientFrom } from './control-command.js';
 import { table } from './status-command.js';
+import { print } from './terminal-text.js';
 import { workflowText, workflowView } from './workflow-command.js';
 
 interface RunRow {
@@ -56,14 +58,15 @@ function registerList(program: Command): void {
   adminOptions(program.command('runs').description('list runs newest first (by scheduled time), one page'))
     .option('--job <name>', 'only this job')
     .option('--state <state>', 'only runs in this state (pending, running, completed, failed, …)')
+    .option('--trigger <trigger>', `only runs fired so: ${fireTriggers.join(', ')}`)
     .option('--limit <n>', 'runs per page (1-500)', '20')
     .option('--cursor <cursor>', 'the page after this one (printed as "next page: --cursor …")')
     .option('--json', 'print the raw JSON')
-    .action(async (opts: Opts & { job?: string; state?: string; limit: string; cursor?: string }) => {
+    .action(async (opts: Opts & { job?: string; state?: string; trigger?: string; limit: string; cursor?: string }) => {
       const q = new URLSearchParams({ limit: opts.limit });
-      for (const k of ['job', 'state', 'cursor'] as const) if (opts[k] !== undefined) q.set(k, opts[k]);
+      for (const k of ['job', 'state', 'trigger', 'cursor'] as const) if (opts[k] !== undefined) q.set(k, opts[k]);
       const page = await clientFrom(opts).get<{ runs: RunRow[]; nextCursor: string | null }>(`/api/runs?${q}`);
-      if (opts.json) return void process.stdout.write(`${JSON.stringify(page, null, 2)}\n`);
+      if (opts.json) return void print(`${JSON.stringify(page, null, 2)}\n`);
       const out = table(
         ['RUN', 'JOB', 'SCHEDULED', 'TRIGGER', 'STATE', 'ATTEMPTS', 'DURATION', 'LATE', 'WORKER'],
         page.runs.map((r) => [
@@ -79,7 +82,7 @@ function registerList(program: Command): void {
         ]),
       );
       if (page.nextCursor) out.push('', `next page: --cursor ${page.nextCursor}`);
-      process.stdout.write(`${out.join('\n')}\n`);
+      print(`${out.join('\n')}\n`);
     });
 }
 
@@ -91,9 +94,8 @@ function registerShow(program: Command): void {
       const run = await client.get<RunDetail>(`/api/runs/${runIdArg(id)}`);
       // A workflow run: its graph first (its steps are runs of their own, `cronwarden run STEP_RUN`).
       const workflow = await workflowView(client, id);
-      if (opts.json)
-        return void process.stdout.write(`${JSON.stringify(workflow ? { ...run, workflow } : run, null, 2)}\n`);
-      if (workflow) process.stdout.write(`${workflowText(workflow).join('\n')}\n\n`);
+      if (opts.json) return void print(`${JSON.stringify(workflow ? { ...run, workflow } : run, null, 2)}\n`);
+      if (workflow) print(`${workflowText(workflow).join('\n')}\n\n`);
       const out = [
         `run       ${run.id}  ${run.job}  ${run.state}`,
         `scheduled ${run.scheduledAt} (${run.trigger}), committed ${run.createdAt} by ${run.leaderId} token ${run.leaderToken}`,
@@ -114,9 +116,10 @@ function registerShow(program: Command): void {
           ]),
         ),
       ];
-      const failed = [...run.attempts].reverse().find((a) => a.errorStack);
+      // A stack is a failure's: a superseded attempt (a later slot wrote first) says why in its line.
+      const failed = [...run.attempts].reverse().find((a) => a.errorStack && a.state !== 'superseded');
       if (failed) out.push('', `stack of attempt ${failed.attempt}:`, failed.errorStack!);
-      process.stdout.write(`${out.join('\n')}\n`);
+      print(`${out.join('\n')}\n`);
     });
 }
 
@@ -135,8 +138,6 @@ function registerRetry(program: Command): void {
       const { body, via } = await clientFrom(opts).mutate<{ job: string; previousState: string; leader: string }>(
         `/api/runs/${runIdArg(id)}/retry`,
       );
-      process.stdout.write(
-        `run ${id} (${body.job}) retried from ${body.previousState} (leader ${body.leader}, ${via})\n`,
-      );
+      print(`run ${id} (${body.job}) retried from ${body.previousState} (leader ${body.leader}, ${via})\n`);
     });
 }

@@ -1,7 +1,9 @@
 import type { Command } from 'commander';
 import { AdminRequestError, type AdminClient } from '../admin/client.js';
 import { InvalidConfigError } from '../errors.js';
+import { BACKFILL_RATE, MAX_BACKFILL_LIMIT, MAX_BACKFILL_RATE } from '../scheduler/firing/backfill.js';
 import { adminOptions, clientFrom } from './control-command.js';
+import { print, printError } from './terminal-text.js';
 
 type AdminOpts = { url: string; timeoutMs: string };
 
@@ -19,6 +21,15 @@ interface ScheduleView {
   payload: unknown;
 }
 
+/** Schedules a page of `schedule list` asks for (the API's most). */
+const LIST_PAGE = 5000;
+
+interface SchedulePage {
+  schedules: ScheduleView[];
+  /** null on the last page; absent from a replica older than paging (its one page is all it gives). */
+  nextAfter?: string | null;
+}
+
 function json(text: string | undefined, option: string): unknown {
   if (text === undefined) return undefined;
   try {
@@ -28,10 +39,12 @@ function json(text: string | undefined, option: string): unknown {
   }
 }
 
-function int(text: string | undefined, option: string): number | undefined {
+function int(text: string | undefined, option: string, range?: { min: number; max: number }): number | undefined {
   if (text === undefined) return undefined;
   const n = Number(text);
   if (!Number.isInteger(n)) throw new InvalidConfigError(option, 'must be a whole number');
+  if (range && (n < range.min || n > range.max))
+    throw new InvalidConfigError(option, `must be from ${range.min} to ${range.max}`);
   return n;
 }
 
@@ -77,14 +90,14 @@ function registerSchedule(program: Command): void {
         id,
         ...specOptions(o),
       });
-      process.stdout.write(`created ${line(body.schedule)}\n`);
+      print(`created ${line(body.schedule)}\n`);
     });
   withSpec(adminOptions(schedule.command('update').argument('<id>', 'schedule id').description('change a schedule')))
     .addHelpText('after', tokenHelp)
     .action(async (id: string, o: AdminOpts & Record<string, string>) => {
       const path = `/api/schedules/${encodeURIComponent(id)}`;
       const { body } = await clientFrom(o).mutate<{ schedule: ScheduleView }>(path, specOptions(o), 'PATCH');
-      process.stdout.write(`updated ${line(body.schedule)}\n`);
+      print(`updated ${line(body.schedule)}\n`);
     });
   for (const action of ['pause', 'resume', 'delete'] as const) {
     adminOptions(schedule.command(action).argument('<id>', 'schedule id').description(`${action} a schedule`))
@@ -95,23 +108,33 @@ function registerSchedule(program: Command): void {
           action === 'delete'
             ? await clientFrom(o).mutate<{ schedule: ScheduleView }>(path, undefined, 'DELETE')
             : await clientFrom(o).mutate<{ schedule: ScheduleView }>(`${path}/${action}`);
-        process.stdout.write(`${action === 'delete' ? 'deleted' : `${action}d`} ${line(body.schedule)}\n`);
+        print(`${action === 'delete' ? 'deleted' : `${action}d`} ${line(body.schedule)}\n`);
       });
   }
-  adminOptions(schedule.command('list').description('list the schedules').option('--deleted', 'include deleted ones'))
+  adminOptions(
+    schedule.command('list').description('list every schedule, by id').option('--deleted', 'include deleted ones'),
+  )
     .option('--json', 'print JSON')
     .action(async (o: AdminOpts & { deleted?: boolean; json?: boolean }) => {
-      const body = await clientFrom(o).get<{ schedules: ScheduleView[] }>(
-        `/api/schedules${o.deleted ? '?deleted=1' : ''}`,
-      );
-      if (o.json) process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
-      else for (const s of body.schedules) process.stdout.write(`${line(s)}\n`);
+      const client = clientFrom(o);
+      const all: ScheduleView[] = [];
+      // The API answers a page at a time: follow nextAfter to the end, printing as pages come.
+      for (let after: string | null = ''; after !== null;) {
+        const q = new URLSearchParams({ limit: String(LIST_PAGE) });
+        if (o.deleted) q.set('deleted', '1');
+        if (after) q.set('after', after);
+        const page: SchedulePage = await client.get<SchedulePage>(`/api/schedules?${q}`);
+        if (o.json) all.push(...page.schedules);
+        else for (const s of page.schedules) print(`${line(s)}\n`);
+        after = page.nextAfter ?? null;
+      }
+      if (o.json) print(`${JSON.stringify({ schedules: all }, null, 2)}\n`);
     });
   adminOptions(
     schedule.command('show').argument('<id>', 'schedule id').description('a schedule and its versions'),
   ).action(async (id: string, o: AdminOpts) => {
     const body = await clientFrom(o).get<unknown>(`/api/schedules/${encodeURIComponent(id)}`);
-    process.stdout.write(`${JSON.stringify(body, null, 2)}\n`);
+    print(`${JSON.stringify(body, null, 2)}\n`);
   });
 }
 
@@ -133,7 +156,7 @@ function registerOnce(program: Command): void {
         { key: o.key, at: o.at, payload: json(o.payload, '--payload') },
       );
       const what = body.created ? 'committed' : 'already committed for this key:';
-      process.stdout.write(`${job}: ${what} run ${body.runId} at ${body.scheduledAt}\n`);
+      print(`${job}: ${what} run ${body.runId} at ${body.scheduledAt}\n`);
     });
 }
 
@@ -156,7 +179,7 @@ function progress(done: number, total: number, inserted: number, existing: numbe
 async function runBackfill(
   client: AdminClient,
   job: string,
-  body: { from: string; to: string; rate?: number },
+  body: { from: string; to: string; rate: number },
   tty: boolean,
 ): Promise<{ total: number; inserted: number; existing: number }> {
   let from = body.from;
@@ -168,12 +191,13 @@ async function runBackfill(
       ({ body: step } = await client.mutate<Step>(`/api/jobs/${encodeURIComponent(job)}/backfill`, {
         ...body,
         from,
-        limit: Math.max(1, (body.rate ?? 200) * 2),
+        // Two seconds of slots a step, within what one step may take.
+        limit: Math.min(MAX_BACKFILL_LIMIT, body.rate * 2),
       }));
       failures = 0;
     } catch (err) {
       if (!(err instanceof AdminRequestError) || !err.retryable || ++failures > 10) throw err;
-      if (tty) process.stderr.write(`\n${err.message}; trying again\n`);
+      if (tty) printError(`\n${err.message}; trying again\n`);
       await new Promise((r) => setTimeout(r, 1000));
       continue;
     }
@@ -197,17 +221,18 @@ function registerBackfill(program: Command): void {
       .argument('<job>', 'a job from code, or a runtime schedule as <handler>/<id>')
       .requiredOption('--from <instant>', 'ISO 8601 instant, start of the range (inclusive)')
       .requiredOption('--to <instant>', 'ISO 8601 instant, end of the range (inclusive, not in the future)')
-      .option('--rate <slots-per-second>', 'at most this many slots a second (default 200)')
+      .option(
+        '--rate <slots-per-second>',
+        `at most this many slots a second, 1-${MAX_BACKFILL_RATE} (default ${BACKFILL_RATE})`,
+      )
       .description('fire every slot of a job in a past range that the ledger does not hold yet, through the leader'),
   )
     .addHelpText('after', tokenHelp)
     .action(async (job: string, o: AdminOpts & { from: string; to: string; rate?: string }) => {
-      const rate = int(o.rate, '--rate');
+      const rate = int(o.rate, '--rate', { min: 1, max: MAX_BACKFILL_RATE }) ?? BACKFILL_RATE;
       const client = clientFrom({ ...o, timeoutMs: String(Math.max(Number(o.timeoutMs) || 0, 30_000)) });
       const sum = await runBackfill(client, job, { from: o.from, to: o.to, rate }, process.stderr.isTTY === true);
-      process.stdout.write(
-        `${job}: backfilled ${sum.inserted} slot(s); ${sum.existing} of ${sum.total} were already in the ledger\n`,
-      );
+      print(`${job}: backfilled ${sum.inserted} slot(s); ${sum.existing} of ${sum.total} were already in the ledger\n`);
     });
 }
 

@@ -10,6 +10,7 @@ import {
   settingKeys,
   settings,
   type SettingDefinition,
+  type SettingKey,
 } from '../config/settings.js';
 import { checkStartup, type CheckedConnections } from '../config/startup-checks.js';
 import { createLogger } from '../config/logger.js';
@@ -57,8 +58,23 @@ async function startReplica(flags: SettingFlags): Promise<void> {
   const replica = new Replica(toReplicaOptions(config, { ...checked, backend, jobs, logger, schema }));
   replica.logger.info({ config: describeConfig(config) }, 'starting replica');
   stopOnSignals(replica, checked);
-  await replica.start();
+  await replica.start().catch((err: unknown) => {
+    throw asSetting(err);
+  });
   if (replica.adminUrl) logAdmin(replica, config.admin);
+}
+
+/** The Replica's options the CLI sets from a setting of its own, for errors that name an option. */
+const optionSettings: Partial<Record<string, SettingKey>> = {
+  'admin.port': 'adminPort',
+  'admin.probe.port': 'probePort',
+};
+
+/** A Replica's InvalidConfigError as the operator's setting (flag and variable) to change. */
+function asSetting(err: unknown): unknown {
+  if (!(err instanceof InvalidConfigError)) return err;
+  const key = optionSettings[err.setting];
+  return key ? new InvalidConfigError(settingName(key), err.message.slice(err.setting.length + 2)) : err;
 }
 
 /** SIGTERM / SIGINT stop the replica gracefully, close its connections and exit; a second signal exits at once. */
@@ -92,8 +108,11 @@ async function stopAndClose(replica: Replica, connections: CheckedConnections): 
 /** Where the admin HTTP listens, and what an operator should know about its exposure. */
 function logAdmin(replica: Replica, admin: AdminConfig): void {
   if (!admin.token) replica.logger.info('admin: no CRONWARDEN_ADMIN_TOKEN, so trigger/pause/resume/resign are refused');
-  if (!['127.0.0.1', 'localhost', '::1'].includes(admin.host) && !admin.token) {
-    replica.logger.warn({ host: admin.host }, 'admin HTTP listens beyond loopback; reads are open to that network');
+  if (!['127.0.0.1', 'localhost', '::1'].includes(admin.host) && !(admin.token && admin.readsNeedToken)) {
+    replica.logger.warn(
+      { host: admin.host },
+      'admin HTTP listens beyond loopback; reads are open to that network (set CRONWARDEN_ADMIN_READS_NEED_TOKEN=true and a token)',
+    );
   }
   replica.logger.info({ adminUrl: replica.adminUrl, statusPage: `${replica.adminUrl}/` }, 'admin HTTP listening');
   if (replica.probeUrl) replica.logger.info({ probeUrl: replica.probeUrl }, 'probes (/healthz, /readyz) listening');

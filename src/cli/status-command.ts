@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import type { MemberAgreement } from '../admin/member-agreement.js';
 import { adminOptions, clientFrom } from './control-command.js';
+import { oneLineSafe, print } from './terminal-text.js';
 
 interface Lease {
   backend: string;
@@ -17,7 +18,12 @@ interface Lease {
 }
 interface Member {
   replicaId: string;
+  /** From the lease: leader or follower. */
   role: string;
+  /** Sharded: the shards it leads. */
+  leads?: number[];
+  /** Missed three beats (killed, frozen, cut off); absent from replicas older than this field. */
+  stoppedBeating?: boolean;
   host: string;
   pid: number;
   version: string;
@@ -66,7 +72,7 @@ export function registerStatus(program: Command): void {
       ]);
       if (opts.json) {
         const all = { lease, ...members, jobs: jobs.jobs, schedules: schedules.schedules };
-        process.stdout.write(`${JSON.stringify(all, null, 2)}\n`);
+        print(`${JSON.stringify(all, null, 2)}\n`);
         return;
       }
       const out: string[] = [];
@@ -74,7 +80,9 @@ export function registerStatus(program: Command): void {
       out.push(
         `leader    ${lease.holder ?? 'none'}${lease.holder ? `  token ${lease.token}  expires in ${lease.expiresInMs} ms  since ${lease.leaderSince ?? '?'}` : ''}`,
       );
-      out.push(`asked     ${lease.replicaId} (${lease.role}) at ${client.baseUrl}`);
+      // Its role as the lease says (a follower waiting for the lease calls itself a candidate).
+      const role = lease.holder === lease.replicaId ? 'leader' : 'follower';
+      out.push(`asked     ${lease.replicaId} (${role}) at ${client.baseUrl}`);
       if (lease.shards) {
         out.push('', 'SHARDS');
         out.push(
@@ -95,11 +103,11 @@ export function registerStatus(program: Command): void {
           ['REPLICA', 'ROLE', 'HOST', 'PID', 'VERSION', 'LAST SEEN', 'ADMIN'],
           members.members.map((m) => [
             m.replicaId,
-            m.role,
+            m.leads?.length ? `${m.role} (shards ${m.leads.join(',')})` : m.role,
             m.host,
             String(m.pid),
             m.version,
-            `${(m.lastSeenAgoMs / 1000).toFixed(1)}s ago`,
+            `${(m.lastSeenAgoMs / 1000).toFixed(1)}s ago${m.stoppedBeating ? ' (stopped beating)' : ''}`,
             m.adminUrl ?? '-',
           ]),
         ),
@@ -108,7 +116,7 @@ export function registerStatus(program: Command): void {
       out.push(...jobLines(jobs.jobs));
       out.push(...pauses(jobs.jobs));
       out.push(...scheduleLines(schedules.schedules));
-      process.stdout.write(`${out.join('\n')}\n`);
+      print(`${out.join('\n')}\n`);
     });
 }
 
@@ -179,7 +187,9 @@ function disagreement(a: MemberAgreement | undefined): string[] {
   return lines;
 }
 
-export function table(head: string[], rows: string[][]): string[] {
+/** Columns padded to their widest cell; each cell on one line, control characters escaped. */
+export function table(head: string[], rawRows: string[][]): string[] {
+  const rows = rawRows.map((r) => r.map(oneLineSafe));
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   return [head, ...rows].map((r) =>
     r

@@ -9,6 +9,7 @@ import { AdminRequestError, type AdminClient } from '../admin/client.js';
 import type { WorkflowRunView } from '../ledger/workflow-reads.js';
 import { adminOptions, clientFrom } from './control-command.js';
 import { table } from './status-command.js';
+import { print } from './terminal-text.js';
 
 type Opts = { url: string; timeoutMs: string; json?: boolean };
 
@@ -32,7 +33,7 @@ export function registerWorkflows(program: Command): void {
         }[];
       }>('/api/jobs');
       const workflows = jobs.filter((j) => j.workflow);
-      if (opts.json) return void process.stdout.write(`${JSON.stringify(workflows, null, 2)}\n`);
+      if (opts.json) return void print(`${JSON.stringify(workflows, null, 2)}\n`);
       const out = table(
         ['WORKFLOW', 'SCHEDULE', 'ZONE', 'NEXT FIRE', 'STEPS'],
         workflows.map((w) => [
@@ -47,7 +48,7 @@ export function registerWorkflows(program: Command): void {
             .join(' '),
         ]),
       );
-      process.stdout.write(`${out.join('\n')}\n`);
+      print(`${out.join('\n')}\n`);
     });
 
   adminOptions(
@@ -64,7 +65,7 @@ export function registerWorkflows(program: Command): void {
         `/api/runs/${runIdArg(id)}/cancel`,
         opts.reason === undefined ? undefined : { reason: opts.reason },
       );
-      process.stdout.write(`run ${id} cancelled (${via})\n`);
+      print(`run ${id} cancelled (${via})\n`);
     });
 
   adminOptions(
@@ -89,7 +90,7 @@ export function registerWorkflows(program: Command): void {
         `/api/runs/${runIdArg(id)}/signal/${encodeURIComponent(name)}`,
         { data, ...(opts.by ? { by: opts.by } : {}) },
       );
-      process.stdout.write(
+      print(
         body.accepted
           ? `signal "${name}" sent to run ${id}; ${body.started} step run(s) started\n`
           : `run ${id} had a signal "${name}" already; the first one counts\n`,

@@ -1,4 +1,5 @@
 import { InvalidConfigError } from '../errors.js';
+import { redactUrl } from '../redact.js';
 import type { BackendConfig } from '../locks/create-backend.js';
 import { readConfigFile } from './config-file.js';
 import {
@@ -60,6 +61,8 @@ export interface AdminConfig {
   port: number;
   /** Bearer token for mutations; never logged or shown. Without one, mutations are refused. */
   token?: string;
+  /** The API's reads need the token too (CRONWARDEN_ADMIN_READS_NEED_TOKEN). */
+  readsNeedToken: boolean;
   /** The URL other replicas and the CLI use to reach this one (advertised in cw_members). */
   url?: string;
   /** Set to false (CRONWARDEN_ADMIN_ENABLED=false) to run without the admin HTTP. */
@@ -142,6 +145,7 @@ const replicaKeys = [
   'adminPort',
   'adminUrl',
   'adminToken',
+  'adminReadsNeedToken',
   'adminEnabled',
   'adminNiceness',
   'probePort',
@@ -176,7 +180,15 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
 /** The admin settings; a probe listener needs the admin HTTP and a port of its own. */
 function adminConfig(
   c: SettingValues<
-    'adminHost' | 'adminPort' | 'adminToken' | 'adminUrl' | 'adminEnabled' | 'adminNiceness' | 'probePort' | 'probeHost'
+    | 'adminHost'
+    | 'adminPort'
+    | 'adminToken'
+    | 'adminReadsNeedToken'
+    | 'adminUrl'
+    | 'adminEnabled'
+    | 'adminNiceness'
+    | 'probePort'
+    | 'probeHost'
   >,
 ): AdminConfig {
   if (c.probePort !== undefined && !c.adminEnabled)
@@ -188,10 +200,16 @@ function adminConfig(
     throw new InvalidConfigError(settingName('probePort'), `must differ from ${settingName('adminPort')}`);
   if (c.probePort === undefined && c.probeHost !== undefined)
     throw new InvalidConfigError(settingName('probeHost'), `is used only with ${settingName('probePort')}`);
+  if (c.adminReadsNeedToken && c.adminToken === undefined)
+    throw new InvalidConfigError(
+      settingName('adminReadsNeedToken'),
+      `needs ${settingName('adminToken')}: without a token no one could read`,
+    );
   return {
     host: c.adminHost,
     port: c.adminPort,
     token: c.adminToken,
+    readsNeedToken: c.adminReadsNeedToken,
     url: c.adminUrl,
     enabled: c.adminEnabled,
     niceness: c.adminNiceness,
@@ -254,17 +272,5 @@ function backendConfig(
       if (c.backendUrl !== undefined)
         throw new InvalidConfigError(settingName('backendUrl'), 'is not used by the memory backend (it has no server)');
       return { kind: 'memory' };
-  }
-}
-
-/** A URL with its password replaced, for logs and status output. */
-export function redactUrl(value: string): string {
-  try {
-    const u = new URL(value);
-    if (u.password) u.password = '*****';
-    return u.toString();
-  } catch {
-    // Several hosts (postgres://u:p@h1,h2/db), which URL cannot parse: the password all the same.
-    return value.replace(/^([a-z][a-z0-9+.-]*:\/\/[^:@/?#]*):[^@/?#]*@/i, '$1:*****@');
   }
 }

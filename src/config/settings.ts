@@ -292,6 +292,14 @@ export const settings = {
     secret: true,
     description: `bearer token for trigger/pause/resume/resign; none: they are refused. At least ${TOKEN_MIN} printable ASCII characters, no spaces`,
   },
+  adminReadsNeedToken: {
+    schema: bool(),
+    default: replicaDefaults.adminReadsNeedToken,
+    description:
+      "the admin API's reads (runs with their errors, jobs, members, schedules) need the admin token too; needs `adminToken`",
+    details:
+      'Set it when the admin port is reachable beyond this host: handler errors are served to whoever reads. The console asks for the token; `/`, `/healthz`, `/readyz` and `/metrics` stay open',
+  },
   adminEnabled: {
     schema: bool(),
     default: true,

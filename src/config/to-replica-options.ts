@@ -35,6 +35,7 @@ function replicaAdmin(a: AdminConfig): ReplicaAdminOptions {
     host: a.host,
     port: a.port,
     token: a.token,
+    readsNeedToken: a.readsNeedToken,
     url: a.url,
     niceness: a.niceness,
     probe: a.probePort === undefined ? undefined : { host: a.probeHost, port: a.probePort },

@@ -5,6 +5,7 @@
  * the deployment's own schema (src/db/tables.ts), rebasing the "public" drizzle-kit writes.
  */
 import { sql } from 'drizzle-orm';
+import { scheduleIdSql } from '../cron/job-names.js';
 import {
   bigint,
   bigserial,
@@ -123,6 +124,18 @@ export const runs = pgTable(
     item: integer('item'),
     /** A completed step run's result (JSON); a workflow run's: its definition's fingerprint, once started. */
     result: jsonb('result'),
+    /**
+     * The runtime schedule this is a run of (the id in "<handler>/<id>"), NULL for jobs from code:
+     * derived from the job name by the database (src/cron/job-names.ts), so every writer, an older
+     * replica's too, gets it.
+     */
+    scheduleId: text('schedule_id').generatedAlwaysAs(sql.raw(scheduleIdSql('job'))),
+    /**
+     * Set by migration 0012 only: this run repeated the slot of run `duplicate_of` under another
+     * handler's name (issue 25, before a runtime schedule's slots were keyed by its id). Kept as it
+     * was, outside the schedule's key, so that key could be built over the older ledger.
+     */
+    duplicateOf: bigint('duplicate_of', { mode: 'bigint' }),
   },
   (t) => [
     // Manual triggers and one-off runs are outside the key: a trigger that lands on a scheduled
@@ -137,6 +150,11 @@ export const runs = pgTable(
     uniqueIndex('cw_runs_workflow_step_item')
       .on(t.workflowRunId, t.step, sql`COALESCE(${t.item}, -1)`)
       .where(sql`${t.workflowRunId} IS NOT NULL`),
+    // A runtime schedule's slot once, whichever handler's name it fired under: its identity is
+    // its id, not its handler.
+    uniqueIndex('cw_runs_schedule_slot')
+      .on(t.scheduleId, t.scheduledAt)
+      .where(sql`${t.scheduleId} IS NOT NULL AND ${t.trigger} NOT IN ('manual', 'once') AND ${t.duplicateOf} IS NULL`),
     uniqueIndex('cw_runs_job_once_key')
       .on(t.job, t.onceKey)
       .where(sql`${t.onceKey} IS NOT NULL`),
@@ -181,19 +199,28 @@ export const runAttempts = pgTable(
   ],
 );
 
-/** Per-job state the leader needs across elections: paused flag, last committed fire. */
-export const jobState = pgTable('cw_job_state', {
-  job: text('job').primaryKey(),
-  paused: boolean('paused').notNull().default(false),
-  /** Why, by whom, since and until when the job is paused (null until: until resumed). */
-  pausedReason: text('paused_reason'),
-  pausedBy: text('paused_by'),
-  pausedAt: tstz('paused_at'),
-  /** Slots scheduled at or after this instant fire again; the leader clears the pause under its fence. */
-  pausedUntil: tstz('paused_until'),
-  lastScheduledAt: tstz('last_scheduled_at'),
-  updatedAt: tstz('updated_at').notNull().defaultNow(),
-});
+/**
+ * Per-job state the leader needs across elections: paused flag, last committed fire. A runtime
+ * schedule's last fire is the newest of its rows under any handler's name (schedule_id).
+ */
+export const jobState = pgTable(
+  'cw_job_state',
+  {
+    job: text('job').primaryKey(),
+    paused: boolean('paused').notNull().default(false),
+    /** Why, by whom, since and until when the job is paused (null until: until resumed). */
+    pausedReason: text('paused_reason'),
+    pausedBy: text('paused_by'),
+    pausedAt: tstz('paused_at'),
+    /** Slots scheduled at or after this instant fire again; the leader clears the pause under its fence. */
+    pausedUntil: tstz('paused_until'),
+    lastScheduledAt: tstz('last_scheduled_at'),
+    updatedAt: tstz('updated_at').notNull().defaultNow(),
+    /** As cw_runs.schedule_id: the runtime schedule of the job, NULL for jobs from code. */
+    scheduleId: text('schedule_id').generatedAlwaysAs(sql.raw(scheduleIdSql('job'))),
+  },
+  (t) => [index('cw_job_state_schedule_id').on(t.scheduleId)],
+);
 
 /** Replicas that are alive (heartbeat), for the admin members view. */
 export const members = pgTable('cw_members', {
@@ -303,7 +330,7 @@ export const ledgerMeta = pgTable('cw_ledger', {
 
 /**
  * Schedules created at runtime (API, CLI) for a handler defined in code. Their runs are fired under
- * the job name "<handler>/<id>", so the unique (job, scheduled_at) key holds per schedule slot.
+ * the job name "<handler>/<id>" and keyed by (schedule_id, scheduled_at), whatever the handler.
  * `version` is the current one; a deleted schedule keeps its row (deleted_at) so its history stays.
  */
 export const schedules = pgTable('cw_schedules', {

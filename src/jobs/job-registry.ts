@@ -42,7 +42,7 @@ export class JobRegistry {
     this.listed = undefined;
   }
 
-  /** A workflow step's definition, by its runs' job name (`<workflow>@<fingerprint>/<step>`). */
+  /** A workflow step's definition, by its runs' job name (`<workflow>@<fingerprint>:<step>`). */
   step(jobName: string): RegisteredStep | undefined {
     return this.steps.get(jobName);
   }

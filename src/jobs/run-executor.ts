@@ -227,7 +227,7 @@ export class RunExecutor {
       attempt: claim.attempt,
       token: claim.token.toString(),
     });
-    // A workflow step's run ("<workflow>@<fingerprint>/<step>") runs that step of that definition; a
+    // A workflow step's run ("<workflow>@<fingerprint>:<step>") runs that step of that definition; a
     // runtime schedule's run ("<handler>/<id>") runs its handler.
     const step = this.o.registry.step(claim.job);
     const job = step ? undefined : this.o.registry.get(handlerOf(claim.job));

@@ -9,16 +9,19 @@ import type { ScheduleSpec } from '../ledger/schedule-ledger.js';
 import { defineJob } from './define-job.js';
 import type { JobRegistry } from './job-registry.js';
 import { UnknownJobError } from './job-registry.js';
+import { payloadSchema } from './payload.js';
 
-/** A schedule's id: the same alphabet as job names (it becomes part of the run's job name). */
+/**
+ * A schedule's id: the same alphabet as job names (it becomes part of the run's job name), and it
+ * starts with a letter or digit: "." and ".." would be path segments that URLs resolve away (no
+ * CLI or HTTP client could reach them), and a leading "-" would read as a CLI option.
+ */
 export const scheduleId = z
   .string()
   .min(1, 'must not be empty')
   .max(128, 'must be at most 128 characters')
-  .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits and . _ : -');
-
-/** Largest payload accepted, as JSON text. */
-export const MAX_PAYLOAD_BYTES = 8 * 1024;
+  .regex(/^[A-Za-z0-9._:-]+$/, 'may contain only letters, digits and . _ : -')
+  .regex(/^[A-Za-z0-9]/, 'must start with a letter or digit (so "." and ".." are refused)');
 
 const inputSchema = z.strictObject({
   handler: z.string().min(1, 'must name a job defined in code'),
@@ -28,7 +31,7 @@ const inputSchema = z.strictObject({
   overlap: z.string().optional(),
   catchUpWindowMs: z.number().optional(),
   misfireGraceMs: z.number().optional(),
-  payload: z.unknown().optional(),
+  payload: payloadSchema.optional(),
   paused: z.boolean().optional(),
 });
 
@@ -59,8 +62,6 @@ export function validateSchedule(id: string, input: unknown, registry: JobRegist
     handler: () => undefined,
   });
   const payload = o.payload === undefined ? null : o.payload;
-  if (JSON.stringify(payload).length > MAX_PAYLOAD_BYTES)
-    throw new InvalidConfigError(`schedule "${id}": payload`, `must be at most ${MAX_PAYLOAD_BYTES} bytes of JSON`);
   return {
     handler: o.handler,
     cron: job.schedule.expression,

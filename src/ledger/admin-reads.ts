@@ -77,7 +77,10 @@ export interface LastRun {
   error: string | null;
 }
 
-/** Newest run (by scheduled time) of each job. */
+/**
+ * Newest run (by scheduled time) of each job among those already due: a one-off run committed for
+ * 9999-12-31 is not the job's last outcome (it would show `pending` for ever).
+ */
 export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<string, LastRun>> {
   const res = await db.query<{
     id: string;
@@ -89,7 +92,7 @@ export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<s
     error: string | null;
   }>(
     `SELECT DISTINCT ON (job) id::text, job, scheduled_at, trigger, state, finished_at, error
-     FROM ${t.runs} r WHERE job = ANY($1::text[]) ORDER BY job, scheduled_at DESC, r.id DESC`,
+     FROM ${t.runs} r WHERE job = ANY($1::text[]) AND scheduled_at <= now() ORDER BY job, scheduled_at DESC, r.id DESC`,
     [jobs],
   );
   return new Map(
@@ -111,7 +114,10 @@ export async function lastRuns(db: Db, t: Tables, jobs: string[]): Promise<Map<s
  * Won elections newest first. handoverMs: from the previous tenure's release (graceful) or, when
  * it never released (a crash, a partition), its last successful renew, to this election; that is
  * how long the cluster was without a leader it could know of. gapMs: from the previous tenure's
- * last committed fire (how long no leader fired, which includes the time to the next due fire);
+ * last committed fire to the first slot anyone committed after it (a stand-in follower, or the new
+ * leader), read from the ledger's fires: how long the jobs went without a fire, which includes the
+ * time to the next due slot, and which stand-ins shorten to about their grace whatever the
+ * handover took. Manual, one-off and backfill runs are not slots that were due, and do not count.
  * sincePreviousMs: between the two elections.
  */
 export async function listElections(db: Db, t: Tables, leaseName: string, limit: number) {
@@ -138,12 +144,23 @@ export async function listElections(db: Db, t: Tables, leaseName: string, limit:
      SELECT e.id::text, e.leader, e.token::text, e.backend, e.elected_at, e.renewed_at, e.released_at,
             e.prev_leader, e.prev_token::text,
             (extract(epoch FROM e.elected_at - e.prev_at) * 1000)::float8 AS since_prev_ms,
-            (extract(epoch FROM e.elected_at - (SELECT max(r.created_at) FROM ${t.runs} r
-                WHERE r.leader_token = e.prev_token AND r.leader_id = e.prev_leader AND r.created_at <= e.elected_at)) * 1000)::float8 AS gap_ms,
+            (extract(epoch FROM next_fire.created_at - prev_last.created_at) * 1000)::float8 AS gap_ms,
             (extract(epoch FROM e.elected_at - COALESCE(e.prev_released, e.prev_renewed, e.prev_at)) * 1000)::float8 AS handover_ms,
             CASE WHEN e.prev_at IS NULL THEN NULL WHEN e.prev_released IS NOT NULL THEN 'release'
                  WHEN e.prev_renewed IS NOT NULL THEN 'renew' ELSE 'election' END AS handover_from
-     FROM e ORDER BY e.id DESC LIMIT $2`,
+     FROM e
+     -- The previous tenure's last fire (index on leader_token, leader_id, created_at) ...
+     LEFT JOIN LATERAL (
+       SELECT r.created_at, r.scheduled_at FROM ${t.runs} r
+       WHERE r.leader_token = e.prev_token AND r.leader_id = e.prev_leader AND r.created_at <= e.elected_at
+       ORDER BY r.created_at DESC LIMIT 1) prev_last ON true
+     -- ... and the first slot after it that anyone committed later (index on scheduled_at, id).
+     LEFT JOIN LATERAL (
+       SELECT r.created_at FROM ${t.runs} r
+       WHERE r.scheduled_at >= prev_last.scheduled_at AND r.created_at > prev_last.created_at
+         AND r.trigger IN ('schedule', 'catchup', 'standin')
+       ORDER BY r.scheduled_at, r.id LIMIT 1) next_fire ON true
+     ORDER BY e.id DESC LIMIT $2`,
     [leaseName, limit],
   );
   const ms = (v: number | null) => (v === null ? null : Math.round(v));

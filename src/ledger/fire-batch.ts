@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import type { FireTrigger } from '../cron/fire-trigger.js';
+import { slotOwner } from '../cron/job-names.js';
 import type { Tables } from '../db/tables.js';
 import { acceptScheduleFires } from './schedule-ledger.js';
 
@@ -46,7 +47,7 @@ export interface CommittedFire {
 
 export interface FireBatchResult {
   committed: CommittedFire[];
-  /** Fires refused by the unique (job, scheduled_at) key: someone already committed them. */
+  /** Fires refused by the unique key (the slot's, under any handler's name): someone already committed them. */
   duplicates: number;
   /** Runs cancelled in this commit for overlap 'replace'; tell their workers only after COMMIT. */
   cancelled: bigint[];
@@ -77,10 +78,38 @@ export function withOutdated(result: FireBatchResult, requested: number, accepte
   return requested > accepted ? { ...result, outdated: requested - accepted } : result;
 }
 
-/** The fires as the JSON that jsonb_to_recordset reads in the insert statements. */
+/**
+ * The one order in which every fire commit (the leader's and each stand-in's) inserts its runs: by
+ * slot (slot owner, then instant), the unique keys the inserts wait on, then job name and trigger.
+ * Two stand-ins share the fence row (FOR SHARE), so nothing else serialises them; had one inserted
+ * (a, T) then (b, T) while the other inserted (b, T) then (a, T), each would wait for the other's
+ * uncommitted key (40P01, seen with the lease server down and every follower standing in). In one
+ * order, a commit only ever waits for a key above every key it holds, so no two can wait for each
+ * other. By owner, not name: "report/x" and "tick/x" at one instant are one key (one schedule).
+ */
+export function inLockOrder(fires: FireRequest[]): FireRequest[] {
+  const keyed = fires.map((f) => ({ f, owner: slotOwner(f.job) }));
+  keyed.sort(
+    (a, b) =>
+      compare(a.owner, b.owner) ||
+      a.f.scheduledAt.getTime() - b.f.scheduledAt.getTime() ||
+      compare(a.f.job, b.f.job) ||
+      compare(a.f.trigger, b.f.trigger),
+  );
+  return keyed.map((k) => k.f);
+}
+
+/** Code-unit order, the same on every replica whatever its locale. */
+const compare = (a: string, b: string): number => (a < b ? -1 : a > b ? 1 : 0);
+
+/**
+ * The fires as the JSON that jsonb_to_recordset reads in the insert statements; `ord` is each
+ * fire's place, which the inserts follow (ORDER BY ord), so the caller's order is the lock order.
+ */
 export function fireRecords(fires: FireRequest[]): string {
   return JSON.stringify(
-    fires.map((f) => ({
+    fires.map((f, ord) => ({
+      ord,
       job: f.job,
       scheduled_at: f.scheduledAt.toISOString(),
       trigger: f.trigger,

@@ -1,14 +1,15 @@
 /**
  * The leader's commit of a batch of fires: advance its fence (a stale leader is refused here, not
- * by luck), insert each run under the unique (job, scheduled_at) key, move each job's last fire
- * forward, and for overlap 'replace' cancel the job's other active runs; all in one transaction,
- * checked against the leader's local deadline just before COMMIT. Each statement's WHERE clause
- * is the point (graphile-worker style: "only the writer that advances the row goes on").
+ * by luck), insert each run unless its slot is taken (the unique (job, scheduled_at) key, and a
+ * runtime schedule's (schedule_id, scheduled_at) whatever handler's name a run of it carries: a
+ * conflict on either is DO NOTHING), move each job's last fire forward, and for overlap 'replace'
+ * cancel the job's other active runs; all in one transaction, checked against the leader's local
+ * deadline just before COMMIT. Each statement's WHERE clause is the point (graphile-worker style:
+ * "only the writer that advances the row goes on").
  */
 import type pg from 'pg';
 import { StaleTokenError } from '../errors.js';
 import type { FireTrigger } from '../cron/fire-trigger.js';
-import { SLOT_KEY_PREDICATE } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
 import type { LeaderStamp } from './commit-stamps.js';
 import { fenceToken } from './fences.js';
@@ -16,6 +17,7 @@ import {
   batchResult,
   currentScheduleVersions,
   fireRecords,
+  inLockOrder,
   noFires,
   slotKey,
   withOutdated,
@@ -31,7 +33,9 @@ const statements = perSchema((t) => ({
   /**
    * One round trip: advance the leader's fence, and only if it accepted the token, insert the
    * fires and move each job's last scheduled fire forward (never back; manual triggers do not
-   * count). $1 fires (fireRecords), $2 token, $3 replica id, $4 fence resource.
+   * count). $1 fires (fireRecords, in lock order), $2 token, $3 replica id, $4 fence resource.
+   * Locks in the order every fire commit takes them: the fence row, the runs' keys in the fires'
+   * order, the job state rows by job.
    */
   fenceAndInsert: namedStatement(
     'fence_and_insert_fires',
@@ -41,8 +45,8 @@ const statements = perSchema((t) => ({
        WHERE f.token <= EXCLUDED.token
        RETURNING token),
      fire AS (
-       SELECT * FROM jsonb_to_recordset($1::jsonb)
-         AS f(job text, scheduled_at timestamptz, trigger text, state text, error text, schedule_version int, payload jsonb)),
+       SELECT * FROM jsonb_to_recordset($1::jsonb) AS f(ord int, job text, scheduled_at timestamptz, trigger text,
+         state text, error text, schedule_version int, payload jsonb)),
      inserted AS (
        INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
          schedule_version, payload)
@@ -50,12 +54,13 @@ const statements = perSchema((t) => ({
               CASE WHEN f.state = 'skipped' THEN now() END,
               CASE WHEN f.state = 'skipped' THEN now() END,
               f.error, f.schedule_version, f.payload
-       FROM fire f WHERE EXISTS (SELECT 1 FROM fence)
-       ON CONFLICT (job, scheduled_at) WHERE ${SLOT_KEY_PREDICATE} DO NOTHING
+       FROM fire f WHERE EXISTS (SELECT 1 FROM fence) ORDER BY f.ord
+       ON CONFLICT DO NOTHING
        RETURNING id, job, scheduled_at, trigger, state),
      job_state AS (
        INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
-       SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence) GROUP BY job
+       SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence)
+       GROUP BY job ORDER BY job
        ON CONFLICT (job) DO UPDATE
          SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now())
      SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
@@ -88,7 +93,7 @@ export async function commitFires(
   if (requested.length === 0) return noFires();
   return withTransaction(pool, async (client, rollback) => {
     // Runtime schedule fires are checked against the version in effect first (none: no round trip).
-    const fires = await currentScheduleVersions(client, t, requested);
+    const fires = inLockOrder(await currentScheduleVersions(client, t, requested));
     const rows = await fenceAndInsert(client, t, fires, leader);
     const cancelled = await cancelReplaced(client, t, fires, rows);
     if (!leader.stillLeading()) {

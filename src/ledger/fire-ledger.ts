@@ -60,10 +60,12 @@ export class FireLedger {
     return commitStandInFires(this.pool, this.t, requested, standIn);
   }
 
+  /** Each job's newest scheduled fire, keyed by slotOwner(job) (a runtime schedule's under any handler). */
   lastFired(): Promise<Map<string, Date>> {
     return lastFired(this.pool, this.t);
   }
 
+  /** As lastFired, of `jobs` only. */
   lastFiredOf(jobs: readonly string[]): Promise<Map<string, Date>> {
     return lastFiredOf(this.pool, this.t, jobs);
   }

@@ -1,8 +1,13 @@
 /**
  * The console's numbers per job, from the ledger: the last 24 hours' outcomes and durations, and
  * a per-minute history (fires, failures, lateness p95) per job and for the cluster. Lateness is
- * from the scheduled instant to the first attempt's start: the delay an operator feels.
+ * from the scheduled instant to the first attempt's start: the delay an operator feels. A
+ * backfill's runs are left out of it: they fire slots of the past on purpose, so their "lateness"
+ * is the age of the range, not a delay (one backfill made a job's p95 7.6 minutes).
  */
+
+/** Runs whose start measures lateness: every trigger but backfill (see above). */
+const LATENESS = `trigger <> 'backfill'`;
 import type pg from 'pg';
 import type { Tables } from '../db/tables.js';
 
@@ -16,7 +21,7 @@ export interface JobStats {
   failed: number;
   /** p95 of finished attempts' run time in the window. */
   durationP95Ms: number | null;
-  /** p95 of lateness of runs scheduled in the window. */
+  /** p95 of lateness of runs scheduled in the window (backfills left out). */
   latenessP95Ms: number | null;
 }
 
@@ -44,7 +49,8 @@ export async function jobStats(
           FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id, w
           WHERE r.job = j.job AND a.state IN ('completed', 'failed', 'retrying') AND a.finished_at >= w.since)::float8 AS duration_p95,
        (SELECT percentile_cont(0.95) WITHIN GROUP (ORDER BY extract(epoch FROM started_at - scheduled_at) * 1000)
-          FROM ${t.runs}, w WHERE job = j.job AND started_at IS NOT NULL AND scheduled_at >= w.since)::float8 AS lateness_p95
+          FROM ${t.runs}, w WHERE job = j.job AND started_at IS NOT NULL AND scheduled_at >= w.since
+            AND ${LATENESS})::float8 AS lateness_p95
      FROM unnest($1::text[]) AS j(job)`,
     [jobs, Math.floor(windowMs)],
   );
@@ -95,7 +101,7 @@ export async function minuteHistory(db: Db, t: Tables, minutes: number, job?: st
     `WITH b AS (SELECT date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute' AS start),
      ev AS (
        SELECT job, date_trunc('minute', scheduled_at) AS minute, (state <> 'skipped')::int AS fire, 0 AS failure,
-              CASE WHEN started_at IS NOT NULL THEN extract(epoch FROM started_at - scheduled_at) * 1000 END AS late
+              CASE WHEN started_at IS NOT NULL AND ${LATENESS} THEN extract(epoch FROM started_at - scheduled_at) * 1000 END AS late
        FROM ${t.runs}, b WHERE scheduled_at >= b.start AND ($2::text IS NULL OR job = $2)
        UNION ALL
        SELECT job, date_trunc('minute', finished_at), 0, 1, NULL

@@ -73,6 +73,9 @@ export async function jobsOfLiveMembers(db: Queryable, t: Tables, withinMs: numb
   return new Set(res.rows.flatMap((r) => r.jobs ?? []));
 }
 
+/** How often a replica beats its member row, unless its leadership is sharded (then more often). */
+export const MEMBER_BEAT_MS = 3000;
+
 /** A member row's id and role, and how long ago (database clock) it last beat. */
 export interface LiveMember {
   replicaId: string;

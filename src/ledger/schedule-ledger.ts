@@ -226,13 +226,16 @@ export class ScheduleLedger {
     return row && row.version > 0 ? toStored(row) : undefined;
   }
 
-  /** Schedules, by id; deleted ones only when asked. */
-  async list(o: { handler?: string; includeDeleted?: boolean; limit?: number } = {}): Promise<StoredSchedule[]> {
+  /** Schedules, by id, those after `after` only (keyset paging); deleted ones only when asked. */
+  async list(
+    o: { handler?: string; includeDeleted?: boolean; limit?: number; after?: string } = {},
+  ): Promise<StoredSchedule[]> {
     const res = await this.pool.query<ScheduleRow>(
       `SELECT ${COLUMNS} FROM ${this.t.schedules}
        WHERE version > 0 AND ($1::text IS NULL OR handler = $1) AND ($2 OR deleted_at IS NULL)
+         AND ($4::text IS NULL OR id > $4)
        ORDER BY id LIMIT $3`,
-      [o.handler ?? null, o.includeDeleted ?? false, o.limit ?? 1000],
+      [o.handler ?? null, o.includeDeleted ?? false, o.limit ?? 1000, o.after ?? null],
     );
     return res.rows.map(toStored);
   }

@@ -1,17 +1,20 @@
 /**
  * Text a handler controls (an error's message and stack) is stored bounded and sanitised: PostgreSQL
  * refuses U+0000 in text ("invalid byte sequence for encoding UTF8: 0x00"), which once left a run
- * `running` for ever, and an unbounded message let one admin request return hundreds of megabytes.
+ * `running` for ever, an unbounded message let one admin request return hundreds of megabytes, and
+ * an error that printed a database URL served its password to every reader of the admin API
+ * (credentials are masked as the configuration's URLs are in logs: src/redact.ts).
  */
+import { maskCredentials } from '../redact.js';
 
 /** Longest error message kept, in characters. */
 export const MAX_ERROR_MESSAGE = 2000;
 /** Longest stack kept, in characters. */
 export const MAX_ERROR_STACK = 8000;
 
-/** `text` without NUL characters, cut to `max` characters with a note of how much was cut. */
+/** `text` without NUL characters or credentials, cut to `max` characters with a note of how much was cut. */
 export function storableText(text: string, max: number): string {
-  const clean = text.replaceAll('\u0000', '\\0');
+  const clean = maskCredentials(text.replaceAll('\u0000', '\\0'));
   if (clean.length <= max) return clean;
   const note = `… [${clean.length - max} more characters]`;
   return clean.slice(0, Math.max(0, max - note.length)) + note;

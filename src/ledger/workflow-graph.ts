@@ -34,9 +34,12 @@ export interface WorkflowGraph {
   items(step: string, input: Readonly<Record<string, unknown>>): readonly unknown[];
 }
 
-/** The job name a step's runs carry: `<workflow>@<fingerprint>/<step>`. */
+/**
+ * The job name a step's runs carry: `<workflow>@<fingerprint>:<step>`. The '@' never appears in a
+ * job's name from code, and there is no '/', so it is never taken for a runtime schedule's run.
+ */
 export function stepJobName(workflow: string, fingerprint: string, step: string): string {
-  return `${workflow}@${fingerprint}/${step}`;
+  return `${workflow}@${fingerprint}:${step}`;
 }
 
 /** The step a workflow graph has under `name`; throws when it has none. */

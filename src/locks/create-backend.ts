@@ -6,7 +6,7 @@ import { MemoryLeaseBackend } from './memory.js';
 export type BackendConfig =
   | { kind: 'etcd'; endpoints: string[] }
   | { kind: 'redis'; url: string }
-  | { kind: 'postgres'; url: string; schema?: string }
+  | { kind: 'postgres'; url: string; schema?: string; namespace?: string }
   | { kind: 'memory' };
 
 export const backendKinds: readonly BackendKind[] = ['etcd', 'redis', 'postgres', 'memory'];
@@ -32,6 +32,7 @@ export async function createLeaseBackend(config: BackendConfig, clock?: Clock): 
       return new (await import('./postgres.js')).PostgresLeaseBackend({
         connectionString: config.url,
         schema: config.schema,
+        namespace: config.namespace,
         clock,
       });
     case 'memory':

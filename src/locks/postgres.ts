@@ -39,7 +39,7 @@ import type { Lease, LeaseBackend, LeaseRecord, LeaseRequest, Unsubscribe } from
 import { localDeadline, validateLeaseRequest } from './lease-request.js';
 import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
 import { waitForLease } from './wait-for-lease.js';
-import { tablesIn } from '../db/tables.js';
+import { resolveSchema, tablesIn } from '../db/tables.js';
 
 export interface PostgresLeaseBackendOptions {
   /** Used to open our own pool (and the LISTEN connection) when no pool is given. */
@@ -55,8 +55,13 @@ export interface PostgresLeaseBackendOptions {
    * Default 5000 ms. A call that exceeds it fails with BackendUnavailableError.
    */
   statementTimeoutMs?: number;
-  /** The schema holding cw_leases (migrated by `cronwarden migrate`). Default "cronwarden". */
+  /**
+   * The schema holding cw_leases (migrated by `cronwarden migrate`): give the ledger's, or its
+   * namespace (`namespace`), and the schema is derived as the Replica derives its own
+   * (resolveSchema). Neither: "cronwarden", the default namespace's.
+   */
   schema?: string;
+  namespace?: string;
 }
 
 export const LEASE_CHANNEL = 'cronwarden_lease';
@@ -126,7 +131,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
   private readonly sql: ReturnType<typeof leaseStatements>;
 
   constructor(options: PostgresLeaseBackendOptions) {
-    const tables = tablesIn(options.schema);
+    const tables = tablesIn(resolveSchema(options));
     this.schema = tables.schema;
     this.sql = leaseStatements(tables.leases);
     this.clock = options.clock ?? systemClock;
@@ -280,7 +285,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
       return await Promise.race([running, timeout]);
     } catch (err) {
       running.catch(() => {}); // settled later by its own timeout; the caller already has our error
-      throw toBackendError(err);
+      throw toBackendError(err, this.schema);
     } finally {
       clearTimeout(timer);
     }
@@ -305,7 +310,7 @@ export class PostgresLeaseBackend implements LeaseBackend {
     if (this.reconnectTimer) return Promise.resolve();
     this.listenReady ??= this.connectListener().catch((err: unknown) => {
       this.listenReady = undefined;
-      throw toBackendError(err);
+      throw toBackendError(err, this.schema);
     });
     return this.listenReady;
   }
@@ -369,13 +374,16 @@ export class PostgresLeaseBackend implements LeaseBackend {
 }
 
 /** Map a pg failure into the error family; leaves our own errors alone. */
-function toBackendError(err: unknown): Error {
+function toBackendError(err: unknown, schema: string): Error {
   if (err instanceof BackendUnavailableError || err instanceof InvalidConfigError) return err;
   if (err instanceof pg.DatabaseError) {
     const code = err.code ?? '';
     if (isPostgresUnavailable(err)) return new BackendUnavailableError('postgres', err.message, { cause: err });
     if (code === '42P01')
-      return new InvalidConfigError('backend.url', `${err.message}: run the migrations (cronwarden migrate)`);
+      return new InvalidConfigError(
+        'backend.schema',
+        `no cw_leases table in schema "${schema}": give the backend the schema or namespace of the ledger it serves, or migrate that schema (cronwarden migrate)`,
+      );
     if (code === '3D000' || code.startsWith('28')) return new InvalidConfigError('backend.url', err.message);
     return err; // a bug in our SQL or the schema: not something a retry fixes
   }

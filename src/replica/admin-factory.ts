@@ -5,6 +5,7 @@ import { AdminThread } from '../admin/admin-thread.js';
 import type { ReplicaView } from '../admin/replica-view.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import type { ResolvedAdminOptions } from './replica-defaults.js';
+import { InvalidConfigError } from '../errors.js';
 
 export interface AdminFactoryOptions {
   admin: ResolvedAdminOptions;
@@ -27,6 +28,7 @@ export function createAdmin(o: AdminFactoryOptions): AdminServer | AdminThread {
     replica: o.replica,
     backend: o.backend,
     token: a.token,
+    readsNeedToken: a.readsNeedToken,
     host: a.host,
     port: a.port,
     advertisedUrl: a.url,
@@ -40,6 +42,23 @@ export function createAdmin(o: AdminFactoryOptions): AdminServer | AdminThread {
     // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
     databaseUrl: o.databaseUrl ?? (o.pool as pg.Pool & { options: pg.PoolConfig }).options,
   });
+}
+
+/**
+ * A listener's failure to bind as the error to show: a port already in use (a second replica on
+ * this host) is configuration, not a failure a restart can fix, so it names the option to change
+ * (admin.port, admin.probe.port). The admin thread passes on only the message, hence its text.
+ */
+export function listenFailure(err: unknown, admin: ResolvedAdminOptions): unknown {
+  const message = err instanceof Error ? err.message : String(err);
+  const inUse = /EADDRINUSE.*?(\S+):(\d+)\s*$/.exec(message);
+  if (!inUse && (err as { code?: string } | undefined)?.code !== 'EADDRINUSE') return err;
+  const port = Number(inUse?.[2] ?? admin.port);
+  const option = admin.probe && admin.probe.port === port && admin.port !== port ? 'admin.probe.port' : 'admin.port';
+  return new InvalidConfigError(
+    option,
+    `${inUse ? `${inUse[1]}:${port}` : `port ${port}`} is already in use (another replica on this host?): give each replica its own port, or 0 for any free one`,
+  );
 }
 
 /** The URL the admin HTTP advertises: the configured one, or the bound one (a wildcard bind under this host's name). */

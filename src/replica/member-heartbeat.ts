@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import {
   deleteMember,
   liveMembers,
+  MEMBER_BEAT_MS,
   touchMember,
   upsertMember,
   type JoinedJobNames,
@@ -12,15 +13,12 @@ import {
 import { forEachSliced } from '../scheduler/firing/yielding.js';
 import type { Tables } from '../db/tables.js';
 
-/** How often a replica beats, unless its leadership is sharded. */
-const DEFAULT_BEAT_MS = 3000;
-
 /**
  * Sharded leadership's beat: the shard balancer needs to see a dead replica gone within a TTL, so
  * a replica beats thrice a TTL (never more often than every 100 ms, never less than the default).
  */
 export function shardedBeatMs(ttlMs: number): number {
-  return Math.min(DEFAULT_BEAT_MS, Math.max(100, Math.floor(ttlMs / 3)));
+  return Math.min(MEMBER_BEAT_MS, Math.max(100, Math.floor(ttlMs / 3)));
 }
 
 export interface MemberHeartbeatOptions {
@@ -61,7 +59,7 @@ export class MemberHeartbeat {
   readonly intervalMs: number;
 
   constructor(private readonly o: MemberHeartbeatOptions) {
-    this.intervalMs = o.intervalMs ?? DEFAULT_BEAT_MS;
+    this.intervalMs = o.intervalMs ?? MEMBER_BEAT_MS;
   }
 
   /** Write the row now, then every intervalMs. Resolves after the first write (or its failure, logged). */

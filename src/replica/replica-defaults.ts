@@ -58,6 +58,8 @@ export const replicaDefaults = {
   namespace: DEFAULT_NAMESPACE,
   /** admin.host: loopback unless configured. */
   adminHost: '127.0.0.1',
+  /** admin.readsNeedToken: reads are open unless configured. */
+  adminReadsNeedToken: false,
 } as const;
 
 /** This package's version, advertised in cw_members. */
@@ -66,7 +68,7 @@ const PACKAGE_VERSION = (
 ).version;
 
 export type ResolvedAdminOptions = ReplicaAdminOptions &
-  Required<Pick<ReplicaAdminOptions, 'host' | 'port' | 'niceness'>>;
+  Required<Pick<ReplicaAdminOptions, 'host' | 'port' | 'niceness' | 'readsNeedToken'>>;
 
 /** A Replica's options with every default filled and every value checked. */
 export interface ResolvedReplicaOptions extends Omit<
@@ -122,9 +124,12 @@ export function resolveReplicaOptions(o: ReplicaOptions): ResolvedReplicaOptions
 }
 
 function resolveAdmin(a: ReplicaAdminOptions): ResolvedAdminOptions {
+  if (a.readsNeedToken && !a.token)
+    throw new InvalidConfigError('admin.readsNeedToken', 'needs admin.token: without a token no one could read');
   return {
     ...a,
     host: a.host ?? replicaDefaults.adminHost,
+    readsNeedToken: a.readsNeedToken ?? replicaDefaults.adminReadsNeedToken,
     port: bounded('admin.port', a.port, replicaSettings.adminPort),
     niceness: bounded('admin.niceness', a.niceness, replicaSettings.adminNiceness),
   };

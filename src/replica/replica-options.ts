@@ -106,6 +106,11 @@ export interface ReplicaAdminOptions {
   port?: number;
   /** Bearer token for mutations; without one, trigger/pause/resume/resign are refused. */
   token?: string;
+  /**
+   * The API's reads (/api/*) need the token too: set it when the admin port is reachable beyond
+   * this host, since runs carry their handlers' error text. Default false (reads are open).
+   */
+  readsNeedToken?: boolean;
   /** The URL other replicas and the CLI use to reach this one. Default: the bound address. */
   url?: string;
   /** More host names the server answers to (a Service name, say). */

@@ -22,7 +22,8 @@ import { limitedWarn } from '../once-per-kind.js';
 import { settlesWithin } from '../settles-within.js';
 import type { ElectorRole } from '../scheduler/election/elector.js';
 import type { LedgerClock } from '../scheduler/election/ledger-clock.js';
-import { advertisedUrl, createAdmin } from './admin-factory.js';
+import { advertisedUrl, createAdmin, listenFailure } from './admin-factory.js';
+import { checkLeaseBackend } from './lease-backend-check.js';
 import { deliveryRedis, endPool, ledgerPool, watchConnections } from './connections.js';
 import { MemberHeartbeat, shardedBeatMs } from './member-heartbeat.js';
 import { resolveReplicaOptions, type ResolvedReplicaOptions } from './replica-defaults.js';
@@ -145,8 +146,15 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   }
 
   private async startParts(): Promise<void> {
-    // Before anything runs: a schema that holds another deployment's ledger is refused here.
+    // Before anything runs: a schema that holds another deployment's ledger is refused here, and
+    // so is a lease backend that cannot find its table.
     await this.ledger.bindNamespace(this.namespace);
+    await checkLeaseBackend(this.o.backend, {
+      leaseName: this.leaseName,
+      schema: this.schema,
+      timeoutMs: this.o.election.ttlMs,
+      logger: this.logger,
+    });
     await this.ledgerClock?.start();
     // Campaign before the worker and the admin HTTP start: leading needs neither, and on a starved
     // host every second of start-up before the campaign is a second a crashed leader goes unreplaced.
@@ -166,7 +174,12 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       this.executor.setPublisher(this.worker.publisherFor());
       await this.worker.start();
     }
-    if (this.admin) this.adminUrl = advertisedUrl(this.o.admin!, await this.admin.listen());
+    if (this.admin) {
+      const bound = await this.admin.listen().catch((err: unknown) => {
+        throw listenFailure(err, this.o.admin!);
+      });
+      this.adminUrl = advertisedUrl(this.o.admin!, bound);
+    }
     await this.startHeartbeat();
   }
 

@@ -1,14 +1,16 @@
 import type { Logger } from 'pino';
 import type { RuntimeAdmin } from '../admin/replica-view.js';
 import type { Clock } from '../clock.js';
-import { NotLeaderError } from '../errors.js';
+import { InvalidArgumentError, NotLeaderError } from '../errors.js';
 import type { JobRegistry } from '../jobs/job-registry.js';
 import { validateSchedule } from '../jobs/schedule-input.js';
+import { onceKeySchema, payloadProblem } from '../jobs/payload.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { OnceRun, StoredSchedule } from '../ledger/schedule-ledger.js';
 import type { Backfiller, BackfillRequest, BackfillStep } from '../scheduler/firing/backfill.js';
 import type { Leadership } from '../scheduler/firing/fire-loop.js';
-import { RUNTIME_SEPARATOR, type RuntimeSchedules } from '../scheduler/schedules/runtime-schedules.js';
+import type { RuntimeSchedules } from '../scheduler/schedules/runtime-schedules.js';
+import { scheduleIdOf } from '../cron/job-names.js';
 import type { RunDelivery } from '../scheduler/firing/run-delivery.js';
 
 export interface RuntimeOpsOptions {
@@ -70,6 +72,10 @@ export class RuntimeOps implements RuntimeAdmin {
 
   async once(job: string, o: { at: Date; key: string; payload: unknown }): Promise<OnceRun> {
     this.o.registry.require(job);
+    const key = onceKeySchema.safeParse(o.key);
+    if (!key.success) throw new InvalidArgumentError(`key: ${key.error.issues[0]!.message}`);
+    const payload = payloadProblem(o.payload);
+    if (payload) throw new InvalidArgumentError(`payload: ${payload}`);
     const lease = this.o.leadership.lease();
     if (!lease) throw new NotLeaderError('only the leader can commit a one-off run');
     const run = await this.o.ledger.schedules.commitOnce(
@@ -96,8 +102,8 @@ export class RuntimeOps implements RuntimeAdmin {
 
   async backfill(r: BackfillRequest): Promise<BackfillStep> {
     // A schedule created a moment ago may not have reached the leader yet: read it now.
-    const sep = r.job.indexOf(RUNTIME_SEPARATOR);
-    if (sep > 0 && !this.o.schedules.get(r.job)) await this.o.schedules.refresh([r.job.slice(sep + 1)]);
+    const id = scheduleIdOf(r.job);
+    if (id !== undefined && !this.o.schedules.get(r.job)) await this.o.schedules.refresh([id]);
     return this.o.backfiller.step(r);
   }
 }

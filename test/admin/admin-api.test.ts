@@ -85,6 +85,41 @@ describe('read routes', () => {
     assert.ok(l.lastSeenAgoMs >= 0 && l.lastSeenAgoMs < 10_000);
   });
 
+  it('GET /api/members: roles come from the lease; a killed leader is no second leader, and is marked as stopped', async () => {
+    // What `kill -9` of a leader leaves in the ledger: its row, still saying "leader", no longer beating;
+    // and a follower campaigning says "candidate" in its own row.
+    await db.pool.query(
+      `INSERT INTO cw_members (replica_id, host, pid, version, role, admin_url, jobs, started_at, last_seen)
+       VALUES ('api-killed', 'h', 1, 'test', 'leader', NULL, '{}', now() - interval '5 minutes', now() - interval '20 seconds'),
+              ('api-campaigning', 'h', 2, 'test', 'candidate', NULL, '{}', now(), now())`,
+    );
+    try {
+      const body = await json(await fetch(`${follower.url}/api/members`));
+      type Member = { replicaId: string; role: string; stoppedBeating: boolean };
+      const byId = new Map((body.members as Member[]).map((m) => [m.replicaId, m]));
+      assert.deepEqual(
+        body.members
+          .filter((m: { role: string }) => m.role === 'leader')
+          .map((m: { replicaId: string }) => m.replicaId),
+        [leader.replica.replicaId],
+        'one leader: the lease holder',
+      );
+      assert.deepEqual(
+        ['api-killed', 'api-campaigning', leader.replica.replicaId].map((id) => {
+          const { role, stoppedBeating } = byId.get(id)!;
+          return { id, role, stoppedBeating };
+        }),
+        [
+          { id: 'api-killed', role: 'follower', stoppedBeating: true },
+          { id: 'api-campaigning', role: 'follower', stoppedBeating: false },
+          { id: leader.replica.replicaId, role: 'leader', stoppedBeating: false },
+        ],
+      );
+    } finally {
+      await db.pool.query("DELETE FROM cw_members WHERE replica_id IN ('api-killed', 'api-campaigning')");
+    }
+  });
+
   it('GET /api/jobs shows schedule, timezone, next fire, last run and paused', async () => {
     // Wait for a tick run to exist, through the ledger rather than a sleep.
     await waitUntil(

@@ -14,6 +14,8 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import pg from 'pg';
 import { AdminServer, type AdminServerOptions } from '../../src/admin/server.js';
+import { loadReplicaConfig } from '../../src/config/replica-config.js';
+import { storedError } from '../../src/ledger/stored-text.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { MemoryLeaseBackend } from '../../src/locks/memory.js';
 import { Replica } from '../../src/replica/replica.js';
@@ -64,6 +66,14 @@ async function serve(o: Partial<AdminServerOptions> = {}): Promise<{ admin: Admi
   const url = await admin.listen();
   return { admin, url, port: Number(new URL(url).port) };
 }
+
+/** The settings `cronwarden start` cannot do without. */
+const requiredEnv = {
+  CRONWARDEN_BACKEND: 'postgres',
+  CRONWARDEN_DATABASE_URL: 'postgres://app@127.0.0.1:5432/app',
+  CRONWARDEN_REDIS_URL: 'redis://127.0.0.1:6379',
+  CRONWARDEN_JOBS: 'jobs.js',
+};
 
 interface Answer {
   status: number;
@@ -316,7 +326,7 @@ describe('Host, Origin and the page', () => {
     assert.equal((await send(port, '/api/jobs/yearly/resume', { method: 'POST', headers })).status, 200);
   });
 
-  it('the page sends a CSP that allows exactly its own inline script and style by hash, plus nosniff, no-referrer and DENY', async () => {
+  it('the page sends a CSP that allows exactly its own inline script and style by hash and files of its origin, plus nosniff, no-referrer and DENY', async () => {
     const { url } = await serve();
     const res = await fetch(`${url}/`);
     const html = await res.text();
@@ -326,8 +336,9 @@ describe('Host, Origin and the page', () => {
         .update(new RegExp(`<${tag}>([\\s\\S]*?)</${tag}>`).exec(html)![1]!)
         .digest('base64')}'`;
     assert.match(csp, /(^|; )default-src 'self'(;|$)/);
-    assert.match(csp, new RegExp(`(^|; )script-src ${hash('script').replace(/[+/]/g, '\\$&')}(;|$)`));
-    assert.match(csp, new RegExp(`(^|; )style-src ${hash('style').replace(/[+/]/g, '\\$&')}(;|$)`));
+    // Inline blocks by hash; files (the vendored chart library under /assets/) only from this origin.
+    assert.match(csp, new RegExp(`(^|; )script-src 'self' ${hash('script').replace(/[+/]/g, '\\$&')}(;|$)`));
+    assert.match(csp, new RegExp(`(^|; )style-src 'self' ${hash('style').replace(/[+/]/g, '\\$&')}(;|$)`));
     assert.doesNotMatch(csp, /unsafe-inline|unsafe-eval/);
     assert.match(csp, /frame-ancestors 'none'/);
     for (const r of [res, await fetch(`${url}/api/lease`)]) {
@@ -335,5 +346,73 @@ describe('Host, Origin and the page', () => {
       assert.equal(r.headers.get('referrer-policy'), 'no-referrer');
       assert.equal(r.headers.get('x-frame-options'), 'DENY');
     }
+  });
+});
+
+describe('handler text and who may read it (issue 25, item 12)', () => {
+  it('credentials in a handler error are masked when stored and when served, whatever the ledger holds', async () => {
+    const { url } = await serve();
+    const secret =
+      'postgres://app:s3cr3t-pw@db.internal:5432/app and redis://:hunter2@cache:6379 and host=db password=pa55';
+    // What a handler throws is masked before the ledger keeps it.
+    const stored = storedError(new Error(`connect failed: ${secret}`));
+    assert.doesNotMatch(`${stored.message}\n${stored.stack}`, /s3cr3t-pw|hunter2|pa55/);
+    assert.match(
+      stored.message,
+      /postgres:\/\/app:\*{5}@db\.internal:5432\/app and redis:\/\/:\*{5}@cache:6379 and host=db password=\*{5}/,
+    );
+    // A row stored before masking (or written by an older version) is masked on the way out.
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, finished_at, error)
+       VALUES ('yearly', now() - interval '1 hour', 'manual', 1, 'old', 'failed', now(), $1) RETURNING id::text`,
+      [secret],
+    );
+    try {
+      await db.pool.query(
+        `INSERT INTO cw_run_attempts (run_id, attempt, token, worker, state, finished_at, error, error_stack)
+         VALUES ($1, 1, 1, 'w', 'failed', now(), $2, $2)`,
+        [rows[0]!.id, secret],
+      );
+      for (const path of ['/api/runs?job=yearly', `/api/runs/${rows[0]!.id}`, '/api/jobs']) {
+        const text = await (await fetch(`${url}${path}`)).text();
+        assert.doesNotMatch(text, /s3cr3t-pw|hunter2|pa55/, path);
+        assert.match(text, /app:\*{5}@db\.internal/, path);
+      }
+    } finally {
+      await db.pool.query('DELETE FROM cw_runs WHERE id = $1', [rows[0]!.id]);
+    }
+  });
+
+  it('with readsNeedToken the /api reads answer 401 without the token; the page, probes and metrics stay open', async () => {
+    const { url } = await serve({ readsNeedToken: true });
+    const auth = { authorization: `Bearer ${ADMIN_TOKEN}` };
+    for (const path of ['/api/runs', '/api/jobs', '/api/lease', '/api/members', '/api/schedules', '/api/history']) {
+      const open = await fetch(`${url}${path}`);
+      assert.equal(open.status, 401, path);
+      assert.equal(((await open.json()) as { code: string }).code, 'unauthorized');
+      assert.equal(
+        (await fetch(`${url}${path}`, { headers: { authorization: 'Bearer wrong-token-0123456789' } })).status,
+        401,
+      );
+      assert.equal((await fetch(`${url}${path}`, { headers: auth })).status, 200, path);
+    }
+    for (const path of ['/', '/healthz', '/readyz', '/metrics'])
+      assert.equal((await fetch(`${url}${path}`)).status, 200, path);
+    // Without the setting, the same reads are open (the default).
+    const { url: openUrl } = await serve();
+    assert.equal((await fetch(`${openUrl}/api/runs`)).status, 200);
+  });
+
+  it('a replica refuses readsNeedToken without a token', () => {
+    assert.throws(
+      () => loadReplicaConfig({}, { ...requiredEnv, CRONWARDEN_ADMIN_READS_NEED_TOKEN: 'true' }),
+      /CRONWARDEN_ADMIN_READS_NEED_TOKEN: needs CRONWARDEN_ADMIN_TOKEN/,
+    );
+    assert.doesNotThrow(() =>
+      loadReplicaConfig(
+        {},
+        { ...requiredEnv, CRONWARDEN_ADMIN_READS_NEED_TOKEN: 'true', CRONWARDEN_ADMIN_TOKEN: ADMIN_TOKEN },
+      ),
+    );
   });
 });

@@ -423,6 +423,19 @@ describe('cronwarden CLI: one-line errors, exit codes, migrate, drill --help', (
     assert.equal(code, 0);
     assert.match(stdout, /^\d+\.\d+\.\d+/);
   });
+
+  it('a CRONWARDEN_ variable a few letters from a known one is named with it in a warning', async () => {
+    const { code, stderr } = await cli(['--version'], {
+      CRONWARDEN_LEASE_TTL: '5000',
+      CRONWARDEN_ADMN_URL: 'http://127.0.0.1:1',
+      CRONWARDEN_DEMO_YES: '1', // the demo's own: not a typo of anything
+    });
+    assert.equal(code, 0);
+    assert.deepEqual(stderr.trim().split('\n'), [
+      'cronwarden: warning: CRONWARDEN_ADMN_URL is not a cronwarden variable and is ignored; did you mean CRONWARDEN_ADMIN_URL?',
+      'cronwarden: warning: CRONWARDEN_LEASE_TTL is not a cronwarden variable and is ignored; did you mean CRONWARDEN_LEASE_TTL_MS?',
+    ]);
+  });
 });
 
 describe('cronwarden CLI: where the admin token may go', () => {
@@ -473,10 +486,13 @@ describe('cronwarden CLI: where the admin token may go', () => {
         [],
       );
       assert.deepEqual(foreign.seen, []);
-      // The replica the operator named did get the token (that is where it was sent), and was asked who the members are.
+      // The replica the operator named did get the token (that is where it was sent), and was asked
+      // who the members are, with the token too (reads may need it: adminReadsNeedToken).
       assert.equal(asked.seen[0]!.authorization, `Bearer ${ADMIN_TOKEN}`);
       assert.ok(
-        asked.seen.some((r) => r.method === 'GET' && r.url === '/api/members' && r.authorization === undefined),
+        asked.seen.some(
+          (r) => r.method === 'GET' && r.url === '/api/members' && r.authorization === `Bearer ${ADMIN_TOKEN}`,
+        ),
       );
     } finally {
       await asked.close();

@@ -10,6 +10,9 @@ import assert from 'node:assert/strict';
 import { Cluster, ADMIN_TOKEN, firstLeader, json, type Node } from './support.js';
 import { consoleJobs, createUserTables, effectRows, insertHistory, setFailing, until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { listElections } from '../../src/ledger/admin-reads.js';
+import { jobStats } from '../../src/ledger/job-stats.js';
+import { tablesIn } from '../../src/db/tables.js';
 
 let db: TestDatabase;
 let cluster: Cluster;
@@ -224,6 +227,28 @@ describe('overview and history', () => {
     assert.equal(sum(h.cluster.fires), sum(Object.values(h.jobs).map((s) => sum((s as { fires: number[] }).fires))));
     assert.equal((await fetch(`${leader.url}/api/history?minutes=2`)).status, 400);
   });
+
+  it("a backfill's runs do not count as lateness: its slots are old on purpose", async () => {
+    // A backfill started just now of slots 7-9 minutes ago, and one run of the same job 50 ms late.
+    await db.pool.query(
+      `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, created_at, started_at, finished_at)
+       SELECT 'backfilled', date_trunc('minute', now()) - g * interval '1 minute', 'backfill', 1, 'l', 'completed', now(), now(), now()
+       FROM generate_series(7, 9) g
+       UNION ALL
+       SELECT 'backfilled', date_trunc('minute', now()) - interval '3 minutes', 'schedule', 1, 'l', 'completed',
+              date_trunc('minute', now()) - interval '3 minutes', date_trunc('minute', now()) - interval '3 minutes' + interval '50 milliseconds', now()`,
+    );
+    const h = await json(await fetch(`${leader.url}/api/history?minutes=15&job=backfilled`));
+    const late = (h.jobs.backfilled.latenessP95Ms as (number | null)[]).filter((v) => v !== null);
+    assert.deepEqual(late, [50], 'only the scheduled run is late, by 50 ms');
+    assert.equal(
+      (h.jobs.backfilled.fires as number[]).reduce((a, b) => a + b, 0),
+      4,
+      'the backfilled slots still count as fires',
+    );
+    const stats = await jobStats(db.pool, tablesIn(db.schema), ['backfilled']);
+    assert.equal(stats.get('backfilled')!.latenessP95Ms, 50);
+  });
 });
 
 describe('failover', () => {
@@ -244,6 +269,33 @@ describe('failover', () => {
     assert.equal(now.handoverFrom, 'release');
     assert.ok(prev.releasedAt !== null && prev.lastRenewedAt !== null, JSON.stringify(prev));
     assert.ok(now.handoverMs >= 0 && now.handoverMs < 5000, `handover ${now.handoverMs} ms`);
+  });
+
+  it("the gap after a kill -9 is measured from the ledger's fires: stand-ins that fired every slot 0.5 s late make it 1.5 s", async () => {
+    // A job due every second; the leader 'old' fired up to 10:00:05 and was killed; followers stood
+    // in for 10:00:06-10:00:09, each 0.5 s late; 'new' was elected 9.6 s after old's election and
+    // fired from 10:00:10. A manual run in between is no slot that was due.
+    const t0 = Date.parse('2026-03-01T10:00:00Z');
+    const at = (s: number) => new Date(t0 + s * 1000);
+    await db.pool.query(
+      `INSERT INTO cw_elections (lease_name, leader, token, backend, elected_at, renewed_at)
+       VALUES ('gap-test', 'old', 10, 'memory', $1, $2), ('gap-test', 'new', 11, 'memory', $3, NULL)`,
+      [at(0), at(5), at(9.6)],
+    );
+    const fire = (slot: number, committed: number, leader: string, token: number, trigger: string) =>
+      db.pool.query(
+        `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, created_at)
+         VALUES ('gapjob', $1, $2, $3, $4, 'completed', $5)`,
+        [at(slot), trigger, token, leader, at(committed)],
+      );
+    for (let s = 1; s <= 5; s++) await fire(s, s + 0.05, 'old', 10, 'schedule');
+    await fire(5.3, 5.3, 'someone', 10, 'manual');
+    for (let s = 6; s <= 9; s++) await fire(s, s + 0.5, `stand-in-${s % 2}`, 10, 'standin');
+    for (let s = 10; s <= 12; s++) await fire(s, s + 0.05, 'new', 11, 'schedule');
+    const [newest] = await listElections(db.pool, tablesIn(db.schema), 'gap-test', 2);
+    assert.equal(newest!.leader, 'new');
+    assert.equal(newest!.gapMs, 1450, 'from old last fire (10:00:05.05) to the first stand-in fire (10:00:06.5)');
+    assert.equal(newest!.handoverMs, 4600, 'the handover is still measured from the last renew');
   });
 
   it('retry by a stale replica is fenced: refused, nothing changes, and it steps down', async () => {

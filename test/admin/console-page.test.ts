@@ -2,8 +2,10 @@
  * The operator console in headless Chromium (Debian's chromium through playwright-core), against
  * in-process replicas with a real ledger, Redis and BullMQ: the overview after a failover, paging
  * a job's 1,000 runs, a failed run's stack, entering the token and retrying a failed run until it
- * completes with one effect row, and a hostile job name shown as text. Screenshots for a person
- * to look at go to test-output/console/ (CRONWARDEN_TEST_OUTPUT overrides the folder).
+ * completes with one effect row, runtime schedules and paused fires on the overview, a superseded
+ * run, every view at 1,400 and 390 px (no horizontal overflow, charts with axes), and a hostile job
+ * name shown as text. Screenshots for a person to look at go to test-output/console/
+ * (CRONWARDEN_TEST_OUTPUT overrides the folder).
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -170,10 +172,138 @@ it(
     await page.waitForFunction(() => document.querySelectorAll('#jobs tbody tr').length > 0, null, { timeout: 10_000 });
     await page.screenshot({ path: join(OUTPUT, 'overview.png'), fullPage: false });
     await page.goto(`${leader.url}/#history`);
-    await page.waitForFunction(() => document.querySelectorAll('#charts svg').length >= 3, null, { timeout: 10_000 });
-    assert.match(await textOf(page, '#charts'), /flaky[\s\S]*fires \(blue\)/);
+    await page.waitForFunction(() => document.querySelectorAll('#charts .uplot').length >= 3, null, {
+      timeout: 10_000,
+    });
+    assert.match(await textOf(page, '#charts'), /flaky[\s\S]*\d+ fires, \d+ failures/);
     await page.screenshot({ path: join(OUTPUT, 'history.png'), fullPage: false });
     await page.close();
+  },
+);
+
+it(
+  "the overview shows runtime schedules, marks a paused job's next fires, and writes every date as +hh:mm",
+  { timeout: 60_000 },
+  async () => {
+    const auth = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' };
+    const created = await fetch(`${leader.url}/api/schedules`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ id: 'acme', handler: 'beat', schedule: '0 7 * * *', timezone: 'Europe/Berlin' }),
+    });
+    assert.equal(created.status, 201);
+    const paused = await fetch(`${leader.url}/api/jobs/flaky/pause`, {
+      method: 'POST',
+      headers: auth,
+      body: JSON.stringify({ reason: 'maintenance window' }),
+    });
+    assert.equal(paused.status, 200);
+    try {
+      const page = await open(leader);
+      await page.waitForFunction(
+        () => (document.querySelector('#schedules tbody')?.textContent ?? '').includes('acme'),
+        null,
+        {
+          timeout: 15_000,
+        },
+      );
+      assert.match(
+        await textOf(page, '#schedules tbody tr:first-child'),
+        /acme[\s\S]*beat\/acme[\s\S]*0 7 \* \* \*[\s\S]*Europe\/Berlin/,
+      );
+      await page.waitForFunction(() => document.querySelectorAll('#jobs .paused-fire').length > 0, null, {
+        timeout: 15_000,
+      });
+      const flaky = page.locator('#jobs tbody tr', { hasText: 'flaky' });
+      assert.equal(await flaky.locator('td:nth-child(4) .paused-fire').count(), 3, 'each of its next fires is marked');
+      assert.equal(await page.locator('#jobs tbody tr', { hasText: 'beat' }).locator('.paused-fire').count(), 0);
+      const text = await page.locator('main').innerText();
+      assert.doesNotMatch(text, /GMT/, 'no "GMT+1" beside "+01:00"');
+      assert.match(text, /\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [+-]\d\d:\d\d/);
+      await page.close();
+    } finally {
+      await fetch(`${leader.url}/api/jobs/flaky/resume`, {
+        method: 'POST',
+        headers: { authorization: auth.authorization },
+      });
+    }
+  },
+);
+
+it('a superseded run says why in a line, with no stack for an error', { timeout: 60_000 }, async () => {
+  const { rows } = await db.pool.query<{ id: string }>(
+    `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, finished_at, error, attempts)
+     VALUES ('beat', now() - interval '2 hours', 'catchup', 1, 'old', 'superseded', now(), $1, 1) RETURNING id::text`,
+    ['a later slot already wrote report:acme (token 12 > 11)'],
+  );
+  await db.pool.query(
+    `INSERT INTO cw_run_attempts (run_id, attempt, token, worker, state, finished_at, error, error_stack)
+     VALUES ($1, 1, 11, 'w', 'superseded', now(), $2, $3)`,
+    [rows[0]!.id, 'a later slot already wrote report:acme', 'SupersededError: a later slot\n    at fence (ctx.ts:1:1)'],
+  );
+  const page = await open(leader, `#run/${rows[0]!.id}`);
+  await page.waitForFunction(() => /superseded/.test(document.getElementById('run-title')?.textContent ?? ''), null, {
+    timeout: 10_000,
+  });
+  await page.waitForFunction(() => document.querySelectorAll('#attempts tbody tr').length === 1, null, {
+    timeout: 10_000,
+  });
+  assert.match(await textOf(page, '#run-fields'), /superseded\s+a later slot already wrote report:acme/);
+  assert.doesNotMatch(await textOf(page, '#run-fields'), /error/);
+  assert.equal(await page.locator('#attempts pre, #run-fields pre').count(), 0, 'no stack shown');
+  await page.close();
+});
+
+it(
+  'at 1,400 and 390 px every view fits the width: no horizontal scrolling, buttons on screen; charts have axes',
+  { timeout: 120_000 },
+  async () => {
+    await insertHistory(db, 'beat', 30, new Date(Date.now() - 60_000));
+    const views = ['#overview', '#runs', '#history'];
+    for (const width of [1400, 390]) {
+      const page = await open(leader);
+      await page.setViewportSize({ width, height: 900 });
+      for (const view of views) {
+        await page.goto(`${leader.url}/${view}`);
+        if (view === '#overview')
+          await page.waitForFunction(() => document.querySelectorAll('#jobs tbody tr').length > 0, null, {
+            timeout: 15_000,
+          });
+        if (view === '#runs')
+          await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length > 0, null, {
+            timeout: 15_000,
+          });
+        if (view === '#history') {
+          await page.waitForFunction(() => document.querySelectorAll('#charts .uplot').length >= 2, null, {
+            timeout: 15_000,
+          });
+          // Each chart: a time axis, the runs axis on the left and the lateness axis on the right.
+          const axes = await page.$$eval('#charts .uplot', (plots) =>
+            plots.map((p) => p.querySelectorAll('.u-axis').length),
+          );
+          assert.ok(
+            axes.every((n) => n === 3),
+            `axes per chart: ${axes.join(', ')}`,
+          );
+          const canvas = await page.$eval('#charts .uplot canvas', (c) => (c as HTMLCanvasElement).width);
+          assert.ok(canvas > 0);
+        }
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        assert.ok(overflow <= 0, `${view} at ${width} px is ${overflow} px wider than the window`);
+        const offscreen = await page.$$eval('button', (buttons) =>
+          buttons
+            .filter((b) => b.offsetParent !== null)
+            .filter((b) => {
+              const r = b.getBoundingClientRect();
+              return r.left < 0 || r.right > window.innerWidth;
+            })
+            .map((b) => b.textContent),
+        );
+        assert.deepEqual(offscreen, [], `${view} at ${width} px: buttons off-screen`);
+        await page.screenshot({ path: join(OUTPUT, `${view.slice(1)}-${width}.png`), fullPage: true });
+      }
+      await page.close();
+    }
   },
 );
 

@@ -70,6 +70,11 @@ it('cronwarden runs lists the failed run; --json gives the page with its cursor'
     [runId],
   );
   assert.equal(page.nextCursor, null);
+  const manual = await cli(['runs', '--url', follower.url, '--trigger', 'manual']);
+  assert.match(manual.stdout, new RegExp(`^${runId}\\s+flaky`, 'm'));
+  const once = await cli(['runs', '--url', follower.url, '--trigger', 'once']);
+  assert.equal(once.code, 0, once.stderr);
+  assert.doesNotMatch(once.stdout, new RegExp(`^${runId}\\s`, 'm'), 'only one-off runs');
   const bad = await cli(['runs', '--url', follower.url, '--state', 'exploded']);
   assert.equal(bad.code, 2);
   assert.match(bad.stderr, /state: must be one of/);
@@ -108,8 +113,46 @@ it(
       return r.rows[0]?.state === 'completed';
     }, 'the retried run completes');
     const again = await cli(['retry', runId, '--url', leader.url], ADMIN_TOKEN);
-    assert.equal(again.code, 1, 'a 409 is a runtime refusal');
+    assert.equal(again.code, 2, 'not retryable: trying again cannot change it');
     assert.match(again.stderr, /is completed: it completed, so retrying it would repeat its effect/);
     assert.equal(await effectRows(db, runId), 1);
+  },
+);
+
+it(
+  'prints stored text with its control characters escaped: an error cannot drive the terminal',
+  { timeout: 60_000 },
+  async () => {
+    // eslint-disable-next-line no-control-regex
+    const CONTROL = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/;
+    const evil = '\u001b]0;pwned\u0007\u001b[2K\rall good\u009b31m';
+    const { rows } = await db.pool.query<{ id: string }>(
+      `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, finished_at, error)
+     VALUES ('flaky', now() - interval '1 day', 'manual', 1, $1, 'failed', now(), $2) RETURNING id::text`,
+      [`leader${evil}`, evil],
+    );
+    const id = rows[0]!.id;
+    await db.pool.query(
+      `INSERT INTO cw_run_attempts (run_id, attempt, token, worker, state, finished_at, error, error_stack)
+     VALUES ($1, 1, 1, $2, 'failed', now(), $3, $4)`,
+      [id, `w${evil}`, evil, `Error: ${evil}\n    at handler (job.ts:1:1)`],
+    );
+    const outputs = [
+      await cli(['run', id, '--url', follower.url]),
+      await cli(['run', id, '--url', follower.url, '--json']),
+      await cli(['runs', '--url', follower.url, '--job', 'flaky', '--state', 'failed']),
+    ];
+    for (const out of outputs) {
+      assert.equal(out.code, 0, out.stderr);
+      assert.doesNotMatch(out.stdout, CONTROL, 'no control character reaches the terminal');
+    }
+    assert.match(outputs[0]!.stdout, /error {5}\\u001b\]0;pwned\\u0007\\u001b\[2K\\u000dall good\\u009b31m/);
+    assert.match(
+      outputs[0]!.stdout,
+      /stack of attempt 1:\nError: \\u001b.*\n {4}at handler/,
+      'the stack keeps its lines',
+    );
+    const json = JSON.parse(outputs[1]!.stdout) as { error: string };
+    assert.equal(json.error, evil, '--json stays JSON with the text intact');
   },
 );

@@ -101,5 +101,58 @@ describe('cronwarden schedule / once / backfill', { timeout: 120_000 }, () => {
     );
     assert.equal(future.code, 2);
     assert.match(future.stderr, /in the future/);
+    const fast = await cli(url, 'backfill', 'yearly', ...range, '--rate', '3000');
+    assert.equal(fast.code, 2);
+    assert.match(fast.stderr, /^cronwarden: --rate: must be from 1 to 2000$/m, 'names the option the CLI has');
+    const fastest = await cli(url, 'backfill', 'yearly', ...range, '--rate', '2000');
+    assert.equal(fastest.code, 0, fastest.stderr);
+  });
+
+  it('a conflict that trying again cannot change (schedule exists) exits 2', async () => {
+    assert.equal((await cli(url, 'schedule', 'create', 'twice', '--handler', 'tick', '--cron', '0 0 1 1 *')).code, 0);
+    const again = await cli(url, 'schedule', 'create', 'twice', '--handler', 'tick', '--cron', '0 0 1 1 *');
+    assert.equal(again.code, 2, again.stderr);
+    assert.match(again.stderr, /409 .*exists/);
+  });
+
+  it("a one-off run far ahead is not the job's last outcome until it is due", async () => {
+    const before = await cli(url, 'status', '--json');
+    const lastOf = (out: string) =>
+      (JSON.parse(out) as { jobs: { name: string; lastRun: { scheduledAt: string } | null }[] }).jobs.find(
+        (j) => j.name === 'yearly',
+      )!.lastRun;
+    const far = await cli(url, 'once', 'yearly', '--key', 'far', '--at', '9999-12-31T00:00:00Z');
+    assert.equal(far.code, 0, far.stderr);
+    const after = await cli(url, 'status', '--json');
+    assert.deepEqual(lastOf(after.stdout), lastOf(before.stdout), 'a run not due yet is not the last outcome');
+    assert.notEqual(lastOf(after.stdout)?.scheduledAt.slice(0, 4), '9999');
+  });
+
+  it('schedule list pages through every schedule (the API answers a page at a time, with nextAfter)', async () => {
+    // 5,100 deleted schedules straight into the ledger: more than one page of the API's 5,000.
+    await db.pool.query(
+      `INSERT INTO cw_schedules (id, handler, cron, timezone, misfire, overlap, catch_up_window_ms, misfire_grace_ms,
+         payload, paused, version, deleted_at)
+       SELECT 'bulk-' || lpad(g::text, 5, '0'), 'tick', '0 0 1 1 *', 'UTC', 'all', 'allow', 0, 0, NULL, false, 1, now()
+       FROM generate_series(1, 5100) g`,
+    );
+    const page = (await (await fetch(`${url}/api/schedules?deleted=1&limit=2&after=bulk-00010`)).json()) as {
+      schedules: { id: string }[];
+      nextAfter: string | null;
+    };
+    assert.deepEqual(
+      page.schedules.map((x) => x.id),
+      ['bulk-00011', 'bulk-00012'],
+    );
+    assert.equal(page.nextAfter, 'bulk-00012');
+    const list = await cli(url, 'schedule', 'list', '--deleted');
+    assert.equal(list.code, 0, list.stderr);
+    const ids = list.stdout.split('\n').filter((l) => l.startsWith('bulk-'));
+    assert.equal(ids.length, 5100, 'every schedule, not the first page');
+    assert.equal(new Set(ids).size, 5100);
+    const json = JSON.parse((await cli(url, 'schedule', 'list', '--deleted', '--json')).stdout) as {
+      schedules: { id: string }[];
+    };
+    assert.equal(json.schedules.filter((x) => x.id.startsWith('bulk-')).length, 5100);
   });
 });

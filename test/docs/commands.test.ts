@@ -1,7 +1,9 @@
 /**
  * Every `cronwarden <command>` the docs show, every flag given to it, and every flag named on its
  * own (`--admin-port 0`) exists in the CLI that src/cli/main.ts builds; every `npm run <script>`
- * exists in package.json. A cheap check that keeps the command lines in the docs honest.
+ * exists in package.json; every `npm i` installs the tarball `npm pack` writes or a package this
+ * project installs itself (test/package/pack-install.test.ts runs the tarball route as written).
+ * A cheap check that keeps the command lines in the docs honest.
  */
 import { before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -14,6 +16,8 @@ import { codeBlocks, docFiles, inlineCode, prose, repoRoot } from './markdown.js
 interface Mention {
   at: string;
   text: string;
+  /** The whole line it is on. */
+  line: string;
 }
 
 const SHELL_LANGS = new Set(['sh', 'bash', 'shell', 'console', 'text', '']);
@@ -26,12 +30,12 @@ function mentions(): Mention[] {
       b.code
         .replace(/\\\n\s*/g, ' ')
         .split('\n')
-        .forEach((text, i) => found.push({ at: `${file}:${b.line + i}`, text }));
+        .forEach((text, i) => found.push({ at: `${file}:${b.line + i}`, text, line: text }));
     }
     prose(file)
       .split('\n')
       .forEach((line, i) => {
-        for (const span of inlineCode(line)) found.push({ at: `${file}:${i + 1}`, text: span });
+        for (const span of inlineCode(line)) found.push({ at: `${file}:${i + 1}`, text: span, line });
       });
   }
   return found;
@@ -157,6 +161,33 @@ describe('command lines in the docs', () => {
       for (const s of m.text.matchAll(/\bnpm run ([\w:-]+)/g))
         if (!scripts.includes(s[1]!)) problems.push(`${m.at}: no npm script "${s[1]}"`);
     }
+    assert.deepEqual(problems, [], `\n${problems.join('\n')}`);
+  });
+
+  it('install only the tarball npm pack writes or packages package.json names; `npm i cronwarden` only as a 404', () => {
+    const pkg = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as Record<'name' | 'version', string> &
+      Partial<Record<'dependencies' | 'peerDependencies' | 'devDependencies', Record<string, string>>>;
+    const known = new Set(
+      [pkg.dependencies, pkg.peerDependencies, pkg.devDependencies].flatMap((d) => Object.keys(d ?? {})),
+    );
+    const tarball = `${pkg.name}-${pkg.version}.tgz`;
+    const problems: string[] = [];
+    let count = 0;
+    for (const m of mentions()) {
+      for (const s of m.text.matchAll(/\bnpm (?:i|install)\b([^&;|#]*)/g)) {
+        const args = s[1]!.trim().split(/\s+/);
+        for (const arg of args.filter((a) => a && !a.startsWith('-'))) {
+          count++;
+          if (arg.endsWith('.tgz')) {
+            if (arg.split('/').at(-1) !== tarball) problems.push(`${m.at}: ${arg} is not the tarball (${tarball})`);
+          } else if (arg === pkg.name) {
+            // Not on the registry yet: the docs may say so, never ask you to run it.
+            if (!/answers 404/.test(m.line)) problems.push(`${m.at}: \`npm i ${arg}\` answers 404`);
+          } else if (!known.has(arg)) problems.push(`${m.at}: ${arg} is not a package package.json names`);
+        }
+      }
+    }
+    assert.ok(count >= 10, `only ${count} packages to install found`);
     assert.deepEqual(problems, [], `\n${problems.join('\n')}`);
   });
 });

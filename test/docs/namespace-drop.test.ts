@@ -2,10 +2,12 @@
  * The "dropping a namespace" commands of docs/guides/sharing-a-database.md, run as written against
  * a namespace a replica (with the Redis lease backend, so it leaves lease keys too) has used: every
  * Redis key of the namespace and its schema are gone, and another namespace's keys are untouched.
+ * Before that, every key the replica left is checked against the guide's list of what is kept.
  */
 import { it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { pino } from 'pino';
@@ -53,6 +55,22 @@ it('the documented commands drop every Redis key and the schema of a namespace, 
       before.some((k) => k.endsWith('#token')),
       'the Redis lease left its token counter',
     );
+    // Every key the replica left is one the guide's "What a deployment keeps in Redis" names.
+    const keptInRedis = /## What a deployment keeps in Redis\n([\s\S]*?)\n## /.exec(
+      readFileSync(new URL('../../docs/guides/sharing-a-database.md', import.meta.url), 'utf8'),
+    )![1]!;
+    const named = new Set([...keptInRedis.matchAll(/`([a-z-]+)`/g)].map((m) => m[1]!));
+    for (const key of before) {
+      const queueKey = key.startsWith(`bull:cronwarden-${ns}:`) ? key.slice(`bull:cronwarden-${ns}:`.length) : null;
+      if (queueKey !== null && /^run-[0-9a-f]{12}-\d+(:lock)?$/.test(queueKey)) {
+        assert.match(
+          keptInRedis,
+          /`bull:cronwarden-<namespace>:run-<ledger>-<run id>`, where\s+`<ledger>` is the first 12 hex digits/,
+        );
+        if (queueKey.endsWith(':lock')) assert.match(keptInRedis, /`…:run-<ledger>-<run id>:lock`/);
+      } else if (queueKey !== null) assert.ok(named.has(queueKey), `the guide names the queue's \`${queueKey}\``);
+      else assert.match(key, new RegExp(`^cronwarden:lease:cronwarden/${ns}/scheduler(#token)?$`), key);
+    }
 
     const r = spawnSync('bash', ['-euo', 'pipefail', '-c', block.code], {
       env: {

@@ -319,6 +319,46 @@ describe('runtime schedules, one-off runs and backfill across three replicas', {
     );
     assert.equal(x!.body.inserted + y!.body.inserted, 0);
   });
+
+  it("a handler changed back and forth, then a failover: the catch-up goes on from the schedule's last slot, each slot once", async () => {
+    // Issue 25 #1: the catch-up started from "report/flip"'s own last fire, before the change, and
+    // fired again, as "report/flip", the slots that had run as "second/flip".
+    const api = client(await follower());
+    await api.mutate('/api/schedules', { id: 'flip', handler: 'report', schedule: '* * * * * *' });
+    const named = async (job: string, n: number) =>
+      waitFor(async () => ((await runs(db, job)).length >= n ? true : undefined), 15_000);
+    await named('report/flip', 2);
+    await api.mutate('/api/schedules/flip', { handler: 'second' }, 'PATCH');
+    await named('second/flip', 3);
+    const old = await leader();
+    await api.mutate('/api/schedules/flip', { handler: 'report' }, 'PATCH');
+    await stop(old);
+    await leader();
+    await sleep(3000);
+    await client(live()[0]!).mutate('/api/schedules/flip', undefined, 'DELETE');
+    const twice = await db.pool.query(
+      `SELECT scheduled_at, array_agg(job || ' ' || trigger) AS runs FROM cw_runs
+       WHERE split_part(job, '/', 2) = 'flip' AND trigger NOT IN ('manual', 'once')
+       GROUP BY scheduled_at HAVING count(*) > 1`,
+    );
+    assert.deepEqual(twice.rows, [], 'no slot of the schedule ran twice, under any name');
+    const all = await db.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM cw_runs WHERE split_part(job, '/', 2) = 'flip' AND job LIKE 'report/%'",
+    );
+    assert.ok(all.rows[0]!.n >= 3, 'it fired as report/flip again after the failover');
+  });
+
+  it('no fire transaction started before its slot: created_at >= scheduled_at on every run but one-offs', async () => {
+    // The replicas keep time by the ledger's clock, never ahead of it (issue 25 #3).
+    const fired = await db.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM cw_runs WHERE trigger = 'schedule'",
+    );
+    assert.ok(fired.rows[0]!.n >= 30, `only ${fired.rows[0]!.n} scheduled fires: too few to tell`);
+    const early = await db.pool.query(
+      `SELECT job, trigger, scheduled_at, created_at FROM cw_runs WHERE trigger <> 'once' AND created_at < scheduled_at`,
+    );
+    assert.deepEqual(early.rows, []);
+  });
 });
 
 async function runs(db: TestDatabase, job: string) {

@@ -11,6 +11,11 @@ import type { FireRequest } from '../../src/ledger/fire-ledger.js';
 import type { ScheduleSpec } from '../../src/ledger/schedule-ledger.js';
 import { ScheduleExistsError, ScheduleNotFoundError, StaleTokenError } from '../../src/errors.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { readMigrationFiles, type MigrationMeta } from 'drizzle-orm/migrator';
+import { migrateDatabase, migrationsFolder, rebase } from '../../src/db/migrate.js';
+import { scheduleIdOf } from '../../src/cron/job-names.js';
 
 const spec = (cron: string, o: Partial<ScheduleSpec> = {}): ScheduleSpec => ({
   handler: 'report',
@@ -157,4 +162,94 @@ describe('runtime schedules in the ledger (real PostgreSQL)', () => {
       JSON.stringify(gone.map((r) => r.job)),
     );
   });
+
+  it("a ledger that already fired a runtime schedule's slot twice (two handlers' names) migrates: both rows kept, the slot taken", async () => {
+    // Issue 25 #1, before migration 0012: "report/hx" ran slot 1, then a backfill as "tick/hx" ran it again.
+    const old = await createTestDatabase({ migrate: false });
+    try {
+      const migrations = readMigrationFiles({ migrationsFolder });
+      const before = migrations.findIndex((m) => m.sql.some((q) => q.includes('cw_runs_schedule_slot')));
+      assert.ok(before > 0, 'the migration that keys runtime schedules by id');
+      await migrateTo(old.url, migrations.slice(0, before));
+      const slot = (n: number) => new Date(Date.UTC(2026, 4, 1, 0, 0, n));
+      const insert = (job: string, n: number, trigger: string) =>
+        old.pool.query(
+          `INSERT INTO cronwarden.cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state)
+           VALUES ($1, $2, $3, 5, 'old', 'completed') RETURNING id::text`,
+          [job, slot(n), trigger],
+        );
+      const first = (await insert('report/hx', 1, 'schedule')).rows[0].id as string;
+      const again = (await insert('tick/hx', 1, 'backfill')).rows[0].id as string;
+      await insert('report/hx', 2, 'schedule');
+      await insert('tick/hx', 3, 'schedule');
+      await insert('tick/hx', 1, 'manual');
+      // node-cron tasks may have any name, '/' included: never a runtime schedule.
+      await insert('node-cron:a/b', 1, 'schedule');
+      await insert('node-cron:c/b', 1, 'schedule');
+      await old.pool.query(
+        `INSERT INTO cronwarden.cw_job_state (job, last_scheduled_at) VALUES ('report/hx', $1), ('tick/hx', $2)`,
+        [slot(2), slot(3)],
+      );
+
+      assert.deepEqual((await migrateDatabase(old.url)).applied, [migrationTag(migrations.length - 1)]);
+      const rows = await old.pool.query<{
+        id: string;
+        job: string;
+        schedule_id: string | null;
+        duplicate_of: string | null;
+      }>('SELECT id::text, job, schedule_id, duplicate_of::text FROM cronwarden.cw_runs ORDER BY id');
+      assert.equal(rows.rowCount, 7, 'every run is still there, readable');
+      for (const r of rows.rows)
+        assert.equal(r.schedule_id, scheduleIdOf(r.job) ?? null, `${r.job}: the SQL and the code agree`);
+      assert.deepEqual(
+        rows.rows.filter((r) => r.duplicate_of !== null).map((r) => [r.id, r.duplicate_of]),
+        [[again, first]],
+        'the second run of slot 1 is marked as repeating the first',
+      );
+      // From now on the slot is the schedule's, under any name; its last fire is the newest of both.
+      const migrated = new Ledger(old.pool, 'cronwarden');
+      const retry = await migrated.fires.commitFires(
+        [1, 2, 3, 4].map((n): FireRequest => ({ job: 'tick/hx', scheduledAt: slot(n), trigger: 'backfill' })),
+        leader(5n),
+      );
+      assert.deepEqual(
+        retry.committed.map((r) => r.scheduledAt.getTime()),
+        [slot(4).getTime()],
+      );
+      assert.equal((await migrated.fires.lastFired()).get('/hx')?.getTime(), slot(4).getTime());
+    } finally {
+      await old.drop();
+    }
+  });
 });
+
+/** Apply `migrations` to the default schema as migrateDatabase does, journal included: an older ledger. */
+async function migrateTo(url: string, migrations: MigrationMeta[]): Promise<void> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    await client.query('BEGIN');
+    await client.query('CREATE SCHEMA cronwarden');
+    await client.query(
+      'CREATE TABLE cronwarden.__drizzle_migrations (id SERIAL PRIMARY KEY, hash text NOT NULL, created_at bigint)',
+    );
+    await client.query('SET LOCAL search_path TO cronwarden');
+    for (const m of migrations) {
+      for (const statement of m.sql) if (statement.trim()) await client.query(rebase(statement, 'cronwarden'));
+      await client.query('INSERT INTO cronwarden.__drizzle_migrations (hash, created_at) VALUES ($1, $2)', [
+        m.hash,
+        m.folderMillis,
+      ]);
+    }
+    await client.query('COMMIT');
+  } finally {
+    await client.end();
+  }
+}
+
+function migrationTag(index: number): string {
+  const journal = JSON.parse(readFileSync(join(migrationsFolder, 'meta', '_journal.json'), 'utf8')) as {
+    entries: { tag: string }[];
+  };
+  return journal.entries[index]!.tag;
+}

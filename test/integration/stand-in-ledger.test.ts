@@ -1,6 +1,10 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import pg from 'pg';
+import { slotOwner } from '../../src/cron/job-names.js';
+import { seededRandom } from '../../src/drill/faults.js';
 import { Ledger } from '../../src/ledger/ledger.js';
+import type { FireRequest } from '../../src/ledger/fire-ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 /** The stand-in's commit on real PostgreSQL: one row per slot however many race, tokens in commit order. */
@@ -114,8 +118,92 @@ describe('Stand-in commits (real PostgreSQL)', () => {
     assert.deepEqual(rows.rows, [{ version: 2, payload: { v: 2 }, trigger: 'standin', t: '13' }]);
   });
 
+  it("a runtime schedule's slot fired under its old handler's name is taken for every path under the new one", async () => {
+    // Issue 25 #1: "report/s2" ran slots 1-2, then the schedule's handler became "tick".
+    await ledger.fires.advanceFence(FENCE, 14n);
+    const first = await ledger.fires.commitFires(
+      [1, 2].map((s) => ({ ...fire('report/s2', s), trigger: 'schedule' as const })),
+      leader(14n),
+    );
+    assert.equal(first.committed.length, 2);
+    const standing = await ledger.fires.commitStandInFires([fire('tick/s2', 2), fire('tick/s2', 3)], standIn('f1'));
+    assert.deepEqual(
+      standing.committed.map((r) => [r.job, r.scheduledAt.getTime()]),
+      [['tick/s2', at(3).getTime()]],
+    );
+    const backfill = await ledger.fires.commitFires(
+      [1, 2, 3].map((s) => ({ ...fire('tick/s2', s), trigger: 'backfill' as const })),
+      leader(14n),
+    );
+    assert.equal(backfill.committed.length, 0);
+    assert.equal(backfill.duplicates, 3);
+    const rows = await db.pool.query(
+      "SELECT schedule_id, count(*)::int AS n FROM cw_runs WHERE schedule_id = 's2' GROUP BY schedule_id",
+    );
+    assert.deepEqual(rows.rows, [{ schedule_id: 's2', n: 3 }]);
+    // The stand-in's next slot follows the schedule's last fire, whichever name it had.
+    assert.equal((await ledger.fires.lastFiredOf(['tick/s2'])).get('/s2')?.toISOString(), at(3).toISOString());
+    assert.equal((await ledger.fires.lastFiredOf(['report/s2'])).get('/s2')?.toISOString(), at(3).toISOString());
+  });
+
   it('refuses overlap "replace" fires: cancelling other runs needs the leader\'s fence', async () => {
     const r = await ledger.fires.commitStandInFires([{ ...fire('g', 1), replace: true }], standIn('f1'));
     assert.equal(r.committed.length, 0);
+  });
+
+  it('the leader and two stand-ins committing overlapping slots in any order never deadlock (no 40P01)', async () => {
+    // Its own pool, which notices a deadlock after 20 ms instead of PostgreSQL's 1 s.
+    const pool = new pg.Pool({ connectionString: db.url, max: 12, options: '-c deadlock_timeout=20ms' });
+    const fast = new Ledger(pool, db.schema);
+    await fast.fires.advanceFence(FENCE, 30n);
+    const random = seededRandom(25);
+    const shuffled = <T>(list: T[]): T[] => {
+      const out = [...list];
+      for (let i = out.length - 1; i > 0; i--) {
+        const j = Math.floor(random() * (i + 1));
+        [out[i], out[j]] = [out[j]!, out[i]!];
+      }
+      return out;
+    };
+    // Jobs from code, and a runtime schedule whose handler one commit may know as "report" and
+    // another as "tick" (a change on its way): one slot, whose name sorts far from the other's.
+    const jobs = ['k1', 'k2', 'k3', 'k4', 'k5', 'k6', 'k7', 'rt/k8', 'sx'];
+    // Each commit: its share of the round's slots (so they do not all meet at the same first key),
+    // its own name for the schedule, in its own order.
+    const batch = (slots: FireRequest[], share: number) => {
+      const handler = random() < 0.5 ? 'report' : 'tick';
+      const mine = slots.filter(() => random() < share);
+      return shuffled(mine.map((f) => (f.job === 'rt/k8' ? { ...f, job: `${handler}/k8` } : f)));
+    };
+    const failures: string[] = [];
+    const wanted = new Set<string>();
+    let committed = 0;
+    try {
+      for (let round = 0; round < 80; round++) {
+        // Two slots per job, each commit a different order of them (a tie in a follower's queue);
+        // every other round only the schedule and "sx", whose names sort on either side of it.
+        const some = round % 2 === 0 ? jobs : ['rt/k8', 'sx'];
+        const slots: FireRequest[] = some.flatMap((job) => [fire(job, 2 * round), fire(job, 2 * round + 1)]);
+        const share = round % 2 === 0 ? 0.75 : 1;
+        const batches = [batch(slots, share), batch(slots, share), batch(slots, share)];
+        for (const f of batches.flat()) wanted.add(`${slotOwner(f.job)}@${f.scheduledAt.getTime()}`);
+        const results = await Promise.allSettled([
+          fast.fires.commitStandInFires(batches[0]!, standIn('f1')),
+          fast.fires.commitStandInFires(batches[1]!, standIn('f2')),
+          fast.fires.commitFires(
+            batches[2]!.map((s) => ({ ...s, trigger: 'schedule' as const })),
+            leader(30n),
+          ),
+        ]);
+        for (const r of results) {
+          if (r.status === 'fulfilled') committed += r.value.committed.length;
+          else failures.push(`${(r.reason as { code?: string }).code}: ${(r.reason as Error).message}`);
+        }
+      }
+    } finally {
+      await pool.end();
+    }
+    assert.deepEqual(failures, [], 'every commit went through');
+    assert.equal(committed, wanted.size, 'and together they committed each slot asked for once');
   });
 });

@@ -1,60 +1,108 @@
 /**
- * The package as a consumer installs it: `npm pack` (prepack builds), then `npm i --omit=dev` of
- * the tarball into a scratch project outside this checkout (the registry is reached for the
- * dependencies). The install warns about no engine, brings no TypeScript tooling and no etcd
- * client, a strict TypeScript consumer type-checks with skipLibCheck off (and `tx` is a real pg
- * client, not `any`), and a JavaScript consumer runs and exits by itself. Prints the install size.
+ * The package as a consumer installs it, by the docs' own commands (issue 25 #18): the install
+ * block of README.md (the same block as docs/operating/deploy.md's) run by bash as written, only
+ * its placeholders filled in: a git clone of this checkout, `npm ci && npm pack` (prepack builds),
+ * `npm i` of the tarball into a scratch application outside this checkout (the registry is reached
+ * for the dependencies). The install warns about no engine, brings no TypeScript tooling and no
+ * etcd client, a strict TypeScript consumer type-checks with skipLibCheck off (and `tx` is a real
+ * pg client, not `any`), and a JavaScript consumer runs and exits by itself. Getting started's
+ * two install blocks run as written too. Prints the install size.
+ *
+ * The clone is of the committed HEAD, as a reader's would be: uncommitted changes are not in it.
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { packPackage, repoRoot, run, unpack, type CommandResult, type Packed } from './support.js';
+import { codeBlocks } from '../docs/markdown.js';
+import { repoRoot, run, unpack, type CommandResult } from './support.js';
 
-let packed: Packed;
+const { name, version } = JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as {
+  name: string;
+  version: string;
+};
+
+/** The block of `file` marked `<!-- sample: shell <arg> -->`. */
+function shellBlock(file: string, arg: string): string {
+  const block = codeBlocks(file).find((b) => b.marker?.kind === 'shell' && b.marker.arg === arg);
+  assert.ok(block, `${file} marks its block <!-- sample: shell ${arg} -->`);
+  return block.code;
+}
+
+/** `script` with the docs' placeholders filled in; each must be there, and nothing else like one. */
+function filledIn(script: string, values: Record<string, string>): string {
+  let out = script;
+  for (const [placeholder, value] of Object.entries(values)) {
+    assert.ok(out.includes(placeholder), `the block names ${placeholder}`);
+    out = out.replaceAll(placeholder, value);
+  }
+  assert.doesNotMatch(out, /<[a-z][^>]*>/, 'no placeholder left unfilled');
+  return out;
+}
+
+/** Run a docs block as written, by bash, stopping at the first command that fails. */
+const runBlock = (script: string, cwd: string) =>
+  run('bash', ['-euo', 'pipefail', '-c', script], { cwd, timeoutMs: 600_000 });
+
+let scratch: string;
 let consumer: string;
+let tarball: string;
+let files: string[];
 let install: CommandResult;
 
 before(async () => {
-  packed = await packPackage();
+  const readme = shellBlock('README.md', 'install');
+  assert.equal(shellBlock('docs/operating/deploy.md', 'install'), readme, 'README and deploy show the same commands');
   // Outside this checkout, so nothing resolves to our own node_modules.
-  consumer = mkdtempSync(join(tmpdir(), 'cronwarden-consumer-'));
+  scratch = mkdtempSync(join(tmpdir(), 'cronwarden-install-'));
+  consumer = join(scratch, 'app');
+  mkdirSync(consumer);
   writeFileSync(
     join(consumer, 'package.json'),
     JSON.stringify({ name: 'consumer', version: '1.0.0', private: true, type: 'module' }, null, 2),
   );
-  install = await run('npm', ['i', '--omit=dev', '--no-audit', '--no-fund', '--prefer-offline', packed.tarball], {
-    cwd: consumer,
-    timeoutMs: 300_000,
-  });
+  install = await runBlock(
+    filledIn(readme, {
+      '<url of this repository>': repoRoot,
+      '/path/to/your/app': consumer,
+      '/path/to/cronwarden': join(scratch, 'cronwarden'),
+    }),
+    scratch,
+  );
+  tarball = join(scratch, 'cronwarden', `${name}-${version}.tgz`);
+  const listing = existsSync(tarball) ? await run('tar', ['-tzf', tarball], { cwd: scratch }) : undefined;
+  files = (listing?.stdout ?? '')
+    .split('\n')
+    .filter(Boolean)
+    .map((f) => f.replace(/^package\//, ''));
 });
 
 after(() => {
-  if (packed) rmSync(packed.dir, { recursive: true, force: true });
-  if (consumer) rmSync(consumer, { recursive: true, force: true });
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
 });
 
 const installed = (name: string) => existsSync(join(consumer, 'node_modules', name));
 
-describe('the packed package in a consumer (npm i --omit=dev of the tarball)', () => {
-  it('ships dist, migrations, bin and LICENSE; no source maps, no src', () => {
-    assert.ok(packed.files.includes('LICENSE'));
-    assert.ok(packed.files.includes('dist/index.js') && packed.files.includes('dist/index.d.ts'));
-    assert.ok(packed.files.includes('bin/cronwarden.js'));
-    assert.ok(packed.files.some((f) => f.startsWith('migrations/')));
+describe('the package installed by the commands in the README, as written', () => {
+  it('the commands run, and the tarball ships dist, migrations, bin and LICENSE; no source maps, no src', () => {
+    assert.equal(install.code, 0, `${install.stdout.slice(-2000)}${install.stderr.slice(-3000)}`);
+    assert.ok(files.includes('LICENSE'));
+    assert.ok(files.includes('dist/index.js') && files.includes('dist/index.d.ts'));
+    assert.ok(files.includes('bin/cronwarden.js'));
+    assert.ok(files.some((f) => f.startsWith('migrations/')));
     assert.deepEqual(
-      packed.files.filter((f) => f.endsWith('.map')),
+      files.filter((f) => f.endsWith('.map')),
       [],
       'no source maps (they would point at the unshipped src/)',
     );
     assert.deepEqual(
-      packed.files.filter((f) => f.startsWith('src/') || f.startsWith('test/')),
+      files.filter((f) => f.startsWith('src/') || f.startsWith('test/')),
       [],
     );
   });
 
-  it('installs with no engine warning and without tsx, esbuild, etcd3 or pino-pretty; size reported', async () => {
+  it('warns about no engine, and installs without tsx, esbuild, etcd3 or pino-pretty; size reported', async () => {
     assert.equal(install.code, 0, install.stderr);
     const output = install.stdout + install.stderr;
     assert.doesNotMatch(output, /EBADENGINE|Unsupported engine|engine/i, output);
@@ -192,11 +240,35 @@ console.log(JSON.stringify({ job: job.name, token: lease.token.toString(), held:
       (JSON.parse(readFileSync(join(repoRoot, 'package.json'), 'utf8')) as { version: string }).version,
     );
 
-    const bare = join(packed.dir, 'bare');
-    await unpack(packed.tarball, bare);
+    const bare = join(scratch, 'bare');
+    await unpack(tarball, bare);
     rmSync(join(bare, 'dist'), { recursive: true });
     const missing = await run(process.execPath, [join(bare, 'bin', 'cronwarden.js'), '--version'], { cwd: bare });
     assert.equal(missing.code, 2);
     assert.match(missing.stderr, /^cronwarden: .*dist\/cli\/main\.js is missing: run `npm run build`/);
+  });
+
+  it("getting started's two install blocks run as written: a clone, its tarball, an app with cronwarden and tsx", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cronwarden-getting-started-'));
+    try {
+      const guide = 'docs/getting-started.md';
+      const script = [shellBlock(guide, 'install-clone'), shellBlock(guide, 'install-app')].join('\n');
+      const r = await runBlock(filledIn(script, { '<url of this repository>': repoRoot }), dir);
+      assert.equal(r.code, 0, `${r.stdout.slice(-2000)}${r.stderr.slice(-3000)}`);
+      const app = join(dir, 'app');
+      const v = await run('npx', ['cronwarden', '--version'], { cwd: app });
+      assert.equal(v.code, 0, v.stderr);
+      assert.equal(v.stdout.trim(), version);
+      // The guide's jobs.ts, loaded through tsx as its replicas load it.
+      const jobs = codeBlocks(guide).find((b) => b.marker?.kind === 'run' && b.lang === 'ts');
+      assert.ok(jobs, "the guide's jobs.ts sample");
+      writeFileSync(join(app, 'jobs.ts'), jobs.code);
+      const load = "const m = await import('./jobs.ts'); console.log(Object.values(m).map((j) => j.name).join());";
+      const loaded = await run(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', load], { cwd: app });
+      assert.equal(loaded.code, 0, loaded.stderr);
+      assert.equal(loaded.stdout.trim(), 'hello');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -11,6 +11,7 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import type pg from 'pg';
 import { StaleTokenError, SupersededError } from '../../src/errors.js';
+import { slotOwner } from '../../src/cron/job-names.js';
 import type { ExecutorLedger } from '../../src/jobs/run-executor.js';
 import type { FireBatchResult, FireRequest } from '../../src/ledger/fire-batch.js';
 import type { Claim, ClaimResult, FireLedger } from '../../src/ledger/ledger.js';
@@ -518,6 +519,42 @@ const fireSide: Scenario[] = [
         'manual triggers do not move lastFired',
       );
       assert.equal((await c.l.fires.activeJobs([job])).get(job)?.ids.length, 4);
+    },
+  },
+  {
+    name: "a runtime schedule's slot is one slot under any handler's name, and its last fire is the schedule's",
+    async run(c) {
+      // "report/<id>", then updated to handler "tick", then back (issue 25 #1).
+      const id = c.job('s');
+      const [report, tick] = [`report/${id}`, `tick/${id}`];
+      const fire = (job: string, s: number, trigger: FireRequest['trigger'] = 'schedule'): FireRequest => ({
+        job,
+        scheduledAt: at(s),
+        trigger,
+      });
+      assert.equal((await commit(c, [fire(report, 1), fire(report, 2)])).committed.length, 2);
+      const renamed = await commit(c, [fire(tick, 1, 'backfill'), fire(tick, 2, 'catchup'), fire(tick, 3)]);
+      assert.deepEqual(
+        renamed.committed.map((r) => [r.job, r.scheduledAt.getTime()]),
+        [[tick, at(3).getTime()]],
+        'slots 1 and 2 ran as report/<id>: taken',
+      );
+      assert.equal(renamed.duplicates, 2);
+      const back = await commit(c, [fire(report, 3, 'catchup'), fire(report, 4)]);
+      assert.deepEqual(
+        back.committed.map((r) => [r.job, r.scheduledAt.getTime()]),
+        [[report, at(4).getTime()]],
+      );
+      // The schedule's last fire, under whichever name; a job from code with the id's name is another job.
+      await commit(c, [fire(tick, 5)]);
+      assert.equal((await commit(c, [fire(id, 5)])).committed.length, 1);
+      const last = await c.l.fires.lastFired();
+      assert.equal(last.get(slotOwner(report))?.getTime(), at(5).getTime());
+      assert.equal(last.get(slotOwner(tick))?.getTime(), at(5).getTime());
+      assert.equal(last.get(id)?.getTime(), at(5).getTime());
+      assert.notEqual(slotOwner(report), slotOwner(id));
+      // Manual triggers stay outside the key, under any name.
+      assert.equal((await commit(c, [fire(tick, 4, 'manual')])).committed.length, 1);
     },
   },
   {

@@ -6,6 +6,7 @@
  * behaviour; MemoryRunLedger (memory-run-ledger.ts) is the workers' side over the same runs.
  */
 import { StaleTokenError } from '../../src/errors.js';
+import { slotOwner } from '../../src/cron/job-names.js';
 import type { FireLoopLedger } from '../../src/scheduler/firing/fire-loop.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { CommittedFire, FireBatchResult, FireRequest } from '../../src/ledger/fire-batch.js';
@@ -83,9 +84,12 @@ export class MemoryLedger implements FireLoopLedger {
     const committed: CommittedFire[] = [];
     const replaced = new Map<string, Date>(); // job → its newest inserted 'replace' fire
     for (const f of fires) {
-      // The unique key is partial: manual triggers are outside it, each one its own run.
+      // The unique key is partial: manual triggers are outside it, each one its own run. It is the
+      // slot owner's: a runtime schedule's slot under any handler's name.
       const taken = (r: MemoryRun) =>
-        r.trigger !== 'manual' && r.job === f.job && r.scheduledAt.getTime() === f.scheduledAt.getTime();
+        r.trigger !== 'manual' &&
+        slotOwner(r.job) === slotOwner(f.job) &&
+        r.scheduledAt.getTime() === f.scheduledAt.getTime();
       if (f.trigger !== 'manual' && this.runs.some(taken)) continue;
       const state = f.state ?? 'pending';
       const run: MemoryRun = {
@@ -143,7 +147,8 @@ export class MemoryLedger implements FireLoopLedger {
 
   async lastFiredOf(jobs: readonly string[]): Promise<Map<string, Date>> {
     const all = await this.lastFired();
-    return new Map([...all].filter(([job]) => jobs.includes(job)));
+    const owners = new Set(jobs.map(slotOwner));
+    return new Map([...all].filter(([owner]) => owners.has(owner)));
   }
 
   async markEnqueued(runIds: bigint[]): Promise<void> {
@@ -171,12 +176,13 @@ export class MemoryLedger implements FireLoopLedger {
       }));
   }
 
+  /** As the SQL: by slot owner, a runtime schedule's newest fire under any handler's name. */
   async lastFired(): Promise<Map<string, Date>> {
     const out = new Map<string, Date>();
     for (const r of this.runs) {
       if (r.trigger === 'manual') continue;
-      const prev = out.get(r.job);
-      if (!prev || prev < r.scheduledAt) out.set(r.job, r.scheduledAt);
+      const prev = out.get(slotOwner(r.job));
+      if (!prev || prev < r.scheduledAt) out.set(slotOwner(r.job), r.scheduledAt);
     }
     return out;
   }

@@ -30,17 +30,18 @@ describe('LedgerClock', () => {
       },
     });
     const sync = await clock.sync();
-    assert.equal(sync.errorMs, 10);
-    assert.equal(sync.hostOffsetMs, 5 * 60_000);
-    assert.equal(clock.now(), serverAt(host.mono));
+    assert.equal(sync.errorMs, 20, 'the read may have been anywhere in the 20 ms round trip');
+    assert.equal(sync.hostOffsetMs, 5 * 60_000, 'reported against the middle of the round trip');
+    // The server read its clock in the middle: the clock counts from the value read, 10 ms behind.
+    assert.equal(clock.now(), serverAt(host.mono) - 10);
     host.mono += 30_000;
     host.wallOffset = -10 * 60_000; // the host's clock jumps back fifteen minutes
-    assert.equal(clock.now(), serverAt(host.mono), 'a host jump does not move the ledger clock');
+    assert.equal(clock.now(), serverAt(host.mono) - 10, 'a host jump does not move the ledger clock');
     assert.notEqual(clock.now(), host.now());
     assert.equal(clock.hostOffsetMs(), -10 * 60_000, 'the live offset shows the jump');
   });
 
-  it('takes the sample with the shortest round trip', async () => {
+  it('takes the best bound of its samples (the shortest round trip)', async () => {
     const host = new Host();
     const delays = [200, 4, 90];
     const clock = new LedgerClock({
@@ -55,9 +56,40 @@ describe('LedgerClock', () => {
       },
     });
     const sync = await clock.sync();
-    assert.equal(sync.errorMs, 4);
+    assert.equal(sync.errorMs, 8);
     assert.equal(sync.hostOffsetMs, -7);
-    assert.equal(clock.now(), host.now() + 7);
+    assert.equal(clock.now(), host.now() + 3, 'the server runs 7 ms ahead; 4 ms of it may be the answer on the wire');
+  });
+
+  it('is never ahead of the server, wherever in the round trip the server read its clock, and rounds down', async () => {
+    // A fire transaction that started before its slot (issue 25 #3) came from a clock a fraction of
+    // a round trip ahead of the server: the read assumed in the middle, then rounded up.
+    const serverAt = (mono: number) => 1_700_000_000_000.7 + mono; // the server's time has fractions of a ms
+    for (const [request, answer] of [
+      [10, 0], // read at the very end of the round trip
+      [0, 10], // at its start
+      [3, 3],
+      [0.4, 0.1],
+    ] as const) {
+      const host = new Host();
+      const clock = new LedgerClock({
+        host,
+        samples: 3,
+        readServerTime: async () => {
+          host.mono += request;
+          const t = serverAt(host.mono);
+          host.mono += answer;
+          return t;
+        },
+      });
+      const sync = await clock.sync();
+      for (let step = 0; step < 50; step++) {
+        host.mono += 0.37;
+        const behind = serverAt(host.mono) - clock.now();
+        assert.ok(behind >= 0, `${request}/${answer} ms: the clock is ${-behind} ms ahead of the server`);
+        assert.ok(behind < sync.errorMs + 1, `${request}/${answer} ms: ${behind} ms behind, error ${sync.errorMs}`);
+      }
+    }
   });
 
   it('before its first sync it reads the host clock; a failed first sync is an error', async () => {

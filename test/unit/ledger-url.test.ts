@@ -5,7 +5,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { ledgerConnection, parseLedgerUrl } from '../../src/db/ledger-url.js';
-import { loadReplicaConfig, redactUrl } from '../../src/config/replica-config.js';
+import { loadReplicaConfig } from '../../src/config/replica-config.js';
+import { redactUrl } from '../../src/redact.js';
 
 describe('ledger URL', () => {
   it('several hosts, ports defaulting to 5432, IPv6 in brackets, options kept per host', () => {

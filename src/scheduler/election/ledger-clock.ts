@@ -7,8 +7,15 @@
  * the postgres lease and stamps every run), so skew or a jump on one host changes nothing.
  *
  * now() = the server's time at the last sync + monotonic time elapsed since, so a jump of the
- * host's wall clock between syncs is invisible too. Each sync keeps the sample with the shortest
- * round trip (its error is at most half that round trip), as NTP does.
+ * host's wall clock between syncs is invisible too.
+ *
+ * Never ahead of the server: the server read its clock somewhere inside the round trip, so when the
+ * answer arrives its time is at least the value read. now() counts from that lower bound (the best
+ * of the samples) and rounds down, so a slot the scheduler finds due is due on the server too, and
+ * the transaction that fires it starts (created_at) at or after the slot. It runs behind by at most
+ * the round trip (errorMs). What it cannot see: the server's clock stepping back, or running slower
+ * than this host's monotonic clock between two syncs (a minute apart; NTP-disciplined clocks differ
+ * by well under a millisecond in that time).
  */
 import type { Clock, TimerHandle } from '../../clock.js';
 import { systemClock } from '../../clock.js';
@@ -29,7 +36,7 @@ export interface LedgerClockOptions {
 export interface ClockSync {
   /** Host wall clock minus server clock, ms (positive: the host runs fast). */
   hostOffsetMs: number;
-  /** Half the best round trip: how far off the synced time can be. */
+  /** How far behind the server the synced time can be (at most the best round trip); never ahead. */
   errorMs: number;
 }
 
@@ -65,22 +72,32 @@ export class LedgerClock implements Clock {
 
   /** This host's wall clock minus the ledger's time, now (undefined before the first sync). */
   hostOffsetMs(): number | undefined {
-    return this.anchorServer === undefined ? undefined : Math.round(this.host.now() - this.now());
+    return this.last === undefined ? undefined : this.offset(this.last.errorMs);
+  }
+
+  /** Reported against the middle of the server's possible times (the best guess), not now()'s bound. */
+  private offset(errorMs: number): number {
+    const middle = this.anchorServer! + (this.host.monotonic() - this.anchorMonotonic) + errorMs / 2;
+    return Math.round(this.host.now() - middle);
   }
 
   async sync(): Promise<ClockSync> {
-    let best: { server: number; at: number; rtt: number } | undefined;
+    // Server time minus host monotonic time, bounded by each sample: at least the value read
+    // against the answer's arrival, at most that value against the request's departure.
+    let low = -Infinity;
+    let high = Infinity;
+    let at = 0;
     for (let i = 0; i < (this.o.samples ?? 3); i++) {
       const sent = this.host.monotonic();
       const server = await this.o.readServerTime();
       const received = this.host.monotonic();
-      const rtt = received - sent;
-      // The server read its clock somewhere inside the round trip: assume the middle.
-      if (!best || rtt < best.rtt) best = { server: server + rtt / 2, at: received, rtt };
+      if (server - received > low) [low, at] = [server - received, received];
+      high = Math.min(high, server - sent);
     }
-    this.anchorServer = best!.server;
-    this.anchorMonotonic = best!.at;
-    this.last = { hostOffsetMs: Math.round(this.host.now() - this.now()), errorMs: best!.rtt / 2 };
+    this.anchorServer = at + low;
+    this.anchorMonotonic = at;
+    const errorMs = Math.max(0, high - low);
+    this.last = { hostOffsetMs: this.offset(errorMs), errorMs };
     this.o.onSync?.(this.last);
     return this.last;
   }
@@ -88,7 +105,8 @@ export class LedgerClock implements Clock {
   now(): number {
     // Before the first sync there is nothing better than the host's clock.
     if (this.anchorServer === undefined) return this.host.now();
-    return Math.round(this.anchorServer + (this.host.monotonic() - this.anchorMonotonic));
+    // Down, never up: rounding must not put the scheduler ahead of the server.
+    return Math.floor(this.anchorServer + (this.host.monotonic() - this.anchorMonotonic));
   }
 
   monotonic(): number {

@@ -13,6 +13,7 @@ import { fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from '../..
 import { pauseHolds } from '../../ledger/pauses.js';
 import { HandOverGuard } from './hand-over-guard.js';
 import { forEachSliced } from './yielding.js';
+import { slotOwner } from '../../cron/job-names.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
@@ -116,7 +117,8 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     const current = await forEachSliced(
       this.o.registry.list(),
       (job) => {
-        const last = lastFired.get(job.name)?.getTime() ?? null;
+        // By slot owner: a runtime schedule whose handler changed goes on from its own last slot.
+        const last = lastFired.get(slotOwner(job.name))?.getTime() ?? null;
         const plan = planJobCatchUp(job, last, now);
         if (plan.missedCount > 0) plans.push({ job, plan });
         for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
@@ -169,10 +171,12 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       .then(() => {
         if (!this.running) return;
         const handled = this.queue.remove(new Set(jobs));
+        // A renamed runtime schedule (its handler changed) goes on from where its old name was.
+        const byOwner = new Map([...handled].map(([name, after]) => [slotOwner(name), after]));
         for (const name of new Set(jobs)) {
           const job = this.o.registry.get(name);
           if (!job) continue;
-          const after = handled.get(name) ?? sinceMs(name);
+          const after = handled.get(name) ?? byOwner.get(slotOwner(name)) ?? sinceMs(name);
           const at = job.schedule.nextAfter(after);
           if (at !== null) this.queue.push({ at, job: name, after });
         }

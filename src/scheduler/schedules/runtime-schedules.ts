@@ -1,30 +1,22 @@
 /**
  * Schedules created at runtime, as the leader's fire loop sees them: each one a job of its own,
- * named "<handler>/<id>" (so the unique (job, scheduled_at) key holds per schedule slot), whose
- * schedule is made of its versions, each in effect from its effective_at until the next one. A
- * slot is planned with the version in effect at its instant, and the commit re-checks that
- * version against the ledger in the same transaction (schedule-ledger.ts states the rule).
+ * named "<handler>/<id>" after its current handler (its slots are keyed by its id, whatever the
+ * handler: src/cron/job-names.ts), whose schedule is made of its versions, each in effect from its
+ * effective_at until the next one. A slot is planned with the version in effect at its instant,
+ * and the commit re-checks that version against the ledger in the same transaction
+ * (schedule-ledger.ts states the rule).
  */
 import type { Logger } from 'pino';
 import type { Clock } from '../../clock.js';
 import type { FireRequest } from '../../ledger/fire-ledger.js';
 import type { ScheduleLedger, ScheduleSpec, ScheduleVersion } from '../../ledger/schedule-ledger.js';
 import { CronSchedule } from '../../cron/cron-schedule.js';
+import { runtimeJobName } from '../../cron/job-names.js';
 import type { FireLoopLedger } from '../firing/fire-loop.js';
 import type { FireSchedule, ScheduledJob, ScheduledJobs } from '../../cron/scheduled-job.js';
 
-/** Job names from code never contain '/', so a runtime schedule's name cannot meet one. */
-export const RUNTIME_SEPARATOR = '/';
-
-export function runtimeJobName(handler: string, id: string): string {
-  return `${handler}${RUNTIME_SEPARATOR}${id}`;
-}
-
-/** The handler (job from code) that runs `job`: itself, or a runtime schedule's handler. */
-export function handlerOf(job: string): string {
-  const i = job.indexOf(RUNTIME_SEPARATOR);
-  return i < 0 ? job : job.slice(0, i);
-}
+// Where their callers have always found them; the names' rules live in src/cron/job-names.ts.
+export { RUNTIME_SEPARATOR, handlerOf, runtimeJobName } from '../../cron/job-names.js';
 
 /** How far back versions are loaded: the longest catch-up window a schedule may have. */
 const MAX_CATCH_UP_MS = 7 * 24 * 3600 * 1000;

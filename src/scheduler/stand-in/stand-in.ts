@@ -32,6 +32,7 @@ import { FireQueue } from '../firing/fire-queue.js';
 import { forEachSliced } from '../firing/yielding.js';
 import type { RunDelivery } from '../firing/run-delivery.js';
 import { rendezvousOwners } from './rendezvous.js';
+import { slotOwner } from '../../cron/job-names.js';
 import type { Reschedulable } from '../schedules/schedule-sync.js';
 import type { ScheduledJobs } from '../../cron/scheduled-job.js';
 
@@ -163,7 +164,7 @@ export class StandIn implements Reschedulable {
     });
     if (onTime.length === 0) return;
     const last = await this.o.ledger.lastFiredOf([...new Set(onTime.map((c) => c.job))]);
-    const missing = onTime.filter((c) => this.nextAfterLast(c, last.get(c.job)));
+    const missing = onTime.filter((c) => this.nextAfterLast(c, last.get(slotOwner(c.job))));
     if (missing.length === 0 || this.o.isLeading()) return;
     await this.commit(missing.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
   }
