@@ -20,6 +20,7 @@
  * on both. Reported: p50/p99 (a) and median total (b) per side, and the ratio cronwarden / BullMQ.
  */
 import { randomUUID } from 'node:crypto';
+import { parseArgs } from 'node:util';
 import { FlowProducer, Queue, Worker, type FlowJob } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
@@ -56,21 +57,35 @@ interface Side {
   close(): Promise<void>;
 }
 
-function flag(name: string, fallback: number): number {
-  const i = process.argv.indexOf(`--${name}`);
-  const value = i >= 0 ? Number(process.argv[i + 1]) : fallback;
-  if (!Number.isInteger(value) || value < 1) throw new Error(`workflows: --${name} must be a positive integer`);
-  return value;
+/** The bench's options, from the arguments after its name. */
+function options(argv: string[]): Options {
+  const { values } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      chains: { type: 'string', default: '200' },
+      steps: { type: 'string', default: '5' },
+      inflight: { type: 'string', default: '4' },
+      width: { type: 'string', default: '1000' },
+      rounds: { type: 'string', default: '3' },
+    },
+  });
+  const positive = (name: keyof Options): number => {
+    const n = Number(values[name]);
+    if (!Number.isInteger(n) || n < 1) throw new Error(`workflows: --${name} must be a positive integer`);
+    return n;
+  };
+  return {
+    chains: positive('chains'),
+    steps: positive('steps'),
+    inflight: positive('inflight'),
+    width: positive('width'),
+    rounds: positive('rounds'),
+  };
 }
 
-export async function benchWorkflows(): Promise<Record<string, unknown>> {
-  const o: Options = {
-    chains: flag('chains', 200),
-    steps: flag('steps', 5),
-    inflight: flag('inflight', 4),
-    width: flag('width', 1000),
-    rounds: flag('rounds', 3),
-  };
+export async function benchWorkflows(argv: string[]): Promise<Record<string, unknown>> {
+  const o = options(argv);
   if (o.steps < 2) throw new Error('workflows: --steps must be at least 2 (a chain hands off)');
   const pgc: PostgresCluster = await startPostgresCluster({ durable: true });
   const redis: TestRedis = await startRedis();
