@@ -21,6 +21,8 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   schedules: async () => (await import('./schedules.js')).benchSchedules(),
   // `npm run bench -- shards --load 10000 --shards 3 --replicas 1,2,3`
   shards: async () => (await import('./shards.js')).benchShards(),
+  // `npm run bench -- workflows --chains 200 --steps 5 --width 1000 --rounds 3`
+  workflows: async () => (await import('./workflows.js')).benchWorkflows(process.argv.slice(2)),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);
