@@ -74,7 +74,7 @@ const statements = perSchema((t) => ({
   resetGate: namedStatement(
     'reset_workflow_gate',
     `UPDATE ${t.workflowSteps} SET state = $3, needs_left = $4, items_left = COALESCE($5, items_left), reason = NULL,
-       completed_at = CASE WHEN $3 = 'completed' THEN now() END,
+       completed_at = CASE WHEN $3 = 'completed' THEN COALESCE(CASE WHEN state = 'completed' THEN completed_at END, now()) END,
        timeout_at = CASE WHEN $3 = 'waiting' AND $6::bigint IS NOT NULL THEN now() + $6::bigint * interval '1 millisecond' END
      WHERE workflow_run_id = $1 AND step = $2`,
   ),

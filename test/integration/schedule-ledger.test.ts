@@ -191,7 +191,10 @@ describe('runtime schedules in the ledger (real PostgreSQL)', () => {
         [slot(2), slot(3)],
       );
 
-      assert.deepEqual((await migrateDatabase(old.url)).applied, [migrationTag(migrations.length - 1)]);
+      assert.deepEqual(
+        (await migrateDatabase(old.url)).applied,
+        migrations.slice(before).map((_, i) => migrationTag(before + i)),
+      );
       const rows = await old.pool.query<{
         id: string;
         job: string;

@@ -278,8 +278,17 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
     ]);
     assert.match(run.rows[0]!.error, /^step "b" failed: b is broken/);
 
+    const completedAt = async () =>
+      (
+        await db.pool.query<{ completed_at: Date }>(
+          `SELECT completed_at FROM ${db.schema}.cw_workflow_steps WHERE workflow_run_id = $1 AND step = 'a'`,
+          [failed.id],
+        )
+      ).rows[0]!.completed_at.getTime();
+    const aCompletedAt = await completedAt();
     bFixed = true;
     const retried = await replica.retry(BigInt(failed.id));
+    assert.equal(await completedAt(), aCompletedAt, 'the retry keeps when a completed step completed');
     assert.equal(retried.previousState, 'failed');
     const resumed = await waitForEnd(failed.id);
     assert.equal(resumed.state, 'completed');

@@ -252,7 +252,10 @@ describe('a workflow in the packed package, three replicas, kill -9 of the leade
           [WORKFLOW],
         );
         assert.ok(workflowRuns.rowCount! >= 4, `only ${workflowRuns.rowCount} workflow runs fired`);
-        const notDone = workflowRuns.rows.filter((r) => r.state !== 'completed');
+        // The slots after the pause are recorded skipped with its reason; every run that fired completed.
+        const notDone = workflowRuns.rows.filter(
+          (r) => r.state !== 'completed' && !(r.state === 'skipped' && /^job is paused/.test(r.error ?? '')),
+        );
         assert.deepEqual(notDone, [], 'every workflow run completed');
         const steps = await db.pool.query<StepRun>(
           `SELECT id, workflow_run_id, step, item, state, attempts, result FROM ${runs}
