@@ -312,6 +312,10 @@ it(
     assert.match(await page.locator('#wf-attempts tbody').innerText(), /card declined for customer 13/);
     assert.equal(await page.locator('#wf-attempts pre.stack').count(), 1, 'the failure with its stack');
     await page.screenshot({ path: join(OUTPUT, 'workflow-step-1400.png'), fullPage: true });
+    // The one in docs/operating/console.md (docs/console-workflow.png): the run, its graph, the step opened.
+    await page.setViewportSize({ width: 1100, height: 1150 });
+    await page.evaluate(() => window.scrollTo(0, 0));
+    await page.screenshot({ path: join(OUTPUT, 'workflow-page.png'), fullPage: false });
     await page.close();
   },
 );
