@@ -59,8 +59,17 @@ export default tseslint.config(
     languageOptions: { globals: { process: 'readonly', console: 'readonly', URL: 'readonly' } },
   },
   {
-    // The console's workflow page: a classic script in the browser, beside the page's inline script.
+    // The console's own scripts: classic scripts in the browser, beside the page's inline script.
     files: ['src/admin/console-*.js'],
-    languageOptions: { sourceType: 'script', globals: { document: 'readonly' } },
+    languageOptions: {
+      sourceType: 'script',
+      globals: {
+        document: 'readonly',
+        window: 'readonly',
+        FormData: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+      },
+    },
   },
 );

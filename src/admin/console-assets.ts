@@ -1,7 +1,7 @@
 /**
  * The files the console page loads besides itself: the vendored uPlot (vendor/uplot/README.md) for
  * the history charts, the vendored dagre (vendor/dagre/README.md) that lays out a workflow run's
- * graph, and the workflow run page's own script and style. Read from next to the compiled code
+ * graph, and the console's own scripts (the history view, the workflow run page) and style. Read from next to the compiled code
  * (dist/admin, where scripts/copy-assets.mjs puts them) or from the source checkout, once, and kept.
  */
 import { readFile } from 'node:fs/promises';
@@ -16,6 +16,7 @@ export const consoleAssets = {
   'uplot.js': { file: 'vendor/uplot/uPlot.iife.min.js', type: 'text/javascript; charset=utf-8', cache: VENDORED },
   'uplot.css': { file: 'vendor/uplot/uPlot.min.css', type: 'text/css; charset=utf-8', cache: VENDORED },
   'dagre.js': { file: 'vendor/dagre/dagre.min.js', type: 'text/javascript; charset=utf-8', cache: VENDORED },
+  'history.js': { file: 'console-history.js', type: 'text/javascript; charset=utf-8', cache: OWN },
   'workflow-model.js': { file: 'console-workflow-model.js', type: 'text/javascript; charset=utf-8', cache: OWN },
   'workflow.js': { file: 'console-workflow.js', type: 'text/javascript; charset=utf-8', cache: OWN },
   'workflow.css': { file: 'console-workflow.css', type: 'text/css; charset=utf-8', cache: OWN },

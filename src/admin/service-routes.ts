@@ -31,7 +31,7 @@ export const serviceRoutes: AdminRoute[] = [
     path: '/assets/:file',
     access: 'open',
     summary:
-      "the console's files: `uplot.js`, `uplot.css`, `dagre.js` (vendored); `workflow.js`, `workflow-model.js`, `workflow.css`",
+      "the console's files: `uplot.js`, `uplot.css`, `dagre.js` (vendored); `history.js`, `workflow.js`, `workflow-model.js`, `workflow.css`",
     params: assetParams,
     handle: async (_c, _req, reply, { file }) => {
       const asset = await consoleAsset(file);
