@@ -149,6 +149,7 @@ async function fits(page: Page, what: string) {
 it("serves the page's files: the vendored libraries cached, its own revalidated; no other name", async () => {
   for (const [file, type, cache] of [
     ['dagre.js', /javascript/, 'public, max-age=3600'],
+    ['history.js', /javascript/, 'no-cache'],
     ['workflow-model.js', /javascript/, 'no-cache'],
     ['workflow.js', /javascript/, 'no-cache'],
     ['workflow.css', /text\/css/, 'no-cache'],
@@ -341,6 +342,18 @@ it('at 390 px the run page fits: no horizontal scrolling, buttons on screen, the
     timeout: 10_000,
   });
   await fits(page, 'the overview with a workflow at 390 px');
+  // The runs list: a step run names its step and item, and links its workflow run.
+  await page.goto(`${leader.url}/#runs`);
+  await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length === 50, null, {
+    timeout: 10_000,
+  });
+  assert.match(
+    await page.locator('#runs tbody').innerText(),
+    new RegExp(`step invoice \\[\\d+\\] of workflow run ${runId}`),
+  );
+  assert.ok((await page.locator(`#runs tbody a[href="#workflow/${runId}"]`).count()) > 0);
+  await fits(page, 'the runs list with step runs at 390 px');
+  await page.screenshot({ path: join(OUTPUT, 'workflow-runs-390.png'), fullPage: false });
   await page.close();
 });
 
