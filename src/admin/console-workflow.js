@@ -245,6 +245,7 @@ function cronwardenWorkflowPage(cw) {
     ]
       .filter(Boolean)
       .join('; ');
+    const settled = entry.span && entry.drawn !== 'running' && s.runs.every((r) => r.finishedAt);
     const fields = [
       ['needs', s.needs.join(', ') || 'nothing: it starts the run'],
       [
@@ -256,7 +257,8 @@ function cronwardenWorkflowPage(cw) {
         ? [['waiting', 'for signal "' + s.waitsFor + '" until ' + cw.time(s.timeoutAt)]]
         : []),
       ['ready', cw.time(s.readyAt)],
-      ['ended', cw.time(s.completedAt)],
+      // Its last run's end (a retry stamps the gate's completion anew); the gate's for a step never made.
+      ['ended', settled ? cw.time(new Date(entry.span.end).toISOString()) : cw.time(s.completedAt)],
       ['duration', entry.span ? cw.dur(entry.span.end - entry.span.start) : '–'],
       ['reason', s.reason ? cw.el('pre', {}, s.reason) : '–'],
     ];
