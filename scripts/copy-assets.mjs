@@ -1,5 +1,6 @@
 // Copy the files tsc does not emit next to the compiled code: the Redis Lua scripts (read from
-// ./lua relative to src/locks/redis.ts, in src as in dist), the admin console page and its vendored assets.
+// ./lua relative to src/locks/redis.ts, in src as in dist), the admin console page, its own scripts and style,
+// and its vendored assets.
 // Paths resolve from this file, so the copy works whatever the working directory.
 import { cpSync, mkdirSync, readdirSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -14,7 +15,17 @@ if (scripts.length === 0) throw new Error(`copy-assets: no .lua files in ${luaFr
 for (const f of scripts) cpSync(luaFrom + f, luaTo + f);
 
 mkdirSync(at('dist/admin/'), { recursive: true });
-cpSync(at('src/admin/console.html'), at('dist/admin/console.html'));
-// The console's vendored chart library (src/admin/vendor/uplot/README.md), served as /assets/*.
+// The console page and its own scripts and style (the history view, the workflow run page), served as / and /assets/*.
+const pages = [
+  'console.html',
+  'console-history.js',
+  'console-workflow-model.js',
+  'console-workflow.js',
+  'console-workflow.css',
+];
+for (const f of pages) cpSync(at(`src/admin/${f}`), at(`dist/admin/${f}`));
+// The console's vendored chart and graph layout libraries (src/admin/vendor/*/README.md), served as /assets/*.
 cpSync(at('src/admin/vendor/'), at('dist/admin/vendor/'), { recursive: true });
-console.log(`copy-assets: ${scripts.length} Lua scripts, the console page and its vendored assets into dist/`);
+console.log(
+  `copy-assets: ${scripts.length} Lua scripts, the console page, its scripts, style and vendored assets into dist/`,
+);

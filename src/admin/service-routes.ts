@@ -1,6 +1,7 @@
 /**
- * The routes outside /api: the console page and its chart library, the probes (/healthz reads no database, /readyz
- * shares one check among callers) and the Prometheus metrics (a read under the cap).
+ * The routes outside /api: the console page and its files (vendored libraries, the workflow page),
+ * the probes (/healthz reads no database, /readyz shares one check among callers) and the
+ * Prometheus metrics (a read under the cap).
  */
 import { z } from 'zod';
 import { defineRoute, type AdminRoute } from './admin-route.js';
@@ -29,11 +30,12 @@ export const serviceRoutes: AdminRoute[] = [
     method: 'GET',
     path: '/assets/:file',
     access: 'open',
-    summary: "the console's vendored chart library (uPlot): `uplot.js`, `uplot.css`",
+    summary:
+      "the console's files: `uplot.js`, `uplot.css`, `dagre.js` (vendored); `history.js`, `workflow.js`, `workflow-model.js`, `workflow.css`",
     params: assetParams,
     handle: async (_c, _req, reply, { file }) => {
       const asset = await consoleAsset(file);
-      return reply.type(asset.type).header('cache-control', 'public, max-age=3600').send(asset.body);
+      return reply.type(asset.type).header('cache-control', asset.cache).send(asset.body);
     },
   }),
   {

@@ -6,6 +6,7 @@
  * fire, or a catch-up of an older instant) can never repeat or hide a row already there.
  */
 import type pg from 'pg';
+import type { RunKind } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
 
 type Db = Pick<pg.Pool, 'query'>;
@@ -56,6 +57,12 @@ export interface RunSummary {
   scheduleVersion: number | null;
   /** A one-off run's key. */
   onceKey: string | null;
+  /** job, workflow (a workflow run) or step (a step run of one: its workflow run, step and item). */
+  kind: RunKind;
+  workflowRunId: string | null;
+  step: string | null;
+  /** A mapped step's item index. */
+  item: number | null;
 }
 
 interface RunRow {
@@ -80,13 +87,17 @@ interface RunRow {
   worker: string | null;
   schedule_version: number | null;
   once_key: string | null;
+  kind: RunKind;
+  workflow_run_id: string | null;
+  step: string | null;
+  item: number | null;
 }
 
 const RUN_COLUMNS = (t: Tables) => `r.id::text, r.job, r.scheduled_at,
   (extract(epoch FROM r.scheduled_at) * 1000000)::bigint::text AS sched_us, r.trigger, r.leader_token::text,
   r.leader_id, r.state, r.created_at, r.enqueued_at, r.started_at, r.finished_at, r.attempts, r.completed_attempt,
   r.skipped_attempts, r.error, (extract(epoch FROM r.started_at - r.scheduled_at) * 1000)::float8 AS lateness_ms,
-  last.duration_ms, last.worker, r.schedule_version, r.once_key
+  last.duration_ms, last.worker, r.schedule_version, r.once_key, r.kind, r.workflow_run_id::text, r.step, r.item
   FROM ${t.runs} r LEFT JOIN LATERAL (
     SELECT (extract(epoch FROM a.finished_at - a.started_at) * 1000)::float8 AS duration_ms, a.worker
     FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state <> 'skipped' ORDER BY a.attempt DESC LIMIT 1) last ON true`;
@@ -114,6 +125,10 @@ function summary(r: RunRow): RunSummary {
     worker: r.worker,
     scheduleVersion: r.schedule_version,
     onceKey: r.once_key,
+    kind: r.kind,
+    workflowRunId: r.workflow_run_id,
+    step: r.step,
+    item: r.item,
   };
 }
 
