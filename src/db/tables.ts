@@ -71,6 +71,7 @@ export interface Tables {
   readonly members: string;
   readonly workers: string;
   readonly workflowSteps: string;
+  readonly limitSlots: string;
   readonly signals: string;
   readonly elections: string;
   readonly ledger: string;
@@ -119,6 +120,7 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       members: q('cw_members'),
       workers: q('cw_workers'),
       workflowSteps: q('cw_workflow_steps'),
+      limitSlots: q('cw_limit_slots'),
       signals: q('cw_signals'),
       elections: q('cw_elections'),
       ledger: q('cw_ledger'),

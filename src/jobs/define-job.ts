@@ -15,6 +15,23 @@ export interface BackoffOptions {
   delayMs: number;
 }
 
+/** The run a concurrency key is computed for. */
+export interface RunIdentity {
+  readonly job: string;
+  readonly scheduledAt: Date;
+  /** A runtime schedule's or one-off run's payload; a workflow step's item. */
+  readonly payload: unknown;
+}
+
+/**
+ * At most `limit` runs hold `key` at once, across every replica and every job that names it (runs
+ * over the limit wait in the ledger, in order). `key` may be computed from the run (per customer).
+ */
+export interface ConcurrencyLimit {
+  key: string | ((run: RunIdentity) => string);
+  limit: number;
+}
+
 export interface JobOptions {
   /** Unique; letters, digits and . _ : - (it becomes part of Redis keys and ledger rows). */
   name: string;
@@ -56,6 +73,8 @@ export interface JobOptions {
   retries?: number;
   /** Delay between retries. Default exponential from 1 s. */
   backoff?: BackoffOptions;
+  /** A concurrency limit shared across replicas and jobs (see ConcurrencyLimit). */
+  concurrency?: ConcurrencyLimit;
 }
 
 /** A job as defined in code: its schedule and policies (ScheduledJob) plus how it runs. */
@@ -66,6 +85,7 @@ export interface JobDefinition extends ScheduledJob {
   readonly timeoutMs: number;
   readonly retries: number;
   readonly backoff: Readonly<BackoffOptions>;
+  readonly concurrency?: Readonly<ConcurrencyLimit>;
 }
 
 const WEEK_MS = 7 * 24 * 3600 * 1000;
@@ -77,6 +97,13 @@ const ms = () =>
     .int('must be a whole number of milliseconds')
     .min(0, 'must not be negative')
     .max(WEEK_MS, 'must be at most 7 days');
+
+/** A concurrency key: what the ledger keys its slots by. */
+export const limitKey = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(200, 'must be at most 200 characters')
+  .regex(/^[\x21-\x7e]+$/, 'must be printable ASCII without spaces');
 
 const jobSchema = z.strictObject({
   name: z
@@ -114,6 +141,19 @@ const jobSchema = z.strictObject({
     .max(100, 'must be at most 100')
     .optional(),
   backoff: z.strictObject({ type: z.enum(['fixed', 'exponential']), delayMs: ms() }).optional(),
+  concurrency: z
+    .strictObject({
+      key: z.union([
+        limitKey,
+        z.custom<(run: RunIdentity) => string>((v) => typeof v === 'function', 'must be a string or a function'),
+      ]),
+      limit: z
+        .number()
+        .int('must be a whole number')
+        .min(1, 'must be at least 1')
+        .max(10_000, 'must be at most 10,000'),
+    })
+    .optional(),
 });
 
 /**
@@ -153,5 +193,6 @@ export function defineJob(options: JobOptions): JobDefinition {
     timeoutMs: o.timeoutMs ?? 0,
     retries: o.retries ?? 0,
     backoff: o.backoff ? Object.freeze(o.backoff) : DEFAULT_BACKOFF,
+    ...(o.concurrency ? { concurrency: Object.freeze({ ...o.concurrency }) } : {}),
   });
 }

@@ -46,7 +46,7 @@ export interface StepContext extends Omit<JobContext, 'transaction'> {
 }
 
 /** The workflow's own options: a job's schedule and policies; retries, backoff and timeout are per step. */
-export type WorkflowOptions = Omit<JobOptions, 'handler' | 'retries' | 'backoff' | 'timeoutMs'>;
+export type WorkflowOptions = Omit<JobOptions, 'handler' | 'retries' | 'backoff' | 'timeoutMs' | 'concurrency'>;
 
 /** A step's options besides what it runs. */
 export interface StepOptions {
@@ -64,6 +64,11 @@ export interface StepOptions {
    * ctx.received says it timed out). The wait holds no worker.
    */
   waitFor?: { signal: string; timeoutMs: number; onTimeout?: 'fail' | 'continue' };
+  /**
+   * At most `limit` runs of this step (and of every job and step naming the same key) run at once,
+   * across replicas and workflow runs: a mapped step's items over the limit wait in the ledger.
+   */
+  concurrency?: { key: string; limit: number };
 }
 
 type Results = Record<string, unknown>;
@@ -97,6 +102,7 @@ const stepOptionsSchema = z.strictObject({
   retries: z.number().optional(),
   backoff: z.unknown().optional(),
   timeoutMs: z.number().optional(),
+  concurrency: z.unknown().optional(),
   afterMs: z
     .number()
     .int()
@@ -225,7 +231,7 @@ export class WorkflowDefinition<R extends Results = {}> implements JobDefinition
     if (new Set(needs).size !== needs.length) throw new InvalidConfigError(`${label}: needs`, 'names a step twice');
     if (o.map && needs.length === 0)
       throw new InvalidConfigError(`${label}: map`, 'a mapped step needs at least one step');
-    // The step's retries, backoff and timeout are checked as a job's are.
+    // The step's retries, backoff, timeout and concurrency limit are checked as a job's are.
     const job = defineJob({
       name: `${this.name}.${name}`,
       schedule: '0 0 1 1 *',
@@ -233,6 +239,7 @@ export class WorkflowDefinition<R extends Results = {}> implements JobDefinition
       ...(o.retries === undefined ? {} : { retries: o.retries }),
       ...(o.backoff === undefined ? {} : { backoff: o.backoff as BackoffOptions }),
       ...(o.timeoutMs === undefined ? {} : { timeoutMs: o.timeoutMs }),
+      ...(o.concurrency === undefined ? {} : { concurrency: o.concurrency as StepOptions['concurrency'] & object }),
     });
     const spec: StepSpec = {
       name,

@@ -133,6 +133,23 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
     .step('list', () => 10_001)
     .step('each', { needs: ['list'], map: (i) => Array.from({ length: i.list }, (_, k) => k), run: () => 1 });
 
+  let inCall = 0;
+  let mostInCall = 0;
+  const throttled = defineWorkflow({ name: 'throttled', schedule: '0 0 1 1 *' })
+    .step('list', () => [1, 2, 3, 4, 5, 6, 7, 8])
+    .step('call', {
+      needs: ['list'],
+      map: (i) => i.list,
+      concurrency: { key: 'partner-api', limit: 2 },
+      run: async (_ctx, n) => {
+        mostInCall = Math.max(mostInCall, ++inCall);
+        await sleep(150);
+        inCall--;
+        return n * n;
+      },
+    })
+    .step('sum', { needs: ['call'], run: (_ctx, i) => i.call.reduce((a, b) => a + b, 0) });
+
   before(async () => {
     db = await createTestDatabase();
     await db.pool.query('CREATE TABLE wf_effects (run text NOT NULL, what text NOT NULL)');
@@ -143,7 +160,7 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       backend: new MemoryLeaseBackend({ store: new MemoryLeaseStore() }),
       databaseUrl: db.url,
       redisUrl: SHARED_REDIS_URL,
-      jobs: [billing, diamond, flaky, slow, approval, nudge, wide],
+      jobs: [billing, diamond, flaky, slow, approval, nudge, wide, throttled],
       admin: false,
       logger: pino({ level: 'silent' }),
       election: { ttlMs: 2000 },
@@ -226,6 +243,15 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       ],
     );
     assertI7(run.steps, { invoice: ['extract'], report: ['invoice'] });
+  });
+
+  it('a mapped step with a concurrency limit runs at most that many items at once; the rest wait their turn', async () => {
+    const run = await runToEnd('throttled');
+    assert.equal(run.state, 'completed');
+    assert.equal(run.steps.find((s) => s.step === 'sum')!.result, 204);
+    assert.equal(mostInCall, 2, 'two items at once, never more');
+    const waited = run.steps.filter((s) => s.step === 'call' && s.attempts > 1);
+    assert.ok(waited.length > 0, 'items over the limit waited (an attempt recorded skipped)');
   });
 
   it('a diamond: its join is made once, after both branches, with both results', async () => {
