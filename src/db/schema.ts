@@ -126,6 +126,11 @@ export const runs = pgTable(
     result: jsonb('result'),
     /** The concurrency key the run holds a slot of while it runs, set at its first claim (run-limits.ts). */
     limitKey: text('limit_key'),
+    /** Its job's priority: among the runs waiting for a slot of a key, higher ones go first. */
+    priority: integer('priority').notNull().default(0),
+    /** Overlap 'coalesce': how many later slots this waiting run stands for, and the newest of them. */
+    coalesced: integer('coalesced').notNull().default(0),
+    coalescedUntil: tstz('coalesced_until'),
     /**
      * The runtime schedule this is a run of (the id in "<handler>/<id>"), NULL for jobs from code:
      * derived from the job name by the database (src/cron/job-names.ts), so every writer, an older
@@ -146,7 +151,7 @@ export const runs = pgTable(
     uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt).where(sql.raw(SLOT_KEY_PREDICATE)),
     // The runs waiting for a concurrency key's slot, oldest first.
     index('cw_runs_limit_waiting')
-      .on(t.limitKey, t.scheduledAt, t.id)
+      .on(t.limitKey, t.priority.desc(), t.scheduledAt, t.id)
       .where(sql`${t.limitKey} IS NOT NULL AND ${t.state} IN ('pending', 'retrying')`),
     // The metrics' workflow runs that ended since the last scrape.
     index('cw_runs_workflow_finished')
@@ -295,6 +300,22 @@ export const limitSlots = pgTable(
     takenAt: tstz('taken_at'),
   },
   (t) => [primaryKey({ columns: [t.key, t.slot] })],
+);
+
+/**
+ * Rate limits across replicas and jobs: the recent starts of each key, and the reserved start
+ * instants of the runs waiting their turn (used = false until the run starts on it). See
+ * ledger/run-rate-limits.ts.
+ */
+export const rateStarts = pgTable(
+  'cw_rate_starts',
+  {
+    key: text('key').notNull(),
+    at: tstz('at').notNull(),
+    runId: bigint('run_id', { mode: 'bigint' }).notNull(),
+    used: boolean('used').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.key, t.at, t.runId] })],
 );
 
 /** Signals sent to workflow runs (an approval): the first of a name wins, later ones change nothing. */

@@ -32,6 +32,16 @@ export interface ConcurrencyLimit {
   limit: number;
 }
 
+/**
+ * At most `max` runs of every job naming `key` start in any `perMs` window, across replicas (runs
+ * over it wait in the ledger for their turn, in order). `key` may be computed from the run.
+ */
+export interface RateLimit {
+  key: string | ((run: RunIdentity) => string);
+  max: number;
+  perMs: number;
+}
+
 export interface JobOptions {
   /** Unique; letters, digits and . _ : - (it becomes part of Redis keys and ledger rows). */
   name: string;
@@ -75,6 +85,10 @@ export interface JobOptions {
   backoff?: BackoffOptions;
   /** A concurrency limit shared across replicas and jobs (see ConcurrencyLimit). */
   concurrency?: ConcurrencyLimit;
+  /** A rate limit shared across replicas and jobs (see RateLimit). */
+  rateLimit?: RateLimit;
+  /** Among runs waiting for a slot of the same concurrency key, higher first. -1,000 to 1,000; default 0. */
+  priority?: number;
 }
 
 /** A job as defined in code: its schedule and policies (ScheduledJob) plus how it runs. */
@@ -86,6 +100,8 @@ export interface JobDefinition extends ScheduledJob {
   readonly retries: number;
   readonly backoff: Readonly<BackoffOptions>;
   readonly concurrency?: Readonly<ConcurrencyLimit>;
+  readonly rateLimit?: Readonly<RateLimit>;
+  readonly priority: number;
 }
 
 const WEEK_MS = 7 * 24 * 3600 * 1000;
@@ -105,6 +121,12 @@ export const limitKey = z
   .max(200, 'must be at most 200 characters')
   .regex(/^[\x21-\x7e]+$/, 'must be printable ASCII without spaces');
 
+/** A limit's key: a string, or a function of the run that returns one (checked when it is called). */
+const keyRule = z.union([
+  limitKey,
+  z.custom<(run: RunIdentity) => string>((v) => typeof v === 'function', 'must be a key or a function'),
+]);
+
 const jobSchema = z.strictObject({
   name: z
     .string()
@@ -117,7 +139,7 @@ const jobSchema = z.strictObject({
   dstGap: z.enum(['shift', 'skip']).optional(),
   handler: z.custom<JobHandler>((v) => typeof v === 'function', 'must be a function'),
   misfire: z.enum(['all', 'latest', 'skip']).optional(),
-  overlap: z.enum(['allow', 'skip', 'queue', 'replace']).optional(),
+  overlap: z.enum(['allow', 'skip', 'queue', 'coalesce', 'replace']).optional(),
   catchUpWindowMs: ms().optional(),
   misfireGraceMs: ms().optional(),
   maxCatchUp: z
@@ -143,16 +165,30 @@ const jobSchema = z.strictObject({
   backoff: z.strictObject({ type: z.enum(['fixed', 'exponential']), delayMs: ms() }).optional(),
   concurrency: z
     .strictObject({
-      key: z.union([
-        limitKey,
-        z.custom<(run: RunIdentity) => string>((v) => typeof v === 'function', 'must be a string or a function'),
-      ]),
+      key: keyRule,
       limit: z
         .number()
         .int('must be a whole number')
         .min(1, 'must be at least 1')
         .max(10_000, 'must be at most 10,000'),
     })
+    .optional(),
+  rateLimit: z
+    .strictObject({
+      key: keyRule,
+      max: z
+        .number()
+        .int('must be a whole number')
+        .min(1, 'must be at least 1')
+        .max(100_000, 'must be at most 100,000'),
+      perMs: ms().min(1, 'must be at least 1'),
+    })
+    .optional(),
+  priority: z
+    .number()
+    .int('must be a whole number')
+    .min(-1000, 'must be at least -1,000')
+    .max(1000, 'must be at most 1,000')
     .optional(),
 });
 
@@ -194,5 +230,7 @@ export function defineJob(options: JobOptions): JobDefinition {
     retries: o.retries ?? 0,
     backoff: o.backoff ? Object.freeze(o.backoff) : DEFAULT_BACKOFF,
     ...(o.concurrency ? { concurrency: Object.freeze({ ...o.concurrency }) } : {}),
+    ...(o.rateLimit ? { rateLimit: Object.freeze({ ...o.rateLimit }) } : {}),
+    priority: o.priority ?? 0,
   });
 }

@@ -18,8 +18,8 @@ import {
   type WorkerWorkflowLedger,
 } from './workflow-step.js';
 import type { ReadyStepRun } from '../ledger/workflow-ledger.js';
-import type { SlotRequest } from '../ledger/run-ledger.js';
-import { limitKey, type ConcurrencyLimit, type JobDefinition } from './define-job.js';
+import type { JobDefinition } from './define-job.js';
+import { FlowControl, type Admission, type FlowLedger, type Redeliver } from './flow-control.js';
 import type { RegisteredStep } from './job-registry.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 
@@ -74,19 +74,15 @@ export type ControlMessage = { type: 'claimed'; runId: string; token: string } |
 /** The ledger operations the executor uses: a seam, so unit tests can pass an in-memory ledger. */
 export type ExecutorLedger = Pick<RunLedger, 'claim' | 'fenceRun' | 'completeInTransaction' | 'finish' | 'runState'>;
 
-/** The slots of concurrency limits (run-limits.ts). */
-export type LimitLedger = Pick<RunLedger, 'acquireSlot' | 'releaseSlot' | 'waitForSlot' | 'slotWaiters'>;
-
-/** Hand a run to the queue again, to be delivered after `delayMs` (its retry, or a hand-back). */
-export type Redeliver = (run: { runId: bigint; attempt: number }, delayMs: number) => Promise<void>;
+export type { Redeliver } from './flow-control.js';
 
 export interface RunExecutorOptions {
   ledger: ExecutorLedger;
   registry: JobRegistry;
   replicaId: string;
   logger: Logger;
-  /** Concurrency limits' slots; required once a job or step has a concurrency limit. */
-  limits?: LimitLedger;
+  /** Concurrency and rate limits (flow-control.ts); required once a job or step has one. */
+  limits?: FlowLedger;
   /** Workflow runs' steps (start, input, completion with progress, failure); required once a workflow is defined. */
   workflows?: WorkerWorkflowLedger;
   /** Hand step runs made ready to the queue (enqueue, and mark them handed over). */
@@ -141,12 +137,12 @@ export class RunExecutor {
   private readonly running = new Map<string, Attempt>();
   /** Runs being claimed or run here: a second delivery of one of them does nothing. */
   private readonly inHand = new Set<string>();
-  /** Concurrency slots whose handler returned but that the ledger could not free yet. */
-  private readonly unreleased = new Set<SlotRequest>();
+  private readonly flow: FlowControl;
   private readonly clock: Clock;
 
   constructor(private readonly o: RunExecutorOptions) {
     this.clock = o.clock ?? systemClock;
+    this.flow = new FlowControl({ ledger: o.limits, worker: o.replicaId, redeliver: o.redeliver });
   }
 
   /** The replica this executor claims runs for. */
@@ -256,39 +252,24 @@ export class RunExecutor {
           log.warn({ err }, 'could not announce the claim');
         });
     }
-    // A concurrency limit: a slot of its key first, or back to wait in the ledger.
-    const limit = step ? step.spec.job.concurrency : job!.concurrency;
-    let slot: SlotRequest | undefined;
+    // Flow control: a slot of its concurrency key and its turn under its rate limit, or it waits in the ledger.
+    let admission: Admission;
     try {
-      slot = limit ? slotRequest(limit, claim) : undefined;
+      admission = await this.flow.admit(claim, step ? step.spec.job : job!, log);
     } catch (err) {
+      if (!(err instanceof InvalidArgumentError)) throw err;
       // The job's key function threw or gave a bad key: a failure of the run, as its handler's would be.
       await ledgerCall(`record the failure of run ${claim.runId}`, () =>
         this.o.ledger.finish(claim, 'failed', err, { failure: true }),
       );
-      log.error({ err }, 'run failed: its concurrency key could not be computed');
+      log.error({ err }, 'run failed: its flow control key could not be computed');
       throw err;
     }
-    if (slot) {
-      await this.releaseLeftovers(log);
-      const got = await ledgerCall(`slot of run ${claim.runId}`, () =>
-        this.limits().acquireSlot(slot, this.o.replicaId),
-      );
-      if (got.status === 'full') {
-        await ledgerCall(`wait of run ${claim.runId}`, () => this.limits().waitForSlot(slot, got.reason));
-        log.info({ key: slot.key, reason: got.reason }, 'run waits for a concurrency slot');
-        if (got.wakeOlder) await this.wakeWaiters(slot.key, runId, log);
-        return result('waiting', claim);
-      }
-    }
+    if (admission.status === 'waiting') return result('waiting', claim);
     try {
       return await this.runHolding(runId, claim, { step, job }, options, report, log);
     } finally {
-      // The handler returned: its slot goes to the oldest run waiting for one.
-      if (slot) {
-        await this.releaseSlot(slot, log);
-        await this.wakeWaiters(slot.key, runId, log);
-      }
+      await admission.done();
     }
   }
 
@@ -362,43 +343,6 @@ export class RunExecutor {
       await ledgerCall(`record the failure of run ${claim.runId}`, () => runnable.fail(err));
       log.error({ err }, 'step failed: its result cannot be stored');
       throw err;
-    }
-  }
-
-  /** The slots ledger: a run with a concurrency limit claimed here without one is a wiring mistake. */
-  private limits(): LimitLedger {
-    if (!this.o.limits)
-      throw new InvalidArgumentError(
-        'a run with a concurrency limit was claimed, but the executor has no limits ledger',
-      );
-    return this.o.limits;
-  }
-
-  /** Free a slot whose handler returned; one the ledger could not take now is freed with the next. */
-  private async releaseSlot(slot: SlotRequest, log: Logger): Promise<void> {
-    try {
-      await this.limits().releaseSlot(slot);
-      this.unreleased.delete(slot);
-    } catch (err) {
-      // Held until it is released or this worker stops beating: never more runs than slots.
-      this.unreleased.add(slot);
-      log.warn({ err, key: slot.key }, 'could not release the concurrency slot; trying again with the next run');
-    }
-  }
-
-  private async releaseLeftovers(log: Logger): Promise<void> {
-    for (const slot of [...this.unreleased]) await this.releaseSlot(slot, log);
-  }
-
-  /** Deliver the oldest run waiting for a slot of `key` (not `except`), to take the slot that freed. */
-  private async wakeWaiters(key: string, except: bigint, log: Logger): Promise<void> {
-    try {
-      const waiters = (await this.limits().slotWaiters(key, 2)).filter((w) => w.runId !== except);
-      const head = waiters[0];
-      if (head) await this.o.redeliver?.({ runId: head.runId, attempt: head.attempts }, 0);
-    } catch (err) {
-      // The leader's sweep delivers a waiting run again in any case.
-      log.warn({ err, key }, 'could not wake the run waiting for a concurrency slot');
     }
   }
 
@@ -555,23 +499,4 @@ export class RunExecutor {
 
 function result(status: ExecutionStatus, claim: Claim): ExecutionResult {
   return { status, runId: claim.runId.toString(), attempt: claim.attempt, token: claim.token.toString() };
-}
-
-/** The slot a claimed run of a job with a concurrency limit asks for; its key computed from the run. */
-function slotRequest(limit: ConcurrencyLimit, claim: Claim): SlotRequest {
-  let key: unknown;
-  try {
-    key =
-      typeof limit.key === 'string'
-        ? limit.key
-        : limit.key({ job: claim.job, scheduledAt: claim.scheduledAt, payload: claim.payload });
-  } catch (err) {
-    throw new InvalidArgumentError(`concurrency key of run ${claim.runId}: the key function threw: ${messageOf(err)}`, {
-      cause: err,
-    });
-  }
-  const checked = limitKey.safeParse(key);
-  if (!checked.success)
-    throw new InvalidArgumentError(`concurrency key of run ${claim.runId}: ${checked.error.issues[0]!.message}`);
-  return { runId: claim.runId, token: claim.token, attempt: claim.attempt, key: checked.data, limit: limit.limit };
 }

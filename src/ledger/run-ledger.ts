@@ -19,13 +19,23 @@ import {
 } from './run-transactions.js';
 import type { Queryable } from './transaction.js';
 import { beatWorker, forgetWorker, orphanedRuns } from './worker-liveness.js';
-import { acquireSlot, releaseSlot, slotWaiters, waitForSlot, type SlotRequest, type SlotResult } from './run-limits.js';
+import {
+  acquireSlot,
+  releaseSlot,
+  slotWaiters,
+  waitInLedger,
+  type SlotRequest,
+  type SlotResult,
+  type WaitingAttempt,
+} from './run-limits.js';
+import { takeRateStart, type RateRequest, type RateResult } from './run-rate-limits.js';
 import type { Tables } from '../db/tables.js';
 
 export type { Claim, ClaimResult } from './run-claims.js';
 export type { FinishRequest, Outcome } from './run-finishes.js';
 export type { GroupItem, GroupOutcome, TransactionResult } from './run-transactions.js';
-export type { SlotRequest, SlotResult } from './run-limits.js';
+export type { SlotRequest, SlotResult, WaitingAttempt } from './run-limits.js';
+export type { RateRequest, RateResult } from './run-rate-limits.js';
 
 /** A worker that beat within this is alive (its runs are its own). Default: the default lease TTL. */
 export const DEFAULT_CLAIMER_LIVE_WITHIN_MS = 10_000;
@@ -155,9 +165,18 @@ export class RunLedger {
     return releaseSlot(this.pool, this.t, r);
   }
 
-  /** The run goes back to wait in the ledger for a slot. */
-  waitForSlot(r: SlotRequest, reason: string): Promise<void> {
-    return waitForSlot(this.pool, this.t, r, reason);
+  /** The run goes back to wait in the ledger: for a slot of a concurrency key, or until its rate limit's turn. */
+  waitInLedger(
+    a: WaitingAttempt,
+    reason: string,
+    o: { slot?: Pick<SlotRequest, 'key' | 'priority'>; until?: Date },
+  ): Promise<void> {
+    return waitInLedger(this.pool, this.t, a, reason, o);
+  }
+
+  /** May the run start now under its rate limit (run-rate-limits.ts)? */
+  takeRateStart(r: RateRequest): Promise<RateResult> {
+    return takeRateStart(this.pool, this.t, r);
   }
 
   /** The oldest runs waiting for a slot of `key`. */

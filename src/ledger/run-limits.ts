@@ -8,7 +8,8 @@
  * - the key never has more handlers running than slots, through a failover (a paused worker that
  *   resumes after its run was taken over is the exception: its writes are fenced, its code runs on).
  * A run that finds no free slot waits in the ledger (pending, its reason in `error`), in order:
- * a run never takes a slot while an older run of its key waits for one.
+ * a run never takes a slot while a run of its key of a higher priority, or as high and older,
+ * waits for one.
  */
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
@@ -22,6 +23,15 @@ export interface SlotRequest {
   attempt: number;
   key: string;
   limit: number;
+  /** Among the runs waiting for a slot of the key, higher first (then older first). */
+  priority: number;
+}
+
+/** A claimed attempt that goes back to wait in the ledger. */
+export interface WaitingAttempt {
+  runId: bigint;
+  token: bigint;
+  attempt: number;
 }
 
 /**
@@ -65,13 +75,13 @@ const statements = perSchema((t) => ({
      UPDATE ${t.limitSlots} SET token = $2, worker = $5, taken_at = now()
      WHERE key = $3 AND run_id = $1 AND slot < $4 AND EXISTS (SELECT 1 FROM run) RETURNING slot`,
   ),
-  /** How many runs of key $1 wait for a slot ahead of run $2. */
+  /** How many runs of key $1 wait for a slot ahead of run $2 with priority $3 (higher, or as high and older). */
   ahead: namedStatement(
     'limit_waiters_ahead',
     `SELECT count(*)::int AS n FROM ${t.runs} w, ${t.runs} me
      WHERE me.id = $2 AND w.limit_key = $1 AND w.state IN ('pending', 'retrying') AND w.id <> me.id
        AND (w.available_at IS NULL OR w.available_at <= now())
-       AND (w.scheduled_at, w.id) < (me.scheduled_at, me.id)`,
+       AND (w.priority > $3 OR (w.priority = $3 AND (w.scheduled_at, w.id) < (me.scheduled_at, me.id)))`,
   ),
   /** Take a free slot of key $3 (below $4) for run $1 under claim $2 on worker $5 (workers alive within $6 ms). */
   take: namedStatement(
@@ -95,12 +105,15 @@ const statements = perSchema((t) => ({
     `UPDATE ${t.limitSlots} SET run_id = NULL, token = NULL, worker = NULL, taken_at = NULL
      WHERE key = $1 AND run_id = $2 AND token = $3`,
   ),
-  /** Run $1 (claim $2, attempt $3) goes back to wait for a slot of key $5, with the reason $4. */
+  /**
+   * Run $1 (claim $2, attempt $3) goes back to wait in the ledger, with the reason $4: for a slot of
+   * key $5 (priority $6) when $5 is set, not before $7 when it is set.
+   */
   wait: namedStatement(
-    'wait_for_limit_slot',
+    'wait_in_ledger',
     `WITH run AS (
-       UPDATE ${t.runs} SET state = 'pending', claimed_by = NULL, error = $4, limit_key = $5, enqueued_at = now(),
-         delivery_checked_at = now()
+       UPDATE ${t.runs} SET state = 'pending', claimed_by = NULL, error = $4, limit_key = COALESCE($5, limit_key),
+         priority = COALESCE($6::int, priority), available_at = $7::timestamptz, enqueued_at = now(), delivery_checked_at = now()
        WHERE id = $1 AND claim_token = $2 AND state = 'running' RETURNING id)
      UPDATE ${t.runAttempts} SET state = 'skipped', finished_at = now(), error = $4
      WHERE run_id = $1 AND attempt = $3 AND state = 'running' AND EXISTS (SELECT 1 FROM run)`,
@@ -110,7 +123,7 @@ const statements = perSchema((t) => ({
     'limit_waiters',
     `SELECT id, attempts FROM ${t.runs}
      WHERE limit_key = $1 AND state IN ('pending', 'retrying') AND (available_at IS NULL OR available_at <= now())
-     ORDER BY scheduled_at, id LIMIT $2`,
+     ORDER BY priority DESC, scheduled_at, id LIMIT $2`,
   ),
 }));
 
@@ -131,7 +144,10 @@ export async function acquireSlot(
     const kept = await client.query<{ slot: number }>({ ...s.keep, values: run });
     if (kept.rows[0]) return { status: 'held', slot: kept.rows[0].slot };
     await client.query({ ...s.slots, values: [r.key, r.limit] });
-    const ahead = await client.query<{ n: number }>({ ...s.ahead, values: [r.key, r.runId.toString()] });
+    const ahead = await client.query<{ n: number }>({
+      ...s.ahead,
+      values: [r.key, r.runId.toString(), r.priority],
+    });
     const n = ahead.rows[0]?.n ?? 0;
     if (n === 0) {
       const taken = await client.query<{ slot: number }>({ ...s.take, values: [...run, window] });
@@ -154,11 +170,28 @@ export async function releaseSlot(db: Queryable, t: Tables, r: SlotRequest): Pro
   await db.query({ ...statements(t).release, values: [r.key, r.runId.toString(), r.token.toString()] });
 }
 
-/** The run goes back to wait in the ledger for a slot (its attempt recorded skipped with the reason). */
-export async function waitForSlot(db: Queryable, t: Tables, r: SlotRequest, reason: string): Promise<void> {
+/**
+ * The run goes back to wait in the ledger (its attempt recorded skipped with the reason): for a
+ * slot of `slot.key`, or until `until` (a rate limit's turn).
+ */
+export async function waitInLedger(
+  db: Queryable,
+  t: Tables,
+  a: WaitingAttempt,
+  reason: string,
+  o: { slot?: Pick<SlotRequest, 'key' | 'priority'>; until?: Date },
+): Promise<void> {
   await db.query({
     ...statements(t).wait,
-    values: [r.runId.toString(), r.token.toString(), r.attempt, reason, r.key],
+    values: [
+      a.runId.toString(),
+      a.token.toString(),
+      a.attempt,
+      reason,
+      o.slot?.key ?? null,
+      o.slot?.priority ?? null,
+      o.until ?? null,
+    ],
   });
 }
 

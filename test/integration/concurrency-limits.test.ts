@@ -285,6 +285,110 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
     await ry.done;
   });
 
+  it('priority: the waiting run of the higher priority takes the freed slot first', async () => {
+    const prio = (name: string, priority: number) =>
+      defineJob({
+        name,
+        schedule: '0 0 1 1 *',
+        concurrency: { key: 'warehouse', limit: 1 },
+        priority,
+        handler: (ctx) => gates.wait(ctx.runId),
+      });
+    const ex = new RunExecutor({
+      ledger: ledger.runs,
+      limits: ledger.runs,
+      registry: new JobRegistry([prio('load-low', -5), prio('load-high', 10)]),
+      replicaId: 'p',
+      logger: pino({ level: 'silent' }),
+      redeliver: async (r) => {
+        woken.push(r.runId);
+      },
+    });
+    const holder = await fire('load-low');
+    const olderLow = await fire('load-low');
+    const newerHigh = await fire('load-high');
+    const h = await start(ex, holder);
+    assert.equal((await (await start(ex, olderLow)).done).status, 'waiting');
+    assert.equal((await (await start(ex, newerHigh)).done).status, 'waiting');
+    gates.release(holder);
+    await h.done;
+    assert.deepEqual(woken, [newerHigh], 'the high-priority run goes first, though newer');
+    assert.equal((await (await start(ex, olderLow)).done).status, 'waiting', 'the low one waits behind it');
+    const high = await start(ex, newerHigh);
+    assert.equal(gates.entered.at(-1), newerHigh.toString());
+    gates.release(newerHigh);
+    await high.done;
+    const low = await start(ex, olderLow);
+    gates.release(olderLow);
+    assert.equal((await low.done).status, 'completed');
+  });
+
+  it('a rate limit: at most max starts per window; the rest reserve their turns in order and start on them', async () => {
+    const starts: { id: string; at: number }[] = [];
+    const delays: { id: bigint; delayMs: number }[] = [];
+    const ex = new RunExecutor({
+      ledger: ledger.runs,
+      limits: ledger.runs,
+      registry: new JobRegistry([
+        defineJob({
+          name: 'mail',
+          schedule: '0 0 1 1 *',
+          rateLimit: { key: 'smtp', max: 2, perMs: 600 },
+          handler: (ctx) => {
+            starts.push({ id: ctx.runId, at: Date.now() });
+          },
+        }),
+      ]),
+      replicaId: 'm',
+      logger: pino({ level: 'silent' }),
+      redeliver: async (r, delayMs) => {
+        delays.push({ id: r.runId, delayMs });
+      },
+    });
+    const ids = [];
+    for (let i = 0; i < 5; i++) ids.push(await fire('mail'));
+    const first = [];
+    for (const id of ids) first.push(await ex.execute(id, {})); // in the order they come
+    assert.deepEqual(
+      first.map((r) => r.status),
+      ['completed', 'completed', 'waiting', 'waiting', 'waiting'],
+    );
+    assert.match(
+      (await run(ids[2]!)).error ?? '',
+      /waiting for its turn under rate limit "smtp" \(2 per 600 ms\): starts at /,
+    );
+    // Their turns: the third and fourth one window after the first two, the fifth a window later.
+    assert.deepEqual(
+      delays.map((d) => d.id),
+      ids.slice(2),
+    );
+    const [d3, d4, d5] = delays.map((d) => d.delayMs);
+    assert.ok(d3! > 400 && d3! <= 600 && d4! > 400 && d4! <= 600, `turns ${d3}, ${d4}`);
+    assert.ok(d5! > 1000 && d5! <= 1200, `turn ${d5}`);
+    // Delivered before its turn: not claimed ('early'), nothing recorded.
+    assert.equal((await ex.execute(ids[4]!, {})).status, 'early');
+    for (const d of delays) setTimeout(() => void ex.execute(d.id, {}), d.delayMs);
+    const deadline = Date.now() + 10_000;
+    while (starts.length < 5 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    assert.equal(starts.length, 5, 'every run started on its turn');
+    // The admitted instants (what the limit counts): any two starts apart are a window apart.
+    const admitted = (
+      await db.pool.query<{ run_id: string; at: Date }>(
+        `SELECT run_id::text, at FROM cw_rate_starts WHERE key = 'smtp' AND used ORDER BY at`,
+      )
+    ).rows;
+    assert.equal(admitted.length, 5);
+    for (let i = 2; i < admitted.length; i++) {
+      const gap = admitted[i]!.at.getTime() - admitted[i - 2]!.at.getTime();
+      assert.ok(gap >= 600, `admissions ${i - 2} and ${i} are a window apart: ${gap} ms`);
+    }
+    // No handler started before its admitted instant.
+    for (const a of admitted) {
+      const started = starts.find((x) => x.id === a.run_id)!.at;
+      assert.ok(started >= a.at.getTime() - 5, `run ${a.run_id} started ${a.at.getTime() - started} ms early`);
+    }
+  });
+
   it('the re-delivery sweep hands over a waiting run only when it heads its key and a slot may be free', async () => {
     const ex = executor('w2');
     const [x, y, z] = [await fire(), await fire(), await fire()];
