@@ -74,7 +74,7 @@ function withSpec(cmd: Command): Command {
     .option('--cron <expression>', 'cron expression (the README dialect)')
     .option('--timezone <zone>', 'IANA time zone (default UTC)')
     .option('--misfire <policy>', 'all | latest | skip')
-    .option('--overlap <policy>', 'allow | skip | queue | replace')
+    .option('--overlap <policy>', 'allow | skip | queue | coalesce | replace')
     .option('--catch-up-window-ms <ms>', 'how far back catch-up reaches')
     .option('--misfire-grace-ms <ms>', 'lateness still counted on time')
     .option('--payload <json>', 'JSON handed to the handler as ctx.payload');

@@ -36,6 +36,9 @@ export function pauseReason(pause: { reason: string | null; by: string | null; u
   return pause.reason ? `${parts.join(' ')}: ${pause.reason}` : parts.join(' ');
 }
 
+/** The reason a fire is skipped by overlap 'coalesce' (the commit names the waiting run that stands for it). */
+export const COALESCED = 'overlap "coalesce": the waiting run stands for it';
+
 /** The reason a fire is skipped when overlap 'queue' already has `max` runs waiting. */
 export function queueFullReason(max: number): string {
   return `overlap "queue": ${max} run${max === 1 ? '' : 's'} already waiting (overlapQueueMax ${max})`;

@@ -5,7 +5,7 @@
 import type { CronSchedule } from './cron-schedule.js';
 
 export type MisfirePolicy = 'all' | 'latest' | 'skip';
-export type OverlapPolicy = 'allow' | 'skip' | 'queue' | 'replace';
+export type OverlapPolicy = 'allow' | 'skip' | 'queue' | 'coalesce' | 'replace';
 
 /**
  * What the fire loop asks of a schedule. A job from code has a CronSchedule; a runtime schedule

@@ -124,6 +124,13 @@ export const runs = pgTable(
     item: integer('item'),
     /** A completed step run's result (JSON); a workflow run's: its definition's fingerprint, once started. */
     result: jsonb('result'),
+    /** The concurrency key the run holds a slot of while it runs, set at its first claim (run-limits.ts). */
+    limitKey: text('limit_key'),
+    /** Its job's priority: among the runs waiting for a slot of a key, higher ones go first. */
+    priority: integer('priority').notNull().default(0),
+    /** Overlap 'coalesce': how many later slots this waiting run stands for, and the newest of them. */
+    coalesced: integer('coalesced').notNull().default(0),
+    coalescedUntil: tstz('coalesced_until'),
     /**
      * The runtime schedule this is a run of (the id in "<handler>/<id>"), NULL for jobs from code:
      * derived from the job name by the database (src/cron/job-names.ts), so every writer, an older
@@ -142,6 +149,10 @@ export const runs = pgTable(
     // instant must neither swallow that fire nor be refused as its duplicate. One-off runs have
     // their own key, (job, once_key).
     uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt).where(sql.raw(SLOT_KEY_PREDICATE)),
+    // The runs waiting for a concurrency key's slot, oldest first.
+    index('cw_runs_limit_waiting')
+      .on(t.limitKey, t.priority.desc(), t.scheduledAt, t.id)
+      .where(sql`${t.limitKey} IS NOT NULL AND ${t.state} IN ('pending', 'retrying')`),
     // The metrics' workflow runs that ended since the last scrape.
     index('cw_runs_workflow_finished')
       .on(t.finishedAt)
@@ -270,6 +281,41 @@ export const workflowSteps = pgTable(
       .on(t.timeoutAt)
       .where(sql`${t.state} = 'waiting' AND ${t.timeoutAt} IS NOT NULL`),
   ],
+);
+
+/**
+ * Concurrency limits across replicas and jobs: `limit` slot rows per key, each held by one run
+ * (its claim token, its worker) from before its handler starts until the handler returned. See
+ * ledger/run-limits.ts for when a slot is free.
+ */
+export const limitSlots = pgTable(
+  'cw_limit_slots',
+  {
+    key: text('key').notNull(),
+    slot: integer('slot').notNull(),
+    runId: bigint('run_id', { mode: 'bigint' }),
+    token: token('token'),
+    /** The worker the handler runs on (cw_workers): its slots are free once it stops beating. */
+    worker: text('worker'),
+    takenAt: tstz('taken_at'),
+  },
+  (t) => [primaryKey({ columns: [t.key, t.slot] })],
+);
+
+/**
+ * Rate limits across replicas and jobs: the recent starts of each key, and the reserved start
+ * instants of the runs waiting their turn (used = false until the run starts on it). See
+ * ledger/run-rate-limits.ts.
+ */
+export const rateStarts = pgTable(
+  'cw_rate_starts',
+  {
+    key: text('key').notNull(),
+    at: tstz('at').notNull(),
+    runId: bigint('run_id', { mode: 'bigint' }).notNull(),
+    used: boolean('used').notNull(),
+  },
+  (t) => [primaryKey({ columns: [t.key, t.at, t.runId] })],
 );
 
 /** Signals sent to workflow runs (an approval): the first of a name wins, later ones change nothing. */

@@ -71,6 +71,8 @@ export interface Tables {
   readonly members: string;
   readonly workers: string;
   readonly workflowSteps: string;
+  readonly limitSlots: string;
+  readonly rateStarts: string;
   readonly signals: string;
   readonly elections: string;
   readonly ledger: string;
@@ -119,6 +121,8 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       members: q('cw_members'),
       workers: q('cw_workers'),
       workflowSteps: q('cw_workflow_steps'),
+      limitSlots: q('cw_limit_slots'),
+      rateStarts: q('cw_rate_starts'),
       signals: q('cw_signals'),
       elections: q('cw_elections'),
       ledger: q('cw_ledger'),

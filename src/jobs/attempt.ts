@@ -85,6 +85,7 @@ export class Attempt {
       slotToken: slotToken(claim.scheduledAt, claim.attempt),
       idempotencyKey: idempotencyKey(claim),
       payload: claim.payload,
+      ...(claim.coalesced ? { coalesced: claim.coalesced } : {}),
       signal: this.signal,
       logger: this.log,
       fence: async (resource, tx) => {

@@ -15,6 +15,33 @@ export interface BackoffOptions {
   delayMs: number;
 }
 
+/** The run a concurrency key is computed for. */
+export interface RunIdentity {
+  readonly job: string;
+  readonly scheduledAt: Date;
+  /** A runtime schedule's or one-off run's payload; a workflow step's item. */
+  readonly payload: unknown;
+}
+
+/**
+ * At most `limit` runs hold `key` at once, across every replica and every job that names it (runs
+ * over the limit wait in the ledger, in order). `key` may be computed from the run (per customer).
+ */
+export interface ConcurrencyLimit {
+  key: string | ((run: RunIdentity) => string);
+  limit: number;
+}
+
+/**
+ * At most `max` runs of every job naming `key` start in any `perMs` window, across replicas (runs
+ * over it wait in the ledger for their turn, in order). `key` may be computed from the run.
+ */
+export interface RateLimit {
+  key: string | ((run: RunIdentity) => string);
+  max: number;
+  perMs: number;
+}
+
 export interface JobOptions {
   /** Unique; letters, digits and . _ : - (it becomes part of Redis keys and ledger rows). */
   name: string;
@@ -56,6 +83,12 @@ export interface JobOptions {
   retries?: number;
   /** Delay between retries. Default exponential from 1 s. */
   backoff?: BackoffOptions;
+  /** A concurrency limit shared across replicas and jobs (see ConcurrencyLimit). */
+  concurrency?: ConcurrencyLimit;
+  /** A rate limit shared across replicas and jobs (see RateLimit). */
+  rateLimit?: RateLimit;
+  /** Among runs waiting for a slot of the same concurrency key, higher first. -1,000 to 1,000; default 0. */
+  priority?: number;
 }
 
 /** A job as defined in code: its schedule and policies (ScheduledJob) plus how it runs. */
@@ -66,6 +99,9 @@ export interface JobDefinition extends ScheduledJob {
   readonly timeoutMs: number;
   readonly retries: number;
   readonly backoff: Readonly<BackoffOptions>;
+  readonly concurrency?: Readonly<ConcurrencyLimit>;
+  readonly rateLimit?: Readonly<RateLimit>;
+  readonly priority: number;
 }
 
 const WEEK_MS = 7 * 24 * 3600 * 1000;
@@ -77,6 +113,19 @@ const ms = () =>
     .int('must be a whole number of milliseconds')
     .min(0, 'must not be negative')
     .max(WEEK_MS, 'must be at most 7 days');
+
+/** A concurrency key: what the ledger keys its slots by. */
+export const limitKey = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(200, 'must be at most 200 characters')
+  .regex(/^[\x21-\x7e]+$/, 'must be printable ASCII without spaces');
+
+/** A limit's key: a string, or a function of the run that returns one (checked when it is called). */
+const keyRule = z.union([
+  limitKey,
+  z.custom<(run: RunIdentity) => string>((v) => typeof v === 'function', 'must be a key or a function'),
+]);
 
 const jobSchema = z.strictObject({
   name: z
@@ -90,7 +139,7 @@ const jobSchema = z.strictObject({
   dstGap: z.enum(['shift', 'skip']).optional(),
   handler: z.custom<JobHandler>((v) => typeof v === 'function', 'must be a function'),
   misfire: z.enum(['all', 'latest', 'skip']).optional(),
-  overlap: z.enum(['allow', 'skip', 'queue', 'replace']).optional(),
+  overlap: z.enum(['allow', 'skip', 'queue', 'coalesce', 'replace']).optional(),
   catchUpWindowMs: ms().optional(),
   misfireGraceMs: ms().optional(),
   maxCatchUp: z
@@ -114,6 +163,33 @@ const jobSchema = z.strictObject({
     .max(100, 'must be at most 100')
     .optional(),
   backoff: z.strictObject({ type: z.enum(['fixed', 'exponential']), delayMs: ms() }).optional(),
+  concurrency: z
+    .strictObject({
+      key: keyRule,
+      limit: z
+        .number()
+        .int('must be a whole number')
+        .min(1, 'must be at least 1')
+        .max(10_000, 'must be at most 10,000'),
+    })
+    .optional(),
+  rateLimit: z
+    .strictObject({
+      key: keyRule,
+      max: z
+        .number()
+        .int('must be a whole number')
+        .min(1, 'must be at least 1')
+        .max(100_000, 'must be at most 100,000'),
+      perMs: ms().min(1, 'must be at least 1'),
+    })
+    .optional(),
+  priority: z
+    .number()
+    .int('must be a whole number')
+    .min(-1000, 'must be at least -1,000')
+    .max(1000, 'must be at most 1,000')
+    .optional(),
 });
 
 /**
@@ -153,5 +229,8 @@ export function defineJob(options: JobOptions): JobDefinition {
     timeoutMs: o.timeoutMs ?? 0,
     retries: o.retries ?? 0,
     backoff: o.backoff ? Object.freeze(o.backoff) : DEFAULT_BACKOFF,
+    ...(o.concurrency ? { concurrency: Object.freeze({ ...o.concurrency }) } : {}),
+    ...(o.rateLimit ? { rateLimit: Object.freeze({ ...o.rateLimit }) } : {}),
+    priority: o.priority ?? 0,
   });
 }

@@ -46,7 +46,10 @@ export interface StepContext extends Omit<JobContext, 'transaction'> {
 }
 
 /** The workflow's own options: a job's schedule and policies; retries, backoff and timeout are per step. */
-export type WorkflowOptions = Omit<JobOptions, 'handler' | 'retries' | 'backoff' | 'timeoutMs'>;
+export type WorkflowOptions = Omit<
+  JobOptions,
+  'handler' | 'retries' | 'backoff' | 'timeoutMs' | 'concurrency' | 'rateLimit' | 'priority'
+>;
 
 /** A step's options besides what it runs. */
 export interface StepOptions {
@@ -64,6 +67,15 @@ export interface StepOptions {
    * ctx.received says it timed out). The wait holds no worker.
    */
   waitFor?: { signal: string; timeoutMs: number; onTimeout?: 'fail' | 'continue' };
+  /**
+   * At most `limit` runs of this step (and of every job and step naming the same key) run at once,
+   * across replicas and workflow runs: a mapped step's items over the limit wait in the ledger.
+   */
+  concurrency?: { key: string; limit: number };
+  /** At most `max` runs of this step (and of every job and step naming `key`) start per `perMs`. */
+  rateLimit?: { key: string; max: number; perMs: number };
+  /** Among runs waiting for a slot of the same concurrency key, higher first. Default 0. */
+  priority?: number;
 }
 
 type Results = Record<string, unknown>;
@@ -97,6 +109,9 @@ const stepOptionsSchema = z.strictObject({
   retries: z.number().optional(),
   backoff: z.unknown().optional(),
   timeoutMs: z.number().optional(),
+  concurrency: z.unknown().optional(),
+  rateLimit: z.unknown().optional(),
+  priority: z.unknown().optional(),
   afterMs: z
     .number()
     .int()
@@ -134,6 +149,7 @@ export class WorkflowDefinition<R extends Results = {}> implements JobDefinition
   readonly timeoutMs: number;
   readonly retries: number;
   readonly backoff: Readonly<BackoffOptions>;
+  readonly priority = 0;
   /** The graph the ledger makes progress with (fingerprinted). */
   readonly graph: WorkflowGraph;
   readonly steps: readonly StepSpec[];
@@ -225,7 +241,7 @@ export class WorkflowDefinition<R extends Results = {}> implements JobDefinition
     if (new Set(needs).size !== needs.length) throw new InvalidConfigError(`${label}: needs`, 'names a step twice');
     if (o.map && needs.length === 0)
       throw new InvalidConfigError(`${label}: map`, 'a mapped step needs at least one step');
-    // The step's retries, backoff and timeout are checked as a job's are.
+    // The step's retries, backoff, timeout and flow control are checked as a job's are.
     const job = defineJob({
       name: `${this.name}.${name}`,
       schedule: '0 0 1 1 *',
@@ -233,6 +249,9 @@ export class WorkflowDefinition<R extends Results = {}> implements JobDefinition
       ...(o.retries === undefined ? {} : { retries: o.retries }),
       ...(o.backoff === undefined ? {} : { backoff: o.backoff as BackoffOptions }),
       ...(o.timeoutMs === undefined ? {} : { timeoutMs: o.timeoutMs }),
+      ...(o.concurrency === undefined ? {} : { concurrency: o.concurrency as StepOptions['concurrency'] & object }),
+      ...(o.rateLimit === undefined ? {} : { rateLimit: o.rateLimit as StepOptions['rateLimit'] & object }),
+      ...(o.priority === undefined ? {} : { priority: o.priority as number }),
     });
     const spec: StepSpec = {
       name,

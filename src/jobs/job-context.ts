@@ -41,6 +41,11 @@ export interface JobContext {
    */
   readonly payload?: unknown;
   /**
+   * Overlap 'coalesce': this run also stands for `count` later slots that came while it waited,
+   * the newest at `until` (they are recorded skipped, naming this run). Undefined when none.
+   */
+  readonly coalesced?: { readonly count: number; readonly until: Date };
+  /**
    * Aborted on shutdown (after the grace period), timeout, or when a newer attempt claims the run.
    * An attempt that stops because of the shutdown is recorded as interrupted, not failed, and the
    * run is handed to another replica without using up one of the job's retries. A handler that

@@ -18,6 +18,9 @@ import {
   type WorkerWorkflowLedger,
 } from './workflow-step.js';
 import type { ReadyStepRun } from '../ledger/workflow-ledger.js';
+import type { JobDefinition } from './define-job.js';
+import { FlowControl, type Admission, type FlowLedger, type Redeliver } from './flow-control.js';
+import type { RegisteredStep } from './job-registry.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 
 export { idempotencyKey } from './attempt.js';
@@ -32,6 +35,8 @@ export type ExecutionStatus =
   | 'skipped'
   /** Another live attempt holds the run, or its retry is not due yet: this delivery did nothing. */
   | 'busy'
+  /** Its concurrency key had no free slot: it waits in the ledger, delivered again when one frees. */
+  | 'waiting'
   /** Another statement held the run's row at the claim: deliver it again in a moment. */
   | 'locked'
   /** Delivered before its retry's backoff or its step's delay was over: deliver it again then (waitMs). */
@@ -69,14 +74,15 @@ export type ControlMessage = { type: 'claimed'; runId: string; token: string } |
 /** The ledger operations the executor uses: a seam, so unit tests can pass an in-memory ledger. */
 export type ExecutorLedger = Pick<RunLedger, 'claim' | 'fenceRun' | 'completeInTransaction' | 'finish' | 'runState'>;
 
-/** Hand a run to the queue again, to be delivered after `delayMs` (its retry, or a hand-back). */
-export type Redeliver = (run: { runId: bigint; attempt: number }, delayMs: number) => Promise<void>;
+export type { Redeliver } from './flow-control.js';
 
 export interface RunExecutorOptions {
   ledger: ExecutorLedger;
   registry: JobRegistry;
   replicaId: string;
   logger: Logger;
+  /** Concurrency and rate limits (flow-control.ts); required once a job or step has one. */
+  limits?: FlowLedger;
   /** Workflow runs' steps (start, input, completion with progress, failure); required once a workflow is defined. */
   workflows?: WorkerWorkflowLedger;
   /** Hand step runs made ready to the queue (enqueue, and mark them handed over). */
@@ -131,10 +137,12 @@ export class RunExecutor {
   private readonly running = new Map<string, Attempt>();
   /** Runs being claimed or run here: a second delivery of one of them does nothing. */
   private readonly inHand = new Set<string>();
+  private readonly flow: FlowControl;
   private readonly clock: Clock;
 
   constructor(private readonly o: RunExecutorOptions) {
     this.clock = o.clock ?? systemClock;
+    this.flow = new FlowControl({ ledger: o.limits, worker: o.replicaId, redeliver: o.redeliver });
   }
 
   /** The replica this executor claims runs for. */
@@ -244,6 +252,36 @@ export class RunExecutor {
           log.warn({ err }, 'could not announce the claim');
         });
     }
+    // Flow control: a slot of its concurrency key and its turn under its rate limit, or it waits in the ledger.
+    let admission: Admission;
+    try {
+      admission = await this.flow.admit(claim, step ? step.spec.job : job!, log);
+    } catch (err) {
+      if (!(err instanceof InvalidArgumentError)) throw err;
+      // The job's key function threw or gave a bad key: a failure of the run, as its handler's would be.
+      await ledgerCall(`record the failure of run ${claim.runId}`, () =>
+        this.o.ledger.finish(claim, 'failed', err, { failure: true }),
+      );
+      log.error({ err }, 'run failed: its flow control key could not be computed');
+      throw err;
+    }
+    if (admission.status === 'waiting') return result('waiting', claim);
+    try {
+      return await this.runHolding(runId, claim, { step, job }, options, report, log);
+    } finally {
+      await admission.done();
+    }
+  }
+
+  /** Run a claimed run (holding its concurrency slot, if it has a limit): the handler, then its settlement. */
+  private async runHolding(
+    runId: bigint,
+    claim: Claim,
+    { step, job }: { step: RegisteredStep | undefined; job: JobDefinition | undefined },
+    options: ExecuteOptions,
+    report: AttemptReport,
+    log: Logger,
+  ): Promise<ExecutionResult> {
     if (options.startWhen && !(await options.startWhen()))
       return this.interrupt(claim, log, `${INTERRUPTED} before its handler started`);
     const runnable = step

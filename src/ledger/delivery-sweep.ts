@@ -7,6 +7,7 @@
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import type { Queryable } from './transaction.js';
+import { mayDeliverSql } from './run-limits.js';
 
 /** A run the leader handed to the queue, as the re-delivery sweep sees it. */
 export interface HandedOverRun {
@@ -21,13 +22,14 @@ export interface HandedOverRun {
 const statements = perSchema((t) => ({
   /**
    * Up to $2 handed-over runs waiting for a worker (pending, or retrying past their backoff) and not
-   * looked at for $1 ms, oldest first, marked as looked at.
+   * looked at for $1 ms, oldest first, marked as looked at; a run waiting for a concurrency slot
+   * only once one is free for it (run-limits.ts).
    */
   toCheck: namedStatement(
     'deliveries_to_check',
     `WITH due AS (
-       SELECT id FROM ${t.runs}
-       WHERE state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL
+       SELECT id FROM ${t.runs} r0
+       WHERE state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL AND ${mayDeliverSql(t, 'r0')}
          AND COALESCE(delivery_checked_at, enqueued_at) < now() - $1::bigint * interval '1 millisecond'
          AND (available_at IS NULL OR available_at < now() - $1::bigint * interval '1 millisecond')
        ORDER BY COALESCE(delivery_checked_at, enqueued_at) LIMIT $2

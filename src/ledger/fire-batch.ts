@@ -22,6 +22,8 @@ export interface FireRequest {
    * same transaction, after the fence accepted the leader's token (a stale leader cancels nothing).
    */
   replace?: boolean;
+  /** Overlap 'coalesce' (a skipped fire): the job's waiting run stands for it (coalesced-fires.ts). */
+  coalesce?: boolean;
   error?: string;
   /**
    * A runtime schedule's fire: the schedule and the version the leader planned it with. The commit
@@ -53,6 +55,11 @@ export interface FireBatchResult {
   cancelled: bigint[];
   /** Runtime schedule fires refused because their version is no longer in effect at their instant. */
   outdated?: number;
+}
+
+/** The requests with those whose slot key is in `held` marked held (a coalesced slot that became the waiting run). */
+export function withHeld(fires: FireRequest[], held: ReadonlySet<string>): FireRequest[] {
+  return held.size === 0 ? fires : fires.map((f) => (held.has(slotKey(f)) ? { ...f, hold: true } : f));
 }
 
 /** A run as an insert statement returns it; whether it is held comes from its request. */

@@ -20,12 +20,14 @@ import {
   inLockOrder,
   noFires,
   slotKey,
+  withHeld,
   withOutdated,
   type FireBatchResult,
   type FireRequest,
   type InsertedFire,
 } from './fire-batch.js';
 import { namedStatement, perSchema } from './named-statement.js';
+import { coalesceSkipped } from './coalesced-fires.js';
 import { ACTIVE_SQL } from './run-states.js';
 import { withTransaction } from './transaction.js';
 
@@ -94,13 +96,14 @@ export async function commitFires(
   return withTransaction(pool, async (client, rollback) => {
     // Runtime schedule fires are checked against the version in effect first (none: no round trip).
     const fires = inLockOrder(await currentScheduleVersions(client, t, requested));
-    const rows = await fenceAndInsert(client, t, fires, leader);
-    const cancelled = await cancelReplaced(client, t, fires, rows);
+    const inserted = await fenceAndInsert(client, t, fires, leader);
+    const cancelled = await cancelReplaced(client, t, fires, inserted);
+    const { rows, held } = await coalesceSkipped(client, t, fires, inserted);
     if (!leader.stillLeading()) {
       await rollback();
       return noFires();
     }
-    return withOutdated(batchResult(fires, rows, cancelled), requested.length, fires.length);
+    return withOutdated(batchResult(withHeld(fires, held), rows, cancelled), requested.length, fires.length);
   });
 }
 

@@ -39,6 +39,8 @@ export interface Claim {
   tookOverFrom?: string;
   /** A step run: its workflow run, step and (mapped) item. */
   workflow?: { runId: bigint; step: string; item: number | null };
+  /** Overlap 'coalesce': the later slots this run stands for (how many, the newest). */
+  coalesced?: { count: number; until: Date };
 }
 
 export type ClaimResult =
@@ -79,6 +81,8 @@ interface ClaimRow {
   workflow_run_id: string | null;
   step: string | null;
   item: number | null;
+  coalesced: number | null;
+  coalesced_until: Date | null;
   wait_ms: number | null;
 }
 
@@ -98,7 +102,7 @@ const statements = perSchema((t) => ({
          state = 'running', started_at = COALESCE(r.started_at, now()), claimed_by = $2, available_at = NULL
        FROM wanted w WHERE r.id = w.id
        RETURNING r.id, r.job, r.scheduled_at, r.attempts, r.claim_token, r.trigger, r.payload, r.once_key,
-         r.failures, r.workflow_run_id, r.step, r.item, clock_timestamp() AS claimed_at,
+         r.failures, r.workflow_run_id, r.step, r.item, r.coalesced, r.coalesced_until, clock_timestamp() AS claimed_at,
          CASE WHEN w.state = 'running' THEN COALESCE(w.claimed_by, 'an unknown worker') END AS took_over_from),
      dead AS (
        UPDATE ${t.runAttempts} a SET state = 'stale', finished_at = now(),
@@ -110,14 +114,14 @@ const statements = perSchema((t) => ({
        SELECT id, attempts, claim_token, $2, 'running' FROM claimed)
      SELECT c.id, 'claimed' AS status, 'running' AS state, c.job, c.scheduled_at, c.attempts, c.claim_token,
        c.trigger, c.claimed_at, c.payload, c.once_key, c.failures, c.took_over_from, c.workflow_run_id, c.step, c.item,
-       NULL::int AS wait_ms
+       c.coalesced, c.coalesced_until, NULL::int AS wait_ms
      FROM claimed c
      UNION ALL
      SELECT r.id, CASE WHEN r.state IN ${FINISHED_SQL} THEN 'finished'
          WHEN r.state IN ('pending', 'retrying') AND r.kind <> 'workflow' AND r.available_at > now() THEN 'early'
          WHEN r.state IN ('pending', 'retrying') AND r.kind <> 'workflow' THEN 'locked'
          ELSE 'busy' END, r.state,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ceil(extract(epoch FROM r.available_at - now()) * 1000)::int
      FROM ${t.runs} r WHERE r.id = ANY($1::bigint[]) AND r.id NOT IN (SELECT id FROM claimed)`,
   ),
@@ -168,6 +172,9 @@ export async function claimRuns(
         ...(row.workflow_run_id === null
           ? {}
           : { workflow: { runId: BigInt(row.workflow_run_id), step: row.step!, item: row.item } }),
+        ...(row.coalesced && row.coalesced_until
+          ? { coalesced: { count: row.coalesced, until: row.coalesced_until } }
+          : {}),
       },
     };
   });

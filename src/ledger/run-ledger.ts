@@ -19,11 +19,23 @@ import {
 } from './run-transactions.js';
 import type { Queryable } from './transaction.js';
 import { beatWorker, forgetWorker, orphanedRuns } from './worker-liveness.js';
+import {
+  acquireSlot,
+  releaseSlot,
+  slotWaiters,
+  waitInLedger,
+  type SlotRequest,
+  type SlotResult,
+  type WaitingAttempt,
+} from './run-limits.js';
+import { takeRateStart, type RateRequest, type RateResult } from './run-rate-limits.js';
 import type { Tables } from '../db/tables.js';
 
 export type { Claim, ClaimResult } from './run-claims.js';
 export type { FinishRequest, Outcome } from './run-finishes.js';
 export type { GroupItem, GroupOutcome, TransactionResult } from './run-transactions.js';
+export type { SlotRequest, SlotResult, WaitingAttempt } from './run-limits.js';
+export type { RateRequest, RateResult } from './run-rate-limits.js';
 
 /** A worker that beat within this is alive (its runs are its own). Default: the default lease TTL. */
 export const DEFAULT_CLAIMER_LIVE_WITHIN_MS = 10_000;
@@ -141,6 +153,35 @@ export class RunLedger {
   /** Runs whose worker stopped beating, for `worker` to claim (at most `limit`). */
   orphans(worker: string, limit: number): Promise<bigint[]> {
     return orphanedRuns(this.pool, this.t, { worker, limit, liveWithinMs: this.claimerLiveWithinMs });
+  }
+
+  /** A slot of a concurrency key for a run claimed by `worker` (run-limits.ts). */
+  acquireSlot(r: SlotRequest, worker: string): Promise<SlotResult> {
+    return acquireSlot(this.pool, this.t, r, { worker, liveWithinMs: this.claimerLiveWithinMs });
+  }
+
+  /** The run's handler returned: its slot is free. */
+  releaseSlot(r: SlotRequest): Promise<void> {
+    return releaseSlot(this.pool, this.t, r);
+  }
+
+  /** The run goes back to wait in the ledger: for a slot of a concurrency key, or until its rate limit's turn. */
+  waitInLedger(
+    a: WaitingAttempt,
+    reason: string,
+    o: { slot?: Pick<SlotRequest, 'key' | 'priority'>; until?: Date },
+  ): Promise<void> {
+    return waitInLedger(this.pool, this.t, a, reason, o);
+  }
+
+  /** May the run start now under its rate limit (run-rate-limits.ts)? */
+  takeRateStart(r: RateRequest): Promise<RateResult> {
+    return takeRateStart(this.pool, this.t, r);
+  }
+
+  /** The oldest runs waiting for a slot of `key`. */
+  slotWaiters(key: string, limit: number): Promise<{ runId: bigint; attempts: number }[]> {
+    return slotWaiters(this.pool, this.t, key, limit);
   }
 
   /** node-cron coordinator: the task of `job` at `scheduledAt` ran in-process; settle its pending run. */

@@ -19,6 +19,7 @@ import { ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
 import { advanceFence } from './fences.js';
 import { withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
+import type { OverlapPolicy } from '../cron/scheduled-job.js';
 import type { LeaderStamp } from './commit-stamps.js';
 
 /** What a runtime schedule says: which handler, when, with which policies and payload. */
@@ -27,7 +28,7 @@ export interface ScheduleSpec {
   cron: string;
   timezone: string;
   misfire: 'all' | 'latest' | 'skip';
-  overlap: 'allow' | 'skip' | 'queue' | 'replace';
+  overlap: OverlapPolicy;
   catchUpWindowMs: number;
   misfireGraceMs: number;
   payload: unknown;

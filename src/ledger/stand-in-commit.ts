@@ -21,11 +21,12 @@ import {
   fireRecords,
   inLockOrder,
   noFires,
+  withHeld,
   withOutdated,
   type FireBatchResult,
   type FireRequest,
-  type InsertedFire,
 } from './fire-batch.js';
+import { coalesceSkipped } from './coalesced-fires.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { withTransaction } from './transaction.js';
 
@@ -87,13 +88,18 @@ export async function commitStandInFires(
     }>({ ...s.insertRuns, values: [fireRecords(accepted), token, standIn.replicaId] });
     // Manual triggers do not move a job's last scheduled fire.
     await client.query({ ...s.advanceJobState, values: [fireRecords(accepted.filter((f) => f.trigger !== 'manual'))] });
-    const rows: InsertedFire[] = inserted.rows.map((r) => ({
-      runId: BigInt(r.id),
-      job: r.job,
-      scheduledAt: r.scheduled_at,
-      trigger: r.trigger,
-      state: r.state,
-    }));
-    return withOutdated(batchResult(accepted, rows, []), candidates.length, accepted.length);
+    const { rows, held } = await coalesceSkipped(
+      client,
+      t,
+      accepted,
+      inserted.rows.map((r) => ({
+        runId: BigInt(r.id),
+        job: r.job,
+        scheduledAt: r.scheduled_at,
+        trigger: r.trigger,
+        state: r.state,
+      })),
+    );
+    return withOutdated(batchResult(withHeld(accepted, held), rows, []), candidates.length, accepted.length);
   });
 }

@@ -120,6 +120,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       replicaId: this.replicaId,
       logger,
       redeliver: (run, delayMs) => this.delivery.redeliverAfter(run, delayMs),
+      limits: ledger.runs,
       workflows: ledger.workflows,
       deliverSteps: (runs) => this.delivery.handOver(runs, (ids) => ledger.fires.markEnqueued(ids)),
     });

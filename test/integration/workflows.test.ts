@@ -133,6 +133,36 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
     .step('list', () => 10_001)
     .step('each', { needs: ['list'], map: (i) => Array.from({ length: i.list }, (_, k) => k), run: () => 1 });
 
+  let inCall = 0;
+  let mostInCall = 0;
+  const throttled = defineWorkflow({ name: 'throttled', schedule: '0 0 1 1 *' })
+    .step('list', () => [1, 2, 3, 4, 5, 6, 7, 8])
+    .step('call', {
+      needs: ['list'],
+      map: (i) => i.list,
+      concurrency: { key: 'partner-api', limit: 2 },
+      run: async (_ctx, n) => {
+        mostInCall = Math.max(mostInCall, ++inCall);
+        await sleep(150);
+        inCall--;
+        return n * n;
+      },
+    })
+    .step('sum', { needs: ['call'], run: (_ctx, i) => i.call.reduce((a, b) => a + b, 0) });
+
+  const pacedStarts: number[] = [];
+  const paced = defineWorkflow({ name: 'paced', schedule: '0 0 1 1 *' })
+    .step('list', () => [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    .step('send', {
+      needs: ['list'],
+      map: (i) => i.list,
+      rateLimit: { key: 'paced-api', max: 3, perMs: 500 },
+      run: (_ctx, n) => {
+        pacedStarts.push(Date.now());
+        return n;
+      },
+    });
+
   before(async () => {
     db = await createTestDatabase();
     await db.pool.query('CREATE TABLE wf_effects (run text NOT NULL, what text NOT NULL)');
@@ -143,7 +173,7 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       backend: new MemoryLeaseBackend({ store: new MemoryLeaseStore() }),
       databaseUrl: db.url,
       redisUrl: SHARED_REDIS_URL,
-      jobs: [billing, diamond, flaky, slow, approval, nudge, wide],
+      jobs: [billing, diamond, flaky, slow, approval, nudge, wide, throttled, paced],
       admin: false,
       logger: pino({ level: 'silent' }),
       election: { ttlMs: 2000 },
@@ -226,6 +256,34 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       ],
     );
     assertI7(run.steps, { invoice: ['extract'], report: ['invoice'] });
+  });
+
+  it('a mapped step with a concurrency limit runs at most that many items at once; the rest wait their turn', async () => {
+    const run = await runToEnd('throttled');
+    assert.equal(run.state, 'completed');
+    assert.equal(run.steps.find((s) => s.step === 'sum')!.result, 204);
+    assert.equal(mostInCall, 2, 'two items at once, never more');
+    const waited = run.steps.filter((s) => s.step === 'call' && s.attempts > 1);
+    assert.ok(waited.length > 0, 'items over the limit waited (an attempt recorded skipped)');
+  });
+
+  it('a mapped step with a rate limit starts at most max items per window, through the queue (delayed deliveries)', async () => {
+    const run = await runToEnd('paced');
+    assert.equal(run.state, 'completed');
+    assert.equal(pacedStarts.length, 9, 'each item started once');
+    const admitted = (
+      await db.pool.query<{ at: Date }>(
+        `SELECT at FROM ${db.schema}.cw_rate_starts WHERE key = 'paced-api' AND used ORDER BY at`,
+      )
+    ).rows.map((r) => r.at.getTime());
+    assert.equal(admitted.length, 9);
+    for (let i = 3; i < admitted.length; i++)
+      assert.ok(
+        admitted[i]! - admitted[i - 3]! >= 500,
+        `admissions ${i - 3} and ${i}: ${admitted[i]! - admitted[i - 3]!} ms`,
+      );
+    const spread = Math.max(...pacedStarts) - Math.min(...pacedStarts);
+    assert.ok(spread >= 950, `nine starts at three per 500 ms take two windows: ${spread} ms`);
   });
 
   it('a diamond: its join is made once, after both branches, with both results', async () => {

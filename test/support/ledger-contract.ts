@@ -433,6 +433,51 @@ const runSide: Scenario[] = [
 
 const fireSide: Scenario[] = [
   {
+    name: "overlap 'coalesce': the waiting run stands for the skipped slots, or the oldest of them becomes it",
+    async run(c) {
+      const active = await fireOne(c, 1);
+      await c.l.fires.markEnqueued([active]);
+      const held = await commit(c, [{ job: c.job(), scheduledAt: at(2), trigger: 'schedule', hold: true }]);
+      const waiting = held.committed[0]!.runId;
+      const skip = (s: number): FireRequest => ({
+        job: c.job(),
+        scheduledAt: at(s),
+        trigger: 'schedule',
+        state: 'skipped',
+        error: 'overlap "coalesce": the waiting run stands for it',
+        coalesce: true,
+      });
+      const res = await commit(c, [skip(3), skip(4)]);
+      assert.deepEqual(
+        res.committed.map((f) => [f.state, f.hold]),
+        [
+          ['skipped', false],
+          ['skipped', false],
+        ],
+      );
+      for (const f of res.committed)
+        assert.equal((await view(c, f.runId)).error, `overlap "coalesce": run ${waiting} stands for it`);
+      assert.deepEqual(claimed(await c.l.runs.claim(waiting, 'w')).coalesced, { count: 2, until: at(4) });
+
+      // No run waits any more (it was claimed): the oldest slot becomes the waiting run.
+      const again = await commit(c, [skip(5), skip(6), skip(7)]);
+      const [five, six, seven] = again.committed;
+      assert.deepEqual(
+        again.committed.map((f) => [f.state, f.hold]),
+        [
+          ['pending', true],
+          ['skipped', false],
+          ['skipped', false],
+        ],
+      );
+      assert.equal((await view(c, five!.runId)).state, 'pending');
+      assert.equal((await view(c, five!.runId)).error, null);
+      for (const f of [six!, seven!])
+        assert.equal((await view(c, f.runId)).error, `overlap "coalesce": run ${five!.runId} stands for it`);
+      assert.deepEqual(claimed(await c.l.runs.claim(five!.runId, 'w')).coalesced, { count: 2, until: at(7) });
+    },
+  },
+  {
     name: 'the fence refuses a leader token lower than one already committed, and commits nothing',
     async run(c) {
       await commit(c, [{ job: c.job(), scheduledAt: at(2), trigger: 'schedule' }], 7n);

@@ -21,6 +21,8 @@ export interface MemoryRun {
   state: string;
   enqueued: boolean;
   error?: string;
+  /** Overlap 'coalesce': the later slots this waiting run stands for. */
+  coalesced?: { count: number; until: Date };
 }
 
 export class MemoryLedger implements FireLoopLedger {
@@ -114,6 +116,7 @@ export class MemoryLedger implements FireLoopLedger {
       const newest = replaced.get(f.job);
       if (f.replace && (!newest || newest < f.scheduledAt)) replaced.set(f.job, f.scheduledAt);
     }
+    this.coalesce(fires, committed);
     // Overlap 'replace', as in the SQL: an inserted replace fire cancels the job's other active runs.
     const keep = new Set(committed.map((c) => c.runId));
     const cancelled: bigint[] = [];
@@ -132,6 +135,39 @@ export class MemoryLedger implements FireLoopLedger {
     }
     log.outcome = 'committed';
     return { committed, duplicates: fires.length - committed.length, cancelled };
+  }
+
+  /** Overlap 'coalesce', as coalesced-fires.ts: the job's waiting run stands for the skipped slots, or the oldest becomes it. */
+  private coalesce(fires: FireRequest[], committed: CommittedFire[]): void {
+    const key = (f: { job: string; scheduledAt: Date }) => `${f.job}@${f.scheduledAt.getTime()}`;
+    const flagged = new Set(fires.filter((f) => f.coalesce).map(key));
+    const byJob = new Map<string, CommittedFire[]>();
+    for (const c of committed)
+      if (c.state === 'skipped' && flagged.has(key(c))) byJob.set(c.job, [...(byJob.get(c.job) ?? []), c]);
+    for (const [job, skipped] of byJob) {
+      skipped.sort((a, b) => a.scheduledAt.getTime() - b.scheduledAt.getTime());
+      const ids = new Set(skipped.map((c) => c.runId));
+      const newest = skipped.at(-1)!.scheduledAt;
+      const waiting = this.runs
+        .filter((r) => r.job === job && r.state === 'pending' && !r.enqueued && !ids.has(r.id))
+        .sort((a, b) => b.scheduledAt.getTime() - a.scheduledAt.getTime())[0];
+      let named = skipped;
+      let standing = waiting;
+      if (standing) {
+        const count = (standing.coalesced?.count ?? 0) + skipped.length;
+        const until = standing.coalesced && standing.coalesced.until > newest ? standing.coalesced.until : newest;
+        standing.coalesced = { count, until };
+      } else {
+        const [first, ...rest] = skipped;
+        standing = this.runs.find((r) => r.id === first!.runId)!;
+        Object.assign(standing, { state: 'pending', enqueued: false, error: undefined });
+        if (rest.length > 0) standing.coalesced = { count: rest.length, until: newest };
+        Object.assign(first!, { state: 'pending', hold: true });
+        named = rest;
+      }
+      for (const c of named)
+        this.runs.find((r) => r.id === c.runId)!.error = `overlap "coalesce": run ${standing.id} stands for it`;
+    }
   }
 
   /** As the SQL: the fence's current token, nothing before any leader raised it, no 'replace'. */

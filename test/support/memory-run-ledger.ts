@@ -106,6 +106,7 @@ export class MemoryRunLedger implements ExecutorLedger {
         claimedAt: new Date(this.fires.now()),
         failures: book.failures,
         ...(tookOverFrom === undefined ? {} : { tookOverFrom }),
+        ...(run.coalesced ? { coalesced: run.coalesced } : {}),
       },
     };
   }

@@ -52,6 +52,27 @@ describe('defineJob', () => {
       /^job "report": backoff\.delayMs: must not be negative/,
     );
     refuses({ ...base, retries: 101 }, /^job "report": retries: must be at most 100/);
+    refuses(
+      { ...base, concurrency: { key: 'api', limit: 0 } },
+      /^job "report": concurrency\.limit: must be at least 1/,
+    );
+    refuses(
+      { ...base, concurrency: { key: 'api', limit: 1.5 } },
+      /^job "report": concurrency\.limit: must be a whole number/,
+    );
+    refuses({ ...base, concurrency: { key: 'has space', limit: 2 } }, /^job "report": concurrency\.key:/);
+    refuses({ ...base, concurrency: { key: 'api' } }, /^job "report": concurrency\.limit:/);
+    refuses({ ...base, concurrency: { key: 'api', limit: 2, max: 3 } }, /^job "report": concurrency: .*max/);
+  });
+
+  it('keeps a concurrency limit, its key a string or computed from the run', () => {
+    assert.deepEqual(defineJob({ ...base, concurrency: { key: 'crm-api', limit: 3 } }).concurrency, {
+      key: 'crm-api',
+      limit: 3,
+    });
+    const perCustomer = defineJob({ ...base, concurrency: { key: (r) => `c-${String(r.payload)}`, limit: 1 } });
+    assert.equal(typeof perCustomer.concurrency?.key, 'function');
+    assert.equal(defineJob(base).concurrency, undefined);
   });
 
   it('keeps valid options, reads the schedule in its zone', () => {

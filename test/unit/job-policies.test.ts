@@ -269,6 +269,39 @@ describe('overlap "queue" with a bound', () => {
   });
 });
 
+describe('overlap "coalesce"', () => {
+  it('one run waits behind the active one and stands for every later slot; its handler sees how many', async () => {
+    const t = setup([{ overlap: 'coalesce' }]);
+    await t.lead();
+    await t.clock.advance(4 * MINUTE);
+    const [first, waiting, third, fourth] = t.ledger.of('job0');
+    assert.deepEqual(
+      t.slots().map(([, s]) => s),
+      ['pending', 'pending', 'skipped', 'skipped'],
+    );
+    for (const r of [third!, fourth!]) assert.equal(r.error, `overlap "coalesce": run ${waiting!.id} stands for it`);
+    assert.equal(t.delivered.length, 1, 'the waiting run is held');
+    t.ledger.finish(first!.id);
+    await t.loop.sweepOutbox();
+    assert.deepEqual(
+      t.delivered.map((r) => r.runId),
+      [first!.id, waiting!.id],
+    );
+    const seen: JobContext['coalesced'][] = [];
+    const executor = new RunExecutor({
+      ledger: new MemoryRunLedger(t.ledger),
+      registry: new JobRegistry([
+        defineJob({ name: 'job0', schedule: '* * * * *', handler: (ctx) => void seen.push(ctx.coalesced) }),
+      ]),
+      replicaId: 'w',
+      logger: pino({ level: 'silent' }),
+    });
+    await executor.execute(waiting!.id, { finalAttempt: true });
+    assert.deepEqual(seen, [{ count: 2, until: fourth!.scheduledAt }]);
+    t.stop();
+  });
+});
+
 describe('ctx.isCatchUp and ctx.lateByMs', () => {
   it('come from the run trigger and the claim time', async () => {
     const t = setup([{ catchUpWindowMs: 10 * MINUTE, maxCatchUp: 1 }]);

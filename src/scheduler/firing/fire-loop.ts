@@ -9,7 +9,7 @@ import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJob, ScheduledJobs } from '../../cron/scheduled-job.js';
 import type { CatchUpPlan } from '../../cron/misfire.js';
 import { tracedFireCommit } from './fire-tracing.js';
-import { fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from '../../cron/job-policies.js';
+import { COALESCED, fireTrigger, pauseReason, planJobCatchUp, queueFullReason } from '../../cron/job-policies.js';
 import { pauseHolds } from '../../ledger/pauses.js';
 import { HandOverGuard } from './hand-over-guard.js';
 import { forEachSliced } from './yielding.js';
@@ -232,11 +232,14 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     return runs.length;
   }
 
-  /** Jobs with overlap 'queue', worked out again only when the registry's list changes. */
+  /** Jobs whose runs may wait held in the outbox (overlap 'queue', 'coalesce'), worked out again only when the registry's list changes. */
   private queuedJobs(): string[] {
     const jobs = this.o.registry.list();
     if (this.queued?.from !== jobs)
-      this.queued = { from: jobs, names: jobs.filter((j) => j.overlap === 'queue').map((j) => j.name) };
+      this.queued = {
+        from: jobs,
+        names: jobs.filter((j) => j.overlap === 'queue' || j.overlap === 'coalesce').map((j) => j.name),
+      };
     return this.queued.names;
   }
 
@@ -466,6 +469,16 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
             active: true,
             waiting: state.active ? Math.min(state.waiting + 1, job.overlapQueueMax) : 0,
           });
+          break;
+        case 'coalesce':
+          // One run waits behind the active one and stands for every later slot until it starts.
+          if (!state.active) out.push(r);
+          else if (state.waiting === 0) out.push({ ...r, hold: true });
+          else {
+            skips.set(fireKey(r.job, r.scheduledAt), { reason: COALESCED, level: 'info' });
+            out.push({ ...r, state: 'skipped', error: COALESCED, coalesce: true });
+          }
+          busy.set(r.job, { active: true, waiting: state.active ? 1 : 0 });
           break;
         case 'replace':
           out.push({ ...r, replace: true });
