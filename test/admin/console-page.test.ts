@@ -230,6 +230,26 @@ it(
   },
 );
 
+it('a run waiting for a concurrency slot says why in the runs list', { timeout: 60_000 }, async () => {
+  await leader.replica.trigger('gated');
+  await until(async () => {
+    const r = await db.pool.query("SELECT 1 FROM cw_runs WHERE job = 'gated' AND state = 'running'");
+    return r.rowCount === 1;
+  }, 'the first run holds the slot');
+  await leader.replica.trigger('gated');
+  await until(async () => {
+    const r = await db.pool.query(
+      "SELECT 1 FROM cw_runs WHERE job = 'gated' AND state = 'pending' AND error IS NOT NULL",
+    );
+    return r.rowCount === 1;
+  }, 'the second run waits');
+  const page = await open(leader, '#runs?job=gated');
+  await page.waitForFunction(() => document.querySelectorAll('#runs tbody tr').length === 2, null, { timeout: 10_000 });
+  const waiting = await textOf(page, '#runs tbody tr:first-child');
+  assert.match(waiting, /pending\s+waiting for a slot of concurrency key "console-gate" \(limit 1\): every slot taken/);
+  await page.close();
+});
+
 it('a superseded run says why in a line, with no stack for an error', { timeout: 60_000 }, async () => {
   const { rows } = await db.pool.query<{ id: string }>(
     `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, finished_at, error, attempts)

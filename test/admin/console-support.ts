@@ -1,7 +1,8 @@
 /**
  * The console tests' jobs and user tables: `flaky` fails while console_switch says so (a real
  * handler error with a stack) and otherwise writes one effect row in its ctx.transaction; `beat`
- * fires every 2 s so the overview and history have something to show.
+ * fires every 2 s so the overview and history have something to show; `gated` holds its one
+ * concurrency slot for 15 s.
  */
 import { defineJob, type JobDefinition } from '../../src/jobs/define-job.js';
 import type { TestDatabase } from '../support/postgres-database.js';
@@ -46,6 +47,20 @@ export function consoleJobs(): JobDefinition[] {
       },
     }),
     defineJob({ name: 'beat', schedule: '*/2 * * * * *', handler: async () => {} }),
+    // One run at a time: a second waits in the ledger for the slot, and says so.
+    defineJob({
+      name: 'gated',
+      schedule: '0 0 1 1 *',
+      concurrency: { key: 'console-gate', limit: 1 },
+      handler: (ctx) =>
+        new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, 15_000);
+          ctx.signal.addEventListener('abort', () => {
+            clearTimeout(timer);
+            resolve();
+          });
+        }),
+    }),
   ];
 }
 
