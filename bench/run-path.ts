@@ -117,7 +117,7 @@ function sum(a: Round, b: Round, runs: number) {
   };
 }
 
-async function servers(): Promise<Servers> {
+export async function servers(): Promise<Servers> {
   const pgc = await startPostgresCluster({ durable: true });
   const redis = await startRedis();
   const pool = new pg.Pool({ connectionString: pgc.url, max: 12 });
@@ -206,7 +206,7 @@ async function rawRound(s: Servers, w: Workload, n: number): Promise<Round> {
 }
 
 /** cronwarden's run path as a replica wires it: n runs committed and handed over first, then run. */
-async function oursRound(s: Servers, w: Workload, n: number): Promise<Round> {
+export async function oursRound(s: Servers, w: Workload, n: number): Promise<Round> {
   const ns = `run${randomUUID().slice(0, 8)}`;
   const jobName = `bench-${ns}`;
   const job = defineJob({

@@ -18,6 +18,8 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   speed: async () => (await import('./speed.js')).benchSpeed(),
   // `npm run bench -- run-path --runs 10000 --workloads write,empty`
   'run-path': async () => (await import('./run-path.js')).benchRunPath(),
+  // `npm run bench -- wal --runs 2000`: the run path's WAL by record and relation (pg_waldump)
+  wal: async () => (await import('./wal.js')).benchWal(),
   schedules: async () => (await import('./schedules.js')).benchSchedules(),
   // `npm run bench -- shards --load 10000 --shards 3 --replicas 1,2,3`
   shards: async () => (await import('./shards.js')).benchShards(),

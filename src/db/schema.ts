@@ -152,7 +152,7 @@ export const runs = pgTable(
     // The runs waiting for a concurrency key's slot, oldest first.
     index('cw_runs_limit_waiting')
       .on(t.limitKey, t.priority.desc(), t.scheduledAt, t.id)
-      .where(sql`${t.limitKey} IS NOT NULL AND ${t.state} IN ('pending', 'retrying')`),
+      .where(sql`${t.limitKey} IS NOT NULL AND ${t.finishedAt} IS NULL`),
     // The metrics' workflow runs that ended since the last scrape.
     index('cw_runs_workflow_finished')
       .on(t.finishedAt)
@@ -172,10 +172,13 @@ export const runs = pgTable(
     index('cw_runs_outbox')
       .on(t.createdAt)
       .where(sql`${t.enqueuedAt} IS NULL`),
+    // Unfinished runs by job. Its predicate is finished_at, never state (see UNFINISHED in
+    // ledger/run-states.ts): no index names `state`, so a claim is a HOT update.
     index('cw_runs_active')
       .on(t.job)
-      .where(sql`${t.state} IN ('pending', 'running', 'retrying')`),
-    index('cw_runs_state_created').on(t.state, t.createdAt),
+      .where(sql`${t.finishedAt} IS NULL`),
+    // Retention deletes the oldest finished runs.
+    index('cw_runs_created').on(t.createdAt),
     // The failover history's "last fire of the previous tenure".
     index('cw_runs_leader_created').on(t.leaderToken, t.leaderId, t.createdAt),
     // The console's keyset paging, newest first: the whole ledger, and one job's runs.

@@ -4,7 +4,7 @@
  */
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { ACTIVE_SQL } from './run-states.js';
+import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
 import type { Queryable } from './transaction.js';
 
 const statements = perSchema((t) => ({
@@ -12,7 +12,7 @@ const statements = perSchema((t) => ({
   byJob: namedStatement(
     'active_runs_by_job',
     `SELECT job, array_agg(id::text) AS ids, (count(*) FILTER (WHERE enqueued_at IS NULL))::int AS held
-     FROM ${t.runs} WHERE job = ANY($1::text[]) AND state IN ${ACTIVE_SQL} GROUP BY job`,
+     FROM ${t.runs} WHERE job = ANY($1::text[]) AND ${UNFINISHED} AND state IN ${ACTIVE_SQL} GROUP BY job`,
   ),
 }));
 

@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ACTIVE_SQL, activeRunStates, type ActiveRunState } from './run-states.js';
+import { ACTIVE_SQL, UNFINISHED, activeRunStates, type ActiveRunState } from './run-states.js';
 import type { Tables } from '../db/tables.js';
 import type { MemberRecord } from './members.js';
 
@@ -186,7 +186,7 @@ export async function listElections(db: Db, t: Tables, leaseName: string, limit:
 /** How many runs are in each active state, cluster-wide. */
 export async function activeRunCounts(db: Db, t: Tables): Promise<Map<ActiveRunState, number>> {
   const res = await db.query<{ state: ActiveRunState; n: number }>(
-    `SELECT state, count(*)::int AS n FROM ${t.runs} WHERE state IN ${ACTIVE_SQL} GROUP BY state`,
+    `SELECT state, count(*)::int AS n FROM ${t.runs} WHERE ${UNFINISHED} AND state IN ${ACTIVE_SQL} GROUP BY state`,
   );
   return new Map(activeRunStates.map((s) => [s, res.rows.find((r) => r.state === s)?.n ?? 0]));
 }

@@ -8,6 +8,7 @@ import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import type { Queryable } from './transaction.js';
 import { mayDeliverSql } from './run-limits.js';
+import { UNFINISHED } from './run-states.js';
 
 /** A run the leader handed to the queue, as the re-delivery sweep sees it. */
 export interface HandedOverRun {
@@ -29,7 +30,7 @@ const statements = perSchema((t) => ({
     'deliveries_to_check',
     `WITH due AS (
        SELECT id FROM ${t.runs} r0
-       WHERE state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL AND ${mayDeliverSql(t, 'r0')}
+       WHERE ${UNFINISHED} AND state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL AND ${mayDeliverSql(t, 'r0')}
          AND COALESCE(delivery_checked_at, enqueued_at) < now() - $1::bigint * interval '1 millisecond'
          AND (available_at IS NULL OR available_at < now() - $1::bigint * interval '1 millisecond')
        ORDER BY COALESCE(delivery_checked_at, enqueued_at) LIMIT $2

@@ -28,7 +28,7 @@ import {
 } from './fire-batch.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { coalesceSkipped } from './coalesced-fires.js';
-import { ACTIVE_SQL } from './run-states.js';
+import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
 import { withTransaction } from './transaction.js';
 
 const statements = perSchema((t) => ({
@@ -72,7 +72,7 @@ const statements = perSchema((t) => ({
   cancelActive: namedStatement(
     'cancel_replaced_runs',
     `UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), error = $2
-     WHERE job = $1 AND state IN ${ACTIVE_SQL} AND id <> ALL($3::bigint[]) RETURNING id`,
+     WHERE job = $1 AND ${UNFINISHED} AND state IN ${ACTIVE_SQL} AND id <> ALL($3::bigint[]) RETURNING id`,
   ),
 }));
 

@@ -7,7 +7,7 @@ import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import type { CommittedFire } from './fire-batch.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { ACTIVE_SQL } from './run-states.js';
+import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
 import { sqlInt, type Queryable } from './transaction.js';
 
 const statements = perSchema((t) => ({
@@ -22,7 +22,7 @@ const statements = perSchema((t) => ({
      WHERE r.enqueued_at IS NULL AND r.state = 'pending' AND (r.trigger <> 'once' OR r.scheduled_at <= now())
        AND NOT (r.job = ANY($2::text[]) AND EXISTS (
          SELECT 1 FROM ${t.runs} a WHERE a.job = r.job AND a.id <> r.id
-           AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.state IN ${ACTIVE_SQL}))
+           AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.${UNFINISHED} AND a.state IN ${ACTIVE_SQL}))
      ORDER BY r.created_at, r.id LIMIT $1`,
   ),
 }));

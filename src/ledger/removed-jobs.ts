@@ -8,7 +8,7 @@
  */
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { ACTIVE_SQL } from './run-states.js';
+import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
 import type { Queryable } from './transaction.js';
 
 const statements = perSchema((t) => ({
@@ -16,7 +16,7 @@ const statements = perSchema((t) => ({
   cancelRuns: namedStatement(
     'cancel_runs_of_removed_jobs',
     `UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), error = $2
-     WHERE state IN ${ACTIVE_SQL} AND kind = 'job' AND split_part(job, '/', 1) <> ALL($1::text[])
+     WHERE ${UNFINISHED} AND state IN ${ACTIVE_SQL} AND kind = 'job' AND split_part(job, '/', 1) <> ALL($1::text[])
        AND job NOT LIKE 'node-cron:%'
        AND created_at < now() - $3::bigint * interval '1 millisecond'
      RETURNING id, job`,
@@ -26,7 +26,7 @@ const statements = perSchema((t) => ({
     'forget_removed_jobs',
     `DELETE FROM ${t.jobState} s
      WHERE split_part(s.job, '/', 1) <> ALL($1::text[]) AND s.job NOT LIKE 'node-cron:%'
-       AND NOT EXISTS (SELECT 1 FROM ${t.runs} r WHERE r.job = s.job AND r.state IN ${ACTIVE_SQL})
+       AND NOT EXISTS (SELECT 1 FROM ${t.runs} r WHERE r.job = s.job AND r.${UNFINISHED} AND r.state IN ${ACTIVE_SQL})
      RETURNING s.job`,
   ),
 }));

@@ -22,4 +22,14 @@ export function sqlStateList(states: readonly RunState[]): string {
 }
 
 export const ACTIVE_SQL = sqlStateList(activeRunStates);
+
+/**
+ * The predicate of the partial indexes of unfinished runs (cw_runs_active, cw_runs_limit_waiting):
+ * a run is active exactly when its finished_at is NULL (every writer of `state` keeps the two
+ * together; test/integration/ledger-contract.test.ts checks it). Not `state` itself: a column an
+ * index names, in its key or its predicate, makes every update of it a non-HOT update that writes
+ * an entry into each of the table's indexes, and the claim (pending → running) changes `state`.
+ * A query that wants those indexes says `finished_at IS NULL` beside its state test.
+ */
+export const UNFINISHED = 'finished_at IS NULL';
 export const FINISHED_SQL = sqlStateList(finishedRunStates);

@@ -6,6 +6,7 @@
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import type { Queryable } from './transaction.js';
+import { UNFINISHED } from './run-states.js';
 
 /** SQL: the claimer of run `r` beat within `window` ms (a placeholder naming the window). */
 export function claimerAlive(t: Tables, window: string): string {
@@ -25,7 +26,7 @@ const statements = perSchema((t) => ({
   orphans: namedStatement(
     'orphaned_runs',
     `SELECT r.id FROM ${t.runs} r
-     WHERE r.state = 'running' AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1 AND NOT ${claimerAlive(t, '$2')}
+     WHERE r.${UNFINISHED} AND r.state = 'running' AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1 AND NOT ${claimerAlive(t, '$2')}
      ORDER BY r.claim_token LIMIT $3`,
   ),
 }));

@@ -1,5 +1,7 @@
 /** The ledger contract on the real Ledger, against a scratch PostgreSQL database. */
+import assert from 'node:assert/strict';
 import { Ledger } from '../../src/ledger/ledger.js';
+import { ACTIVE_SQL } from '../../src/ledger/run-states.js';
 import { ledgerContract } from '../support/ledger-contract.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
@@ -52,5 +54,16 @@ ledgerContract('PostgreSQL', {
   },
   async close() {
     await db?.drop();
+  },
+  invariants: {
+    // What the partial indexes of unfinished runs rely on (UNFINISHED in src/ledger/run-states.ts).
+    async 'a run is active exactly when its finished_at is NULL'() {
+      const res = await db!.pool.query<{ id: string; state: string; finished_at: Date | null }>(
+        `SELECT id::text, state, finished_at FROM cw_runs WHERE (finished_at IS NULL) <> (state IN ${ACTIVE_SQL})`,
+      );
+      assert.deepEqual(res.rows, []);
+      const all = await db!.pool.query<{ n: number }>('SELECT count(DISTINCT state)::int AS n FROM cw_runs');
+      assert.ok(all.rows[0]!.n >= 5, `the scenarios left runs in ${all.rows[0]!.n} states`);
+    },
   },
 });

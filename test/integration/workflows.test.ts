@@ -11,6 +11,7 @@ import { pino } from 'pino';
 import { defineWorkflow } from '../../src/jobs/define-workflow.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
 import { Replica } from '../../src/replica/replica.js';
+import { ACTIVE_SQL } from '../../src/ledger/run-states.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
@@ -428,5 +429,12 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       run.steps.map((s) => s.step),
       ['list'],
     );
+  });
+
+  it('after every test: a run is active exactly when its finished_at is NULL (what the unfinished-run indexes rely on)', async () => {
+    const res = await db.pool.query(
+      `SELECT id, kind, state, finished_at FROM ${db.schema}.cw_runs WHERE (finished_at IS NULL) <> (state IN ${ACTIVE_SQL})`,
+    );
+    assert.deepEqual(res.rows, []);
   });
 });

@@ -821,6 +821,8 @@ export interface ContractTarget {
   /** Open the ledger once for the suite (a scratch database with `contract_effects`, or the fakes). */
   open(): Promise<LedgerUnderTest>;
   close?(): Promise<void>;
+  /** Checks over everything the scenarios left in the ledger, run after the last of them. */
+  invariants?: Record<string, () => Promise<void>>;
 }
 
 /** Run every scenario on `target`, one test each. */
@@ -844,5 +846,6 @@ export function ledgerContract(label: string, target: ContractTarget): void {
         });
       });
     });
+    for (const [name, check] of Object.entries(target.invariants ?? {})) it(`after every scenario: ${name}`, check);
   });
 }

@@ -29,7 +29,7 @@ export interface PostgresCluster {
 }
 
 /** Where initdb and postgres live: on PATH, else the newest /usr/lib/postgresql/<v>/bin. */
-export function binary(name: 'initdb' | 'postgres' | 'pg_basebackup'): string {
+export function binary(name: 'initdb' | 'postgres' | 'pg_basebackup' | 'pg_waldump'): string {
   for (const dir of (process.env.PATH ?? '').split(':')) {
     if (dir && existsSync(join(dir, name))) return join(dir, name);
   }
@@ -57,7 +57,7 @@ export function postgresUser(): { uid: number; gid: number } | undefined {
  * still hold the old shared memory.
  */
 export class PostgresServerProcess extends ServerProcess {
-  private readonly dataDir: string;
+  readonly dataDir: string;
 
   constructor(spec: ServerSpec, dir: string, dataDir: string) {
     super(spec, dir);
