@@ -50,35 +50,49 @@ export async function finishRuns(db: Queryable, t: Tables, requests: readonly Fi
 }
 
 /**
- * The statement that completes a group of runs inside their handlers' transaction, as SQL with no
- * parameters (it goes out with COMMIT in one simple-protocol round trip), refusing the whole
- * transaction when any completion is refused: it then raises REFUSED_COMPLETION, which aborts the
- * transaction so COMMIT cannot commit the handlers' writes.
+ * The statement that completes a group of runs inside their handlers' transaction, refusing the
+ * whole transaction when any completion is refused: it then raises REFUSED_COMPLETION, which
+ * aborts the transaction so COMMIT cannot commit the handlers' writes. Prepared once per
+ * connection with SQL PREPARE (so it is planned once, not at every group), and sent as EXECUTE
+ * with COMMIT in one simple-protocol round trip.
  */
-export function completeGroupStatement(
+export async function completeGroupStatement(
+  client: Queryable,
   t: Tables,
   runs: readonly { runId: bigint; token: bigint; attempt: number }[],
-): string {
+): Promise<string> {
+  const s = statements(t).completeGroup;
+  let names = preparedOn.get(client);
+  if (!names) preparedOn.set(client, (names = new Set()));
+  if (!names.has(s.name)) {
+    await client.query(`PREPARE ${s.name}(bigint[], bigint[], int[]) AS ${s.text}`);
+    names.add(s.name);
+  }
   const ints = (xs: readonly (bigint | number)[]) => `'{${xs.map(sqlInt).join(',')}}'`;
-  const n = runs.length;
-  const ctes = finishCtes(
-    t,
-    `${ints(runs.map((r) => r.runId))}`,
-    `${ints(runs.map((r) => r.token))}`,
-    `array_fill('completed'::text, ARRAY[${n}])`,
-    `${ints(runs.map((r) => r.attempt))}`,
-    `array_fill(NULL::text, ARRAY[${n}])`,
-    `array_fill(NULL::text, ARRAY[${n}])`,
-    `array_fill(NULL::bigint, ARRAY[${n}])`,
-    `array_fill(false, ARRAY[${n}])`,
-  );
-  // A cast of the refusal text to int fails, naming itself, when fewer runs were accepted than asked.
-  return `${ctes}
-    SELECT CASE WHEN (SELECT count(*) FROM run) = ${n} THEN true
-      ELSE ('${REFUSED_COMPLETION}' || (SELECT count(*) FROM run))::int > 0 END AS accepted`;
+  return `EXECUTE ${s.name}(${ints(runs.map((r) => r.runId))}, ${ints(runs.map((r) => r.token))}, ${ints(runs.map((r) => r.attempt))})`;
 }
 
+/** The statements each connection has prepared with SQL PREPARE (a session's, whatever its transactions do). */
+const preparedOn = new WeakMap<object, Set<string>>();
+
 const statements = perSchema((t) => ({
+  /** Complete the runs $1 (tokens $2, attempts $3); a cast error naming REFUSED_COMPLETION unless all were accepted. */
+  completeGroup: namedStatement(
+    'complete_group',
+    `${finishCtes(
+      t,
+      '$1',
+      '$2',
+      "array_fill('completed'::text, ARRAY[cardinality($1)])",
+      '$3',
+      'array_fill(NULL::text, ARRAY[cardinality($1)])',
+      'array_fill(NULL::text, ARRAY[cardinality($1)])',
+      'array_fill(NULL::bigint, ARRAY[cardinality($1)])',
+      'array_fill(false, ARRAY[cardinality($1)])',
+    )}
+    SELECT CASE WHEN (SELECT count(*) FROM run) = cardinality($1) THEN true
+      ELSE ('${REFUSED_COMPLETION}' || (SELECT count(*) FROM run))::int > 0 END AS accepted`,
+  ),
   /** Record outcomes: arrays of run ids, tokens, outcomes, attempts, messages, stacks, retry delays, failures. */
   finish: namedStatement(
     'finish_runs',

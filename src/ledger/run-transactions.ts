@@ -43,8 +43,8 @@ export async function commitOne<T>(
   claim: TransactingAttempt,
   fn: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<TransactionResult<T>> {
-  const result = await commitOneThen(pool, t, claim, fn, async (_client, _value, commitWith) =>
-    (await completeAndCommit(t, [claim], commitWith)) ? true : null,
+  const result = await commitOneThen(pool, t, claim, fn, async (client, _value, commitWith) =>
+    (await completeAndCommit(client, t, [claim], commitWith)) ? true : null,
   );
   return result.status === 'committed' ? { status: 'committed', value: result.value } : result;
 }
@@ -132,6 +132,7 @@ export async function commitGroup(
       // whose check then finds what did commit.
       if (
         !(await completeAndCommit(
+          client,
           t,
           going.map((i) => items[i]!.claim),
           commitWith,
@@ -168,12 +169,13 @@ export function checkStatement(t: Tables, claims: readonly TransactingAttempt[])
 
 /** The group's completion and COMMIT in one round trip; false when any completion was refused. */
 async function completeAndCommit(
+  client: Queryable,
   t: Tables,
   claims: readonly TransactingAttempt[],
   commitWith: (sql: string) => Promise<unknown>,
 ): Promise<boolean> {
   try {
-    await commitWith(completeGroupStatement(t, claims));
+    await commitWith(await completeGroupStatement(client, t, claims));
     return true;
   } catch (err) {
     if (err instanceof Error && err.message.includes(REFUSED_COMPLETION)) return false;
