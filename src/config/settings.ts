@@ -205,8 +205,10 @@ export const settings = {
   workerLockMs: {
     ...bounded(replicaSettings.lockDurationMs),
     arg: 'ms',
-    description: "BullMQ's lock on a running run: a dead or frozen worker's run is re-delivered after it",
-    details: 'A frozen one that wakes is fenced out',
+    description:
+      "BullMQ's lock on a delivery while its runs wait for this replica's handler slots: a dead worker's unclaimed runs go to another after it",
+    details:
+      'A claimed run does not depend on it: a run whose worker stopped beating for a lease TTL is taken over by a live worker within about a second more, and a frozen one that wakes is fenced out',
   },
   shutdownGraceMs: {
     ...bounded(replicaSettings.shutdownGraceMs),

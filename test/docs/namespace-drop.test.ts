@@ -62,11 +62,13 @@ it('the documented commands drop every Redis key and the schema of a namespace, 
     const named = new Set([...keptInRedis.matchAll(/`([a-z-]+)`/g)].map((m) => m[1]!));
     for (const key of before) {
       const queueKey = key.startsWith(`bull:cronwarden-${ns}:`) ? key.slice(`bull:cronwarden-${ns}:`.length) : null;
-      if (queueKey !== null && /^run-[0-9a-f]{12}-\d+(:lock)?$/.test(queueKey)) {
+      if (queueKey !== null && /^runs?-[0-9a-f]{12}-\d+(-\d+|-r\d+)?(:lock)?$/.test(queueKey)) {
         assert.match(
           keptInRedis,
           /`bull:cronwarden-<namespace>:run-<ledger>-<run id>`, where\s+`<ledger>` is the first 12 hex digits/,
         );
+        if (queueKey.startsWith('runs-')) assert.match(keptInRedis, /`…:runs-<ledger>-<first run id>-<count>`/);
+        if (/-r\d+(:lock)?$/.test(queueKey)) assert.match(keptInRedis, /`…:run-<ledger>-<run id>-r<n>`/);
         if (queueKey.endsWith(':lock')) assert.match(keptInRedis, /`…:run-<ledger>-<run id>:lock`/);
       } else if (queueKey !== null) assert.ok(named.has(queueKey), `the guide names the queue's \`${queueKey}\``);
       else assert.match(key, new RegExp(`^cronwarden:lease:cronwarden/${ns}/scheduler(#token)?$`), key);
