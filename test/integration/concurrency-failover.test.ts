@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createTestDatabase } from '../support/postgres-database.js';
-import { ReplicaChild } from '../support/replica-cluster.js';
+import { createEffectsTable, replicaProcesses, type ReplicaChild } from '../support/replica-cluster.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 interface Span {
@@ -39,30 +39,20 @@ describe('a concurrency limit across three replica processes', () => {
     { timeout: 150_000 },
     async () => {
       const db = await createTestDatabase();
-      await db.pool.query(
-        'CREATE TABLE cw_test_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)',
-      );
+      await createEffectsTable(db);
       await db.pool.query(
         'CREATE TABLE cw_test_spans (id serial PRIMARY KEY, run_id bigint NOT NULL, replica text NOT NULL, entered_at timestamptz NOT NULL, exited_at timestamptz)',
       );
-      const namespace = `lim${randomUUID().slice(0, 8)}`;
-      const replicas = ['r1', 'r2', 'r3'].map(
-        (id) =>
-          new ReplicaChild({
-            replicaId: id,
-            namespace,
-            schema: db.schema,
-            backend: { kind: 'postgres', url: db.url },
-            databaseUrl: db.url,
-            redisUrl: SHARED_REDIS_URL,
-            jobs: 5,
-            ttlMs: 2000,
-            effectAfterMs: 1500,
-            handlerMs: 700,
-            spans: true,
-            jobOptions: { concurrency: { key: 'shared-api', limit: 2 }, overlap: 'skip' },
-          }),
-      );
+      const replicas = replicaProcesses(db, {
+        namespace: `lim${randomUUID().slice(0, 8)}`,
+        redisUrl: SHARED_REDIS_URL,
+        jobs: 5,
+        ttlMs: 2000,
+        effectAfterMs: 1500,
+        handlerMs: 700,
+        spans: true,
+        jobOptions: { concurrency: { key: 'shared-api', limit: 2 }, overlap: 'skip' },
+      });
       try {
         // The moment one replica runs both slots' handlers, in the part before their effect.
         const deadline = Date.now() + 60_000;

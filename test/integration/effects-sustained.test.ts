@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { checkHistory, readHistory } from '../../src/drill/checker.js';
 import { createTestDatabase } from '../support/postgres-database.js';
-import { ReplicaChild, waitForLeader } from '../support/replica-cluster.js';
+import { createEffectsTable, ReplicaChild, waitForLeader } from '../support/replica-cluster.js';
 import type { ReplicaProcessConfig } from '../fixtures/replica-process.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
@@ -23,9 +23,7 @@ it(
   { timeout: 240_000 },
   async () => {
     const db = await createTestDatabase();
-    await db.pool.query(
-      'CREATE TABLE cw_test_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)',
-    );
+    await createEffectsTable(db);
     const namespace = `sus${randomUUID().slice(0, 8)}`;
     const config = (id: string): ReplicaProcessConfig => ({
       replicaId: id,

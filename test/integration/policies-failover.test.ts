@@ -12,7 +12,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
-import { ReplicaChild, waitForLeader } from '../support/replica-cluster.js';
+import { createEffectsTable, replicaProcesses, waitForLeader, type ReplicaChild } from '../support/replica-cluster.js';
 import type { ReplicaProcessConfig } from '../fixtures/replica-process.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
@@ -30,25 +30,15 @@ interface RunRow {
 
 async function cluster(jobOptions: ReplicaProcessConfig['jobOptions'] = {}, ttlMs = TTL_MS, standInGraceMs?: number) {
   const db = await createTestDatabase();
-  await db.pool.query(
-    'CREATE TABLE cw_test_effects (run_id bigint NOT NULL, job text NOT NULL, scheduled_at timestamptz NOT NULL, token bigint NOT NULL, replica text NOT NULL)',
-  );
-  const namespace = `pol${randomUUID().slice(0, 8)}`;
-  const replicas = ['r1', 'r2', 'r3'].map(
-    (id) =>
-      new ReplicaChild({
-        replicaId: id,
-        namespace,
-        schema: db.schema,
-        backend: { kind: 'postgres', url: db.url },
-        databaseUrl: db.url,
-        redisUrl: SHARED_REDIS_URL,
-        jobs: 2,
-        ttlMs,
-        jobOptions,
-        standInGraceMs,
-      }),
-  );
+  await createEffectsTable(db);
+  const replicas = replicaProcesses(db, {
+    namespace: `pol${randomUUID().slice(0, 8)}`,
+    redisUrl: SHARED_REDIS_URL,
+    jobs: 2,
+    ttlMs,
+    jobOptions,
+    standInGraceMs,
+  });
   return { db, replicas };
 }
 
