@@ -24,7 +24,7 @@
  *
  * `npm run bench -- kill-leader [--duration 60] [--kill-every 20] [--backend postgres|redis|etcd]
  *   [--systems bullmq,cronwarden | all] [--work-ms 1000] [--worker-lock-ms 5000]
- *   [--lease-ttl-ms N] [--near-kill 10] [--json]`
+ *   [--lease-ttl-ms N] [--stand-in-grace-ms N] [--near-kill 10] [--json]`
  * Systems: bullmq, bullmq-work, cronwarden, cronwarden-work. The "-work" systems let handlers work `--work-ms` after their effect, which is when a kill
  * catches runs that have written their effect but not finished.
  */
@@ -71,6 +71,8 @@ interface Options {
   workMs: number;
   workerLockMs: number;
   leaseTtlMs: number | undefined;
+  /** Passed as CRONWARDEN_STAND_IN_GRACE_MS; the default is the setting's. */
+  standInGraceMs: number | undefined;
   nearKillMs: number;
   json: boolean;
 }
@@ -107,6 +109,7 @@ function parseOptions(argv: string[]): Options {
       'work-ms': { type: 'string', default: '1000' },
       'worker-lock-ms': { type: 'string', default: '5000' },
       'lease-ttl-ms': { type: 'string' },
+      'stand-in-grace-ms': { type: 'string' },
       'near-kill': { type: 'string', default: '10' },
       json: { type: 'boolean', default: false },
     },
@@ -137,6 +140,10 @@ function parseOptions(argv: string[]): Options {
     leaseTtlMs:
       values['lease-ttl-ms'] === undefined ? undefined : positive('lease-ttl-ms', values['lease-ttl-ms'], 1000),
     nearKillMs: positive('near-kill', values['near-kill'], 1) * 1000,
+    standInGraceMs:
+      values['stand-in-grace-ms'] === undefined
+        ? undefined
+        : positive('stand-in-grace-ms', values['stand-in-grace-ms'], 0),
     json: values.json,
   };
 }
@@ -279,6 +286,7 @@ function cronwardenContender(
     BENCH_WORK_MS: String(workMs),
   };
   if (o.leaseTtlMs !== undefined) settings.CRONWARDEN_LEASE_TTL_MS = String(o.leaseTtlMs);
+  if (o.standInGraceMs !== undefined) settings.CRONWARDEN_STAND_IN_GRACE_MS = String(o.standInGraceMs);
   if (etcd) settings.CRONWARDEN_ETCD_ENDPOINTS = etcd.endpoints.join(',');
   const replicas: Replica[] = [];
   const everyChild: EventedChild[] = [];
@@ -297,7 +305,7 @@ function cronwardenContender(
     return { child, adminUrl: `http://127.0.0.1:${port}` };
   };
   return {
-    label: `cronwarden (${o.backend} lease${o.leaseTtlMs ? `, TTL ${o.leaseTtlMs} ms` : ''}), ctx.transaction${workMs > 0 ? `, work ${workMs} ms after effect` : ''}`,
+    label: `cronwarden (${o.backend} lease${o.leaseTtlMs ? `, TTL ${o.leaseTtlMs} ms` : ''}${o.standInGraceMs !== undefined ? `, grace ${o.standInGraceMs} ms` : ''}), ctx.transaction${workMs > 0 ? `, work ${workMs} ms after effect` : ''}`,
     db,
     async start() {
       const migrated = await run(process.execPath, [bin, 'migrate'], {
@@ -542,6 +550,7 @@ export async function benchKillLeader(argv: string[] = []): Promise<Record<strin
     workMs: o.workMs,
     workerLockMs: o.workerLockMs,
     leaseTtlMs: o.leaseTtlMs ?? 'default',
+    standInGraceMs: o.standInGraceMs ?? 'default',
     nearKillMs: o.nearKillMs,
     results,
   };

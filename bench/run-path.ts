@@ -30,9 +30,9 @@ import { cpuMsOf, loadAverage, ownCpuMs } from './cpu.js';
 import { fmt, table } from './stats.js';
 
 const CONCURRENCY = 10;
-type Workload = 'write' | 'empty';
+export type Workload = 'write' | 'empty';
 
-interface Servers {
+export interface Servers {
   pg: PostgresCluster;
   redis: TestRedis;
   pool: pg.Pool;
@@ -58,26 +58,9 @@ export async function benchRunPath(): Promise<Record<string, unknown>> {
   const results: Record<string, unknown> = { runs, concurrency: CONCURRENCY, loadBefore };
   try {
     for (const w of workloads) {
-      const raw1 = await rawRound(s, w, runs);
-      const ours1 = await oursRound(s, w, runs);
-      const ours2 = await oursRound(s, w, runs);
-      const raw2 = await rawRound(s, w, runs);
-      const raw = sum(raw1, raw2, runs);
-      const ours = sum(ours1, ours2, runs);
-      results[w] = { raw, ours, ratio: ours.runsPerSecond / raw.runsPerSecond };
-      table(`Run path, ${w} handler: ${2 * runs} runs each, concurrency ${CONCURRENCY}`, [
-        row('raw BullMQ', raw),
-        row('cronwarden', ours),
-        {
-          who: 'ratio',
-          'runs/s': fmt(ours.runsPerSecond / raw.runsPerSecond),
-          'CPU ms/run': '',
-          node: '',
-          postgres: '',
-          redis: '',
-          'WAL B/run': '',
-        },
-      ]);
+      const result = await compareRunPath(s, w, runs);
+      results[w] = result;
+      table(`Run path, ${w} handler: ${2 * runs} runs each, concurrency ${CONCURRENCY}`, runPathRows(result));
     }
   } finally {
     results.loadAfter = loadAverage();
@@ -88,6 +71,31 @@ export async function benchRunPath(): Promise<Record<string, unknown>> {
     await s.pg.cleanup();
   }
   return results;
+}
+
+export type RunPathComparison = { raw: ReturnType<typeof sum>; ours: ReturnType<typeof sum>; ratio: number };
+
+/**
+ * The raw BullMQ worker and cronwarden's run path on the same servers, rounds raw, ours, ours, raw
+ * (so a drift in the machine's load weighs on both), `runs` runs a round. `speed` reports the same.
+ */
+export async function compareRunPath(s: Servers, w: Workload, runs: number): Promise<RunPathComparison> {
+  const raw1 = await rawRound(s, w, runs);
+  const ours1 = await oursRound(s, w, runs);
+  const ours2 = await oursRound(s, w, runs);
+  const raw2 = await rawRound(s, w, runs);
+  const raw = sum(raw1, raw2, runs);
+  const ours = sum(ours1, ours2, runs);
+  return { raw, ours, ratio: ours.runsPerSecond / raw.runsPerSecond };
+}
+
+/** The comparison as table rows: each side's runs/s, CPU per run by process, WAL per run; the ratio. */
+export function runPathRows(c: RunPathComparison): Record<string, string>[] {
+  return [
+    row('raw BullMQ', c.raw),
+    row('cronwarden', c.ours),
+    { who: 'ratio', 'runs/s': fmt(c.ratio), 'CPU ms/run': '', node: '', postgres: '', redis: '', 'WAL B/run': '' },
+  ];
 }
 
 function row(who: string, r: ReturnType<typeof sum>): Record<string, string> {

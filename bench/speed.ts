@@ -1,27 +1,23 @@
 /**
- * `npm run bench -- speed`: issue 14's speed figures, each beside a raw baseline of the same run.
+ * `npm run bench -- speed`: the speed figures (issues 14 and 26), each beside a raw baseline of the same run.
  * - Lateness per load: N jobs due in the same second (default 1, 100, 1,000; `--loads 1,100,1000,10000`),
  *   a no-op handler, worker concurrency 10, `--replicas R` replicas (default 1). Three figures per
  *   load: commit (ledger), enqueued (handed to BullMQ), handler start, each minus the scheduled instant.
  * - Raw PostgreSQL: 250-row inserts from one connection (rows/s).
  * - Raw BullMQ addBulk (jobs/s) against the FireLoop's fires/s (committed and handed to BullMQ).
- * - Per-run overhead: runs/s of a handler whose ctx.transaction writes one row, against a raw BullMQ
- *   worker whose handler does the same insert in its own transaction, same concurrency (`--runs N`).
+ * - Per-run overhead: the run-path bench's comparison (`--runs N` a round, default 10,000), write
+ *   and empty handlers against a raw BullMQ worker, with issue 26's targets.
  */
 import { randomUUID } from 'node:crypto';
-import { Queue, Worker } from 'bullmq';
+import { Queue } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
 import { pino } from 'pino';
 import { defineJob } from '../src/jobs/define-job.js';
-import { JobRegistry } from '../src/jobs/job-registry.js';
-import { BullmqDelivery } from '../src/jobs/bullmq-delivery.js';
-import { BullmqWorker } from '../src/jobs/bullmq-worker.js';
-import { RunExecutor } from '../src/jobs/run-executor.js';
-import { Ledger } from '../src/ledger/ledger.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../src/locks/memory.js';
 import { Replica } from '../src/replica/replica.js';
 import { createTestDatabase } from '../test/support/postgres-database.js';
+import { compareRunPath, runPathRows, servers } from './run-path.js';
 import { throughput } from './scheduler.js';
 import { fmt, summarize, table } from './stats.js';
 
@@ -36,7 +32,7 @@ function flag(name: string, fallback: string): string {
 export async function benchSpeed(): Promise<Record<string, unknown>> {
   const loads = flag('loads', '1,100,1000').split(',').map(Number);
   const replicas = Number(flag('replicas', '1'));
-  const runs = Number(flag('runs', '2000'));
+  const runs = Number(flag('runs', '10000'));
   // `--only perRun,lateness` runs a subset (rawPostgres, firePath, perRun, lateness).
   const only = flag('only', 'rawPostgres,firePath,perRun,lateness').split(',');
   const results: Record<string, unknown> = { machine: 'shared 2-core machine, loaded by other work' };
@@ -77,129 +73,32 @@ async function rawPostgres() {
   }
 }
 
-/** Wait until `count()` reaches n (polled), or throw after timeoutMs. */
-async function until(n: number, count: () => Promise<number>, timeoutMs: number): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    if ((await count()) >= n) return;
-    if (Date.now() > end) throw new Error(`timed out waiting for ${n} (have ${await count()})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
 /**
- * Runs/s through BullMQ with a handler writing one row transactionally: raw (its own BEGIN /
- * INSERT / COMMIT) vs cronwarden (claim, ctx.transaction, completion). Each round fills its queue
- * before its worker starts; the clock runs from worker start to the last completion. Rounds go
- * raw, ours, ours, raw, so a change in the machine's load over the run weighs on both alike.
+ * Runs/s with a handler writing one row in `ctx.transaction`, against a raw BullMQ worker doing the
+ * same INSERT in its own transaction: the run-path bench's comparison (the same servers, rounds and
+ * wiring as a replica's), with issue 26's targets beside it.
  */
-async function perRunOverhead(n: number) {
-  const db = await createTestDatabase();
-  const redis = new Redis(REDIS_URL, { maxRetriesPerRequest: null });
-  const pool = new pg.Pool({ connectionString: db.url, max: 10 });
-  await pool.query('CREATE TABLE public.effects (run text PRIMARY KEY, at timestamptz NOT NULL DEFAULT now())');
+async function perRunOverhead(runs: number) {
+  const s = await servers();
   try {
-    const half = Math.ceil(n / 2);
-    let rawSeconds = await rawRound(redis, pool, half, 'a');
-    let oursSeconds = await oursRound(redis, pool, half, 0);
-    oursSeconds += await oursRound(redis, pool, half, half);
-    rawSeconds += await rawRound(redis, pool, half, 'b');
-    const raw = (2 * half) / rawSeconds;
-    const ours = (2 * half) / oursSeconds;
-    table(`Per-run overhead: ${2 * half} runs each, one transactional insert each, concurrency ${CONCURRENCY}`, [
-      {
-        'cronwarden runs/s': fmt(ours, 0),
-        'raw BullMQ runs/s': fmt(raw, 0),
-        ratio: fmt(ours / raw),
-        target: '>= 0.50',
-      },
-    ]);
-    return { runs: 2 * half, oursPerSecond: ours, rawPerSecond: raw, ratio: ours / raw };
+    const write = await compareRunPath(s, 'write', runs);
+    const empty = await compareRunPath(s, 'empty', runs);
+    const targets = [
+      { measure: 'write: runs/s vs raw worker', value: fmt(write.ratio), target: '>= 2' },
+      { measure: 'empty handler: runs/s vs raw worker', value: fmt(empty.ratio), target: '>= 1' },
+      { measure: 'write: CPU ms per run', value: fmt(write.ours.cpuMsPerRun.total, 3), target: '<= 0.4' },
+      { measure: 'write: WAL bytes per run', value: fmt(write.ours.walBytesPerRun, 0), target: '<= 1024' },
+    ];
+    table(`Per-run overhead, write handler: ${2 * runs} runs each, concurrency 10`, runPathRows(write));
+    table(`Per-run overhead, empty handler: ${2 * runs} runs each, concurrency 10`, runPathRows(empty));
+    table('Run path against its targets', targets);
+    return { runs: 2 * runs, write, empty };
   } finally {
-    await pool.end();
-    await redis.quit();
-    await db.drop();
+    await s.pool.end();
+    await s.conn.quit();
+    await s.redis.cleanup();
+    await s.pg.cleanup();
   }
-}
-
-/** A raw BullMQ worker whose handler inserts one row in its own transaction: seconds for n runs. */
-async function rawRound(redis: Redis, pool: pg.Pool, n: number, tag: string): Promise<number> {
-  const name = `raw-${randomUUID().slice(0, 8)}`;
-  const queue = new Queue(name, { connection: redis });
-  for (let i = 0; i < n; i += 1000) {
-    const size = Math.min(1000, n - i);
-    await queue.addBulk(
-      Array.from({ length: size }, (_, k) => ({
-        name: 'raw',
-        data: { id: `${tag}${i + k}` },
-        opts: { jobId: `r${i + k}` },
-      })),
-    );
-  }
-  const t = performance.now();
-  const worker = new Worker(
-    name,
-    async (job) => {
-      const c = await pool.connect();
-      try {
-        await c.query('BEGIN');
-        await c.query('INSERT INTO public.effects (run) VALUES ($1)', [(job.data as { id: string }).id]);
-        await c.query('COMMIT');
-      } finally {
-        c.release();
-      }
-    },
-    { connection: redis.duplicate({ maxRetriesPerRequest: null }), concurrency: CONCURRENCY },
-  );
-  await until(n, () => queue.getCompletedCount(), 120_000);
-  const seconds = (performance.now() - t) / 1000;
-  await worker.close();
-  await queue.obliterate({ force: true });
-  await queue.close();
-  return seconds;
-}
-
-/** cronwarden: n runs committed and enqueued first, then claimed and completed: seconds for n runs. */
-async function oursRound(redis: Redis, pool: pg.Pool, n: number, offset: number): Promise<number> {
-  const ns = `run${randomUUID().slice(0, 8)}`;
-  const job = defineJob({
-    name: 'write',
-    schedule: '0 0 1 1 *',
-    handler: async (ctx) => {
-      await ctx.transaction((tx) => tx.query('INSERT INTO public.effects (run) VALUES ($1)', [ctx.runId]));
-    },
-  });
-  const registry = new JobRegistry([job]);
-  const ledger = new Ledger(pool);
-  const delivery = new BullmqDelivery({ connection: redis, namespace: ns, registry, ledger });
-  const stamp = { fenceResource: 'bench', token: 1n, replicaId: 'bench', stillLeading: () => true };
-  const base = Date.UTC(2026, 0, 1) + offset * 1000;
-  for (let i = 0; i < n; i += 250) {
-    const fires = Array.from({ length: Math.min(250, n - i) }, (_, k) => ({
-      job: 'write',
-      scheduledAt: new Date(base + (i + k) * 1000),
-      trigger: 'schedule' as const,
-    }));
-    const res = await ledger.fires.commitFires(fires, stamp);
-    await delivery.enqueue(res.committed);
-  }
-  const logger = pino({ level: 'silent' });
-  const executor = new RunExecutor({ ledger: ledger.runs, registry, replicaId: 'bench', logger });
-  const worker = new BullmqWorker({ redis, namespace: ns, executor, logger, concurrency: CONCURRENCY });
-  executor.setPublisher(worker.publisherFor());
-  const t = performance.now();
-  await worker.start();
-  await until(n, () => delivery.queue.getCompletedCount(), 300_000);
-  const seconds = (performance.now() - t) / 1000;
-  await worker.close(1000);
-  const done = await pool.query<{ n: string }>(
-    `SELECT count(*) AS n FROM ${ledger.tables.runs} WHERE state = 'completed' AND scheduled_at >= $1`,
-    [new Date(base)],
-  );
-  if (Number(done.rows[0]!.n) !== n) throw new Error(`ledger has ${done.rows[0]!.n} completed runs, expected ${n}`);
-  await delivery.queue.obliterate({ force: true });
-  await delivery.close();
-  return seconds;
 }
 
 /** The seconds/minutes cron fields that fire at each of `instants` (whole seconds, within an hour). */
@@ -255,7 +154,15 @@ async function lateness(load: number, replicas: number) {
   try {
     for (const node of nodes) await node.start();
     const deadline = instants.at(-1)! + 60_000 + load * 5;
-    while (handlerLate.length < expected && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    // Memory while the backlog drains: the largest RSS and heap seen (this process runs every replica).
+    let rssMax = 0;
+    let heapMax = 0;
+    while (handlerLate.length < expected && Date.now() < deadline) {
+      const m = process.memoryUsage();
+      rssMax = Math.max(rssMax, m.rss);
+      heapMax = Math.max(heapMax, m.heapUsed);
+      await new Promise((r) => setTimeout(r, 50));
+    }
     const queued = await queue.getJobs(['completed', 'active', 'waiting', 'delayed'], 0, -1);
     const enqueueLate = queued
       .filter((j) => instants.includes(Date.parse((j.data as { scheduledAt: string }).scheduledAt)))
@@ -263,12 +170,25 @@ async function lateness(load: number, replicas: number) {
     const c = summarize(commitLate);
     const e = summarize(enqueueLate);
     const h = summarize(handlerLate);
+    // Issue 26's targets for one replica: handler start p99 ≤ 250 ms at 1,000 due, ≤ 2 s at 10,000.
+    const target = replicas !== 1 ? '' : load === 1000 ? '<= 250' : load === 10_000 ? '<= 2000' : '';
+    // The drain: handler starts per second from the first start to the last, the sustained rate.
+    const firstStart = handlerLate.reduce((a, b) => Math.min(a, b), Infinity);
+    const drainSeconds = h.n > 1 ? (h.max - firstStart) / 1000 : 0;
+    const drainRate = drainSeconds > 0 ? h.n / drainSeconds : 0;
     table(`Lateness, ${load} due in the same second, ${bursts} burst(s), ${replicas} replica(s), concurrency 10`, [
-      { measure: 'commit', 'p50 ms': fmt(c.p50, 0), 'p99 ms': fmt(c.p99, 0), n: c.n },
-      { measure: 'enqueued', 'p50 ms': fmt(e.p50, 0), 'p99 ms': fmt(e.p99, 0), n: e.n },
-      { measure: 'handler start', 'p50 ms': fmt(h.p50, 0), 'p99 ms': fmt(h.p99, 0), n: h.n },
+      { measure: 'commit', 'p50 ms': fmt(c.p50, 0), 'p99 ms': fmt(c.p99, 0), n: c.n, target: '' },
+      { measure: 'enqueued', 'p50 ms': fmt(e.p50, 0), 'p99 ms': fmt(e.p99, 0), n: e.n, target: '' },
+      { measure: 'handler start', 'p50 ms': fmt(h.p50, 0), 'p99 ms': fmt(h.p99, 0), n: h.n, target },
     ]);
-    return { load, bursts, replicas, expected, commit: c, enqueued: e, handlerStart: h };
+    // (one burst only: with several, the spread of lateness is not a drain time)
+    if (bursts === 1)
+      console.log(
+        `drain: ${fmt(drainRate, 0)} handler starts/s over ${fmt(drainSeconds, 1)} s; ` +
+          `largest RSS ${fmt(rssMax / 2 ** 20, 0)} MB, heap ${fmt(heapMax / 2 ** 20, 0)} MB` +
+          (h.n < expected ? `; only ${h.n} of ${expected} started before the deadline` : ''),
+      );
+    return { load, bursts, replicas, expected, commit: c, enqueued: e, handlerStart: h, drainRate, rssMax, heapMax };
   } finally {
     for (const node of nodes) await node.stop();
     await queue.obliterate({ force: true }).catch(() => {});
