@@ -9,9 +9,6 @@ import { reportClientErrors } from '../db/client-errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { JobRegistry } from '../jobs/job-registry.js';
 import { BullmqDelivery } from '../jobs/bullmq-delivery.js';
-import { BullmqWorker } from '../jobs/bullmq-worker.js';
-import { RunExecutor } from '../jobs/run-executor.js';
-import { RunLedgerBatches } from '../jobs/run-ledger-batches.js';
 import type { CommittedFire } from '../ledger/fire-ledger.js';
 import { Ledger } from '../ledger/ledger.js';
 import type { JobPause, PauseRequest } from '../ledger/pauses.js';
@@ -30,6 +27,7 @@ import { resolveReplicaOptions, type ResolvedReplicaOptions } from './replica-de
 import type { ReplicaOptions } from './replica-options.js';
 import { schedulerClock } from './scheduler-clock.js';
 import { ReplicaScheduler } from './replica-scheduler.js';
+import { RunWorker } from './run-worker.js';
 import { WorkflowOps } from './workflow-ops.js';
 import type { SentSignal } from '../ledger/workflow-ledger.js';
 import type { Shards } from './shards.js';
@@ -72,8 +70,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   private readonly o: ResolvedReplicaOptions;
   private readonly redis: Redis;
   private readonly delivery: BullmqDelivery;
-  private readonly executor: RunExecutor;
-  private worker: BullmqWorker | undefined;
+  private readonly worker: RunWorker;
   private admin: AdminServer | AdminThread | undefined;
   private heartbeat: MemberHeartbeat | undefined;
   private stopped = false;
@@ -114,16 +111,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     ({ shards: this.shards, runtime: this.runtime } = this.scheduler);
     // A worker that stops beating for a lease TTL is taken for dead: its runs go to others.
     ledger.runs.claimerLiveWithinMs = this.ttlMs;
-    this.executor = new RunExecutor({
-      ledger: new RunLedgerBatches(ledger.runs),
-      registry,
-      replicaId: this.replicaId,
-      logger,
-      redeliver: (run, delayMs) => this.delivery.redeliverAfter(run, delayMs),
-      limits: ledger.runs,
-      workflows: ledger.workflows,
-      deliverSteps: (runs) => this.delivery.handOver(runs, (ids) => ledger.fires.markEnqueued(ids)),
-    });
+    this.worker = new RunWorker({ ...o, ledger, registry, delivery: this.delivery, logger });
   }
 
   async start(): Promise<void> {
@@ -161,20 +149,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // host every second of start-up before the campaign is a second a crashed leader goes unreplaced.
     this.scheduler.start();
     this.logger.info({ sinceProcessStartMs: Math.round(process.uptime() * 1000) }, 'campaigning for leadership');
-    if (this.o.worker.enabled) {
-      const { redisUrl, redis, namespace, worker } = this.o;
-      this.worker = new BullmqWorker({
-        redisUrl,
-        redis,
-        namespace,
-        ...worker,
-        executor: this.executor,
-        logger: this.logger,
-        liveness: this.ledger.runs,
-      });
-      this.executor.setPublisher(this.worker.publisherFor());
-      await this.worker.start();
-    }
+    await this.worker.start();
     if (this.admin) {
       const bound = await this.admin.listen().catch((err: unknown) => {
         throw listenFailure(err, this.o.admin!);
@@ -223,7 +198,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     await this.shards.stop();
     await (memberGone ?? this.heartbeat?.stop());
     await this.admin?.close();
-    await this.worker?.close(this.o.shutdownGraceMs);
+    await this.worker.close(this.o.shutdownGraceMs);
     await this.delivery.close();
     // Clients the caller gave us stay open; ours are closed.
     if (!this.o.redis) await this.redis.quit().catch(() => {});

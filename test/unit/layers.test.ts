@@ -99,3 +99,9 @@ it('the cycle check finds a cycle, a self-import and a cycle hidden behind a cha
     [['a.ts', 'b.ts', 'c.ts']],
   );
 });
+
+// The composition root only wires (issue 24): features land in the parts it wires, not in it.
+it('the replica, the composition root, stays under 300 lines', () => {
+  const lines = readFileSync(join(src, 'replica', 'replica.ts'), 'utf8').split('\n').length;
+  assert.ok(lines < 300, `src/replica/replica.ts has ${lines} lines: move the new part into a module of its own`);
+});

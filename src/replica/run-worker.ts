@@ -1,0 +1,67 @@
+import type { Redis } from 'ioredis';
+import type { Logger } from 'pino';
+import type { BullmqDelivery } from '../jobs/bullmq-delivery.js';
+import { BullmqWorker } from '../jobs/bullmq-worker.js';
+import type { JobRegistry } from '../jobs/job-registry.js';
+import { RunExecutor } from '../jobs/run-executor.js';
+import { RunLedgerBatches } from '../jobs/run-ledger-batches.js';
+import type { Ledger } from '../ledger/ledger.js';
+import type { ResolvedReplicaOptions } from './replica-defaults.js';
+
+export interface RunWorkerOptions {
+  ledger: Ledger;
+  registry: JobRegistry;
+  delivery: BullmqDelivery;
+  replicaId: string;
+  namespace: string;
+  redisUrl?: string;
+  redis?: Redis;
+  worker: ResolvedReplicaOptions['worker'];
+  logger: Logger;
+}
+
+/**
+ * The replica's side that runs handlers, on every replica whether it leads or not: the executor
+ * (claims, `ctx`, grouped completions, flow control, workflow hand-offs, all through the ledger)
+ * behind the BullMQ worker that brings it deliveries and beats this worker's liveness.
+ */
+export class RunWorker {
+  private readonly executor: RunExecutor;
+  private worker: BullmqWorker | undefined;
+
+  constructor(private readonly o: RunWorkerOptions) {
+    const { ledger, registry, delivery } = o;
+    this.executor = new RunExecutor({
+      ledger: new RunLedgerBatches(ledger.runs),
+      registry,
+      replicaId: o.replicaId,
+      logger: o.logger,
+      redeliver: (run, delayMs) => delivery.redeliverAfter(run, delayMs),
+      limits: ledger.runs,
+      workflows: ledger.workflows,
+      deliverSteps: (runs) => delivery.handOver(runs, (ids) => ledger.fires.markEnqueued(ids)),
+    });
+  }
+
+  /** Start taking deliveries (not at all when the replica's worker is disabled). */
+  async start(): Promise<void> {
+    if (!this.o.worker.enabled) return;
+    const { redisUrl, redis, namespace, worker, logger, ledger } = this.o;
+    this.worker = new BullmqWorker({
+      redisUrl,
+      redis,
+      namespace,
+      ...worker,
+      executor: this.executor,
+      logger,
+      liveness: ledger.runs,
+    });
+    this.executor.setPublisher(this.worker.publisherFor());
+    await this.worker.start();
+  }
+
+  /** Let running handlers finish within `graceMs`, then hand the rest back (see BullmqWorker.close). */
+  async close(graceMs: number): Promise<void> {
+    await this.worker?.close(graceMs);
+  }
+}
