@@ -30,6 +30,7 @@ import {
 } from './run-limits.js';
 import { takeRateStart, type RateRequest, type RateResult } from './run-rate-limits.js';
 import type { Tables } from '../db/tables.js';
+import { CommitWitness } from './commit-witness.js';
 
 export type { Claim, ClaimResult } from './run-claims.js';
 export type { FinishRequest, Outcome } from './run-finishes.js';
@@ -51,6 +52,8 @@ export interface FinishDetails {
 export class RunLedger {
   /** A claimer whose cw_workers row beat within this is alive; see worker-liveness.ts. */
   claimerLiveWithinMs = DEFAULT_CLAIMER_LIVE_WITHIN_MS;
+  /** The claims this replica saw commit lately, which its heartbeat holds the ledger to. */
+  readonly witness = new CommitWitness();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -68,6 +71,7 @@ export class RunLedger {
   /** Claim many runs in one statement; one result per id, in order. */
   async claimMany(runIds: readonly bigint[], worker: string): Promise<ClaimResult[]> {
     const results = await claimRuns(this.pool, this.t, runIds, { worker, liveWithinMs: this.claimerLiveWithinMs });
+    for (const r of results) if (r.status === 'claimed') this.witness.saw(r.claim, r.claim.claimedAt);
     const finished = runIds.filter((_, i) => results[i]!.status === 'finished');
     await recordSkippedDeliveries(this.pool, this.t, finished, worker);
     return results;

@@ -1,0 +1,204 @@
+/**
+ * The live ledger check's reads (scheduler/chores/ledger-check.ts): over the last window of the
+ * ledger, in three statements, what the invariant checks (invariant-checks.ts) need and nothing
+ * more, so a healthy ledger answers with a few rows whatever its size:
+ * - the runs of slots counted twice (I1, counted as the drill counts: runs under the slot key);
+ * - each (job, leader token) pair's first and last run id (I3: if any run of a shard is out of
+ *   token order, the last run of its pair is, against the first run of a pair with a higher token;
+ *   see tokenPairs()), normally one pair per job and tenure;
+ * - unfinished runs no one is on past their bound (I6), through the index of unfinished runs.
+ * The reports are kept here too: the leader writes each, every replica reads the last.
+ */
+import { SLOT_KEY_PREDICATE } from '../db/schema.js';
+import type { Tables } from '../db/tables.js';
+import type { RunRecord, TokenedRun } from './invariant-checks.js';
+import { mayDeliverSql } from './run-limits.js';
+import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
+import type { Queryable } from './transaction.js';
+import { claimerAlive } from './worker-liveness.js';
+
+/** The window the checks read: the runs committed in the last `windowMs`, at most the newest `maxRows` run ids. */
+export interface CheckWindow {
+  windowMs: number;
+  maxRows: number;
+}
+
+export interface WindowReads {
+  /** Runs committed in the window (under the slot key), as counted. */
+  runs: number;
+  /** Whether maxRows cut the window short. */
+  capped: boolean;
+  /** The runs of every slot with more than one counted run (up to `examples` slots). */
+  duplicateRuns: RunRecord[];
+  /** Per (job, leader token) pair of the window: a run standing for its first and one for its last, in id order. */
+  tokenRuns: TokenedRun[];
+}
+
+/** The slot-key runs of the last window and what I1 and I3 need of them: one statement, one scan. */
+export async function readWindow(db: Queryable, t: Tables, w: CheckWindow, examples: number): Promise<WindowReads> {
+  const res = await db.query<{
+    kind: 'window' | 'slot' | 'pair';
+    id: string;
+    last_id: string | null;
+    job: string | null;
+    scheduled_at: Date | null;
+    leader_token: string | null;
+    state: string | null;
+    created_at: Date | null;
+  }>(
+    `WITH w AS MATERIALIZED (
+       SELECT id, job, scheduled_at, leader_token, state, created_at FROM ${t.runs}
+       WHERE id > (SELECT COALESCE(max(id), 0) FROM ${t.runs}) - $2::bigint
+         AND created_at > now() - $1::bigint * interval '1 millisecond' AND ${SLOT_KEY_PREDICATE}),
+     twice AS (SELECT job, scheduled_at FROM w GROUP BY job, scheduled_at HAVING count(*) > 1 LIMIT $3)
+     SELECT 'window' AS kind, count(*)::text AS id, NULL::text AS last_id, NULL AS job, NULL::timestamptz AS scheduled_at,
+       NULL::text AS leader_token, NULL AS state, min(created_at) AS created_at FROM w
+     UNION ALL
+     SELECT 'slot', w.id::text, NULL, w.job, w.scheduled_at, w.leader_token::text, w.state, w.created_at
+     FROM w JOIN twice USING (job, scheduled_at)
+     UNION ALL
+     SELECT 'pair', min(id)::text, max(id)::text, job, NULL, leader_token::text, NULL, NULL FROM w GROUP BY job, leader_token`,
+    [Math.floor(w.windowMs), w.maxRows, examples],
+  );
+  let runs = 0;
+  const duplicateRuns: RunRecord[] = [];
+  const tokenRuns: TokenedRun[] = [];
+  for (const r of res.rows) {
+    if (r.kind === 'window') runs = Number(r.id);
+    else if (r.kind === 'slot')
+      duplicateRuns.push({
+        id: BigInt(r.id),
+        job: r.job!,
+        scheduledAt: r.scheduled_at!.getTime(),
+        leaderToken: BigInt(r.leader_token!),
+        state: r.state!,
+        completedToken: null,
+        committedAt: r.created_at!.getTime(),
+      });
+    else {
+      const leaderToken = BigInt(r.leader_token!);
+      tokenRuns.push({ id: BigInt(r.id), job: r.job!, leaderToken });
+      if (r.last_id !== r.id) tokenRuns.push({ id: BigInt(r.last_id!), job: r.job!, leaderToken });
+    }
+  }
+  tokenRuns.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return { runs, capped: runs >= w.maxRows, duplicateRuns, tokenRuns };
+}
+
+/** How long an unfinished run may go with no one on it before the check reports it (I6). */
+export interface UnsettledBounds {
+  /**
+   * A running run whose worker has not beaten for this long: its worker is dead and no live
+   * worker took the run over (they do within the claimer window plus a poll).
+   */
+  runningMs: number;
+  /**
+   * A run due to start (not waiting for a retry's backoff, a delay, a rate limit's turn, a
+   * concurrency slot in order, an earlier run of its job under overlap 'queue', or a pause) that
+   * neither the outbox handed over nor the re-delivery sweep looked at for this long.
+   */
+  waitingMs: number;
+  /** Jobs with a timeout: a running run past its job's timeout plus runningMs, its worker alive or not. */
+  timeouts: readonly { job: string; timeoutMs: number }[];
+}
+
+export interface UnsettledRun {
+  id: bigint;
+  job: string;
+  scheduledAt: number;
+  state: string;
+  /** Why it counts: 'worker-dead', 'past-timeout' or 'not-delivered'. */
+  why: 'worker-dead' | 'past-timeout' | 'not-delivered';
+  /** For how long (ms, database clock). */
+  forMs: number;
+}
+
+/**
+ * Since when a waiting run `r` has been due and no one has handed it over or looked for it in the
+ * queue: the latest of its commit, its retry's or delay's end (available_at), a one-off's instant,
+ * its hand-over and the re-delivery sweep's last look (GREATEST skips NULLs).
+ */
+const WAITING_SINCE = `GREATEST(r.created_at, r.available_at, r.enqueued_at, r.delivery_checked_at,
+  CASE WHEN r.trigger = 'once' THEN r.scheduled_at END)`;
+
+/**
+ * Unfinished runs no one is on past their bound, oldest first (up to `examples`), and how many
+ * there are. Scans the unfinished runs only (the partial index cw_runs_active).
+ */
+export async function unsettledRuns(
+  db: Queryable,
+  t: Tables,
+  b: UnsettledBounds,
+  examples: number,
+): Promise<{ count: number; runs: UnsettledRun[] }> {
+  const res = await db.query<{
+    id: string;
+    job: string;
+    scheduled_at: Date;
+    state: string;
+    why: UnsettledRun['why'];
+    for_ms: number;
+    total: number;
+  }>(
+    `WITH timeouts AS (SELECT * FROM unnest($3::text[], $4::bigint[]) AS x(job, timeout_ms)),
+     judged AS (
+       SELECT r.id, r.job, r.scheduled_at, r.state,
+         CASE
+           WHEN r.state = 'running' AND x.timeout_ms IS NOT NULL
+             AND r.started_at < now() - (x.timeout_ms + $1::bigint) * interval '1 millisecond' THEN 'past-timeout'
+           WHEN r.state = 'running' AND r.started_at < now() - $1::bigint * interval '1 millisecond'
+             AND NOT ${claimerAlive(t, '$1')} THEN 'worker-dead'
+           WHEN r.state IN ('pending', 'retrying') AND ${WAITING_SINCE} < now() - $2::bigint * interval '1 millisecond'
+             AND ${mayDeliverSql(t, 'r')}
+             AND NOT (r.enqueued_at IS NULL AND EXISTS (SELECT 1 FROM ${t.runs} a WHERE a.job = r.job AND a.id < r.id
+               AND a.${UNFINISHED} AND a.state IN ${ACTIVE_SQL}))
+             AND NOT EXISTS (SELECT 1 FROM ${t.jobState} s WHERE s.job = r.job AND s.paused) THEN 'not-delivered'
+         END AS why,
+         CASE WHEN r.state = 'running' THEN r.started_at ELSE ${WAITING_SINCE} END AS since
+       FROM ${t.runs} r LEFT JOIN timeouts x ON x.job = r.job
+       WHERE r.${UNFINISHED} AND r.state IN ${ACTIVE_SQL} AND r.kind <> 'workflow'
+         AND r.created_at < now() - LEAST($1::bigint, $2::bigint) * interval '1 millisecond')
+     SELECT id, job, scheduled_at, state, why, (extract(epoch FROM now() - since) * 1000)::float8 AS for_ms,
+       count(*) OVER ()::int AS total
+     FROM judged WHERE why IS NOT NULL ORDER BY since LIMIT $5`,
+    [
+      Math.floor(b.runningMs),
+      Math.floor(b.waitingMs),
+      b.timeouts.map((x) => x.job),
+      b.timeouts.map((x) => Math.floor(x.timeoutMs)),
+      examples,
+    ],
+  );
+  return {
+    count: res.rows[0]?.total ?? 0,
+    runs: res.rows.map((r) => ({
+      id: BigInt(r.id),
+      job: r.job,
+      scheduledAt: r.scheduled_at.getTime(),
+      state: r.state,
+      why: r.why,
+      forMs: Math.round(Number(r.for_ms)),
+    })),
+  };
+}
+
+/** Keep this many reports; older ones are deleted as each new one is written. */
+const REPORTS_KEPT = 100;
+
+/** Write a report (JSON) and drop all but the newest REPORTS_KEPT. */
+export async function saveLedgerCheck(db: Queryable, t: Tables, report: unknown): Promise<void> {
+  await db.query(
+    `WITH saved AS (INSERT INTO ${t.ledgerChecks} (report) VALUES ($1::jsonb) RETURNING id)
+     DELETE FROM ${t.ledgerChecks} WHERE id <= (SELECT id FROM saved) - $2::bigint`,
+    [JSON.stringify(report), REPORTS_KEPT],
+  );
+}
+
+/** The newest report and when it was written (database clock), or null before the first. */
+export async function lastLedgerCheck(db: Queryable, t: Tables): Promise<{ checkedAt: Date; report: unknown } | null> {
+  const res = await db.query<{ checked_at: Date; report: unknown }>(
+    `SELECT checked_at, report FROM ${t.ledgerChecks} ORDER BY id DESC LIMIT 1`,
+  );
+  const row = res.rows[0];
+  return row ? { checkedAt: row.checked_at, report: row.report } : null;
+}
