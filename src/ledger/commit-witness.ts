@@ -3,8 +3,8 @@
  * it: a failover to a standby that had not received the newest commits (asynchronous replication,
  * the assumption the drill's --ledger-async breaks on purpose) takes back writes every replica saw
  * commit, and nothing in the ledger itself says so. Each claim is a commit the replica saw, so it
- * keeps the newest claim of each short stretch of the ledger's clock (a later one of the stretch
- * replaces it) for a minute, and its heartbeat asks the ledger whether it still has each of them
+ * keeps the newest claim of each second of the ledger's clock (a later one of the second replaces
+ * it) for the last 30 seconds of claims, and its heartbeat asks the ledger whether it still has each
  * (members.ts, findLostClaims). Lost commits are the newest ones before the failover, and claims
  * made after it land in later stretches, so the last claim before it stays remembered until a
  * heartbeat reaches the new primary. A replica that stops claiming keeps its last ones, which the
@@ -24,9 +24,9 @@ export interface WitnessedClaim {
 }
 
 export interface CommitWitnessOptions {
-  /** One claim kept per stretch this long (ledger clock). Default 500 ms. */
+  /** One claim kept per stretch this long (ledger clock). Default 1 s (a promotion takes longer). */
   stretchMs?: number;
-  /** Stretches kept behind the newest. Default 120 (a minute). */
+  /** Stretches kept behind the newest. Default 30: claims resumed on a new primary keep the last lost one for 30 s. */
   stretches?: number;
 }
 
@@ -37,8 +37,8 @@ export class CommitWitness {
   private newest = -Infinity;
 
   constructor(o: CommitWitnessOptions = {}) {
-    this.stretchMs = o.stretchMs ?? 500;
-    this.stretches = o.stretches ?? 120;
+    this.stretchMs = o.stretchMs ?? 1000;
+    this.stretches = o.stretches ?? 30;
   }
 
   /** A claim committed at `claimedAt` (the ledger's clock, as the claim returned it). */

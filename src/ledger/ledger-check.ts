@@ -1,40 +1,64 @@
 /**
- * The live ledger check's reads (scheduler/chores/ledger-check.ts): over the last window of the
- * ledger, in three statements, what the invariant checks (invariant-checks.ts) need and nothing
- * more, so a healthy ledger answers with a few rows whatever its size:
+ * The live ledger check's reads (scheduler/chores/ledger-check.ts): what the invariant checks
+ * (invariant-checks.ts) need and nothing more, so a healthy ledger answers with a few rows, and
+ * each run is read about once (a round reads what was committed since the last):
  * - the runs of slots counted twice (I1, counted as the drill counts: runs under the slot key);
  * - each (job, leader token) pair's first and last run id (I3: if any run of a shard is out of
- *   token order, the last run of its pair is, against the first run of a pair with a higher token;
- *   see tokenPairs()), normally one pair per job and tenure;
+ *   token order, the last run of its pair is, against the first run of a pair with a higher token),
+ *   normally one pair per job and tenure;
  * - unfinished runs no one is on past their bound (I6), through the index of unfinished runs.
  * The reports are kept here too: the leader writes each, every replica reads the last.
  */
 import { SLOT_KEY_PREDICATE } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
-import type { RunRecord, TokenedRun } from './invariant-checks.js';
+import type { RunRecord } from './invariant-checks.js';
 import { mayDeliverSql } from './run-limits.js';
 import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
 import type { Queryable } from './transaction.js';
 import { claimerAlive } from './worker-liveness.js';
 
-/** The window the checks read: the runs committed in the last `windowMs`, at most the newest `maxRows` run ids. */
+/**
+ * What one round reads: the runs committed in the last `windowMs` (at most the newest `maxRows`
+ * run ids), or, after the first round, only those committed since `since` (the previous round's
+ * read, minus a slack for transactions that were still open then).
+ */
 export interface CheckWindow {
   windowMs: number;
   maxRows: number;
+  /** The previous round's read (its `readAt` minus the slack); null: read the whole window. */
+  since: Date | null;
+  /**
+   * A run committed this long after its instant is late (catch-up, stand-in, backfill): the read
+   * looks for another run of its slot anywhere in the ledger, since the two may be rounds apart.
+   */
+  lateAfterMs: number;
+}
+
+/** Per (job, leader token) pair of what was read: its first and last run id, and when the last committed. */
+export interface TokenPair {
+  job: string;
+  leaderToken: bigint;
+  firstId: bigint;
+  lastId: bigint;
+  lastAt: number;
 }
 
 export interface WindowReads {
-  /** Runs committed in the window (under the slot key), as counted. */
+  /** The database's clock at the read: the next round reads from here (minus the slack). */
+  readAt: Date;
+  /** Runs read (under the slot key). */
   runs: number;
-  /** Whether maxRows cut the window short. */
+  /** Whether maxRows cut the read short. */
   capped: boolean;
-  /** The runs of every slot with more than one counted run (up to `examples` slots). */
+  /**
+   * The runs of every slot with more than one counted run (up to `examples` slots): slots twice
+   * among the runs read, and late runs' slots with another run anywhere.
+   */
   duplicateRuns: RunRecord[];
-  /** Per (job, leader token) pair of the window: a run standing for its first and one for its last, in id order. */
-  tokenRuns: TokenedRun[];
+  pairs: TokenPair[];
 }
 
-/** The slot-key runs of the last window and what I1 and I3 need of them: one statement, one scan. */
+/** The slot-key runs of the read and what I1 and I3 need of them: one statement, one scan. */
 export async function readWindow(db: Queryable, t: Tables, w: CheckWindow, examples: number): Promise<WindowReads> {
   const res = await db.query<{
     kind: 'window' | 'slot' | 'pair';
@@ -44,27 +68,36 @@ export async function readWindow(db: Queryable, t: Tables, w: CheckWindow, examp
     scheduled_at: Date | null;
     leader_token: string | null;
     state: string | null;
-    created_at: Date | null;
+    created_at: Date;
   }>(
     `WITH w AS MATERIALIZED (
        SELECT id, job, scheduled_at, leader_token, state, created_at FROM ${t.runs}
        WHERE id > (SELECT COALESCE(max(id), 0) FROM ${t.runs}) - $2::bigint
-         AND created_at > now() - $1::bigint * interval '1 millisecond' AND ${SLOT_KEY_PREDICATE}),
-     twice AS (SELECT job, scheduled_at FROM w GROUP BY job, scheduled_at HAVING count(*) > 1 LIMIT $3)
+         AND created_at > GREATEST(COALESCE($4::timestamptz, '-infinity'), now() - $1::bigint * interval '1 millisecond')
+         AND ${SLOT_KEY_PREDICATE}),
+     twice AS (
+       (SELECT job, scheduled_at FROM w GROUP BY job, scheduled_at HAVING count(*) > 1
+        UNION
+        SELECT w.job, w.scheduled_at FROM w WHERE w.created_at > w.scheduled_at + $5::bigint * interval '1 millisecond'
+          AND EXISTS (SELECT 1 FROM ${t.runs} o WHERE o.job = w.job AND o.scheduled_at = w.scheduled_at AND o.id <> w.id
+            AND o.${SLOT_KEY_PREDICATE}))
+       LIMIT $3)
      SELECT 'window' AS kind, count(*)::text AS id, NULL::text AS last_id, NULL AS job, NULL::timestamptz AS scheduled_at,
-       NULL::text AS leader_token, NULL AS state, min(created_at) AS created_at FROM w
+       NULL::text AS leader_token, NULL AS state, now() AS created_at FROM w
      UNION ALL
-     SELECT 'slot', w.id::text, NULL, w.job, w.scheduled_at, w.leader_token::text, w.state, w.created_at
-     FROM w JOIN twice USING (job, scheduled_at)
+     SELECT 'slot', r.id::text, NULL, r.job, r.scheduled_at, r.leader_token::text, r.state, r.created_at
+     FROM ${t.runs} r JOIN twice USING (job, scheduled_at) WHERE r.${SLOT_KEY_PREDICATE}
      UNION ALL
-     SELECT 'pair', min(id)::text, max(id)::text, job, NULL, leader_token::text, NULL, NULL FROM w GROUP BY job, leader_token`,
-    [Math.floor(w.windowMs), w.maxRows, examples],
+     SELECT 'pair', min(id)::text, max(id)::text, job, NULL, leader_token::text, NULL, max(created_at)
+     FROM w GROUP BY job, leader_token`,
+    [Math.floor(w.windowMs), w.maxRows, examples, w.since, Math.floor(w.lateAfterMs)],
   );
   let runs = 0;
+  let readAt = new Date(0);
   const duplicateRuns: RunRecord[] = [];
-  const tokenRuns: TokenedRun[] = [];
+  const pairs: TokenPair[] = [];
   for (const r of res.rows) {
-    if (r.kind === 'window') runs = Number(r.id);
+    if (r.kind === 'window') [runs, readAt] = [Number(r.id), r.created_at];
     else if (r.kind === 'slot')
       duplicateRuns.push({
         id: BigInt(r.id),
@@ -73,16 +106,18 @@ export async function readWindow(db: Queryable, t: Tables, w: CheckWindow, examp
         leaderToken: BigInt(r.leader_token!),
         state: r.state!,
         completedToken: null,
-        committedAt: r.created_at!.getTime(),
+        committedAt: r.created_at.getTime(),
       });
-    else {
-      const leaderToken = BigInt(r.leader_token!);
-      tokenRuns.push({ id: BigInt(r.id), job: r.job!, leaderToken });
-      if (r.last_id !== r.id) tokenRuns.push({ id: BigInt(r.last_id!), job: r.job!, leaderToken });
-    }
+    else
+      pairs.push({
+        job: r.job!,
+        leaderToken: BigInt(r.leader_token!),
+        firstId: BigInt(r.id),
+        lastId: BigInt(r.last_id!),
+        lastAt: r.created_at.getTime(),
+      });
   }
-  tokenRuns.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
-  return { runs, capped: runs >= w.maxRows, duplicateRuns, tokenRuns };
+  return { readAt, runs, capped: runs >= w.maxRows, duplicateRuns, pairs };
 }
 
 /** How long an unfinished run may go with no one on it before the check reports it (I6). */

@@ -129,6 +129,40 @@ describe('live ledger check (real PostgreSQL)', () => {
     assert.deepEqual((logged[0]!.ledgerCheck as { counts: Record<string, number> }).counts['token-order'], 1);
   });
 
+  it('one chore over rounds: each round reads what was committed since the last, and meets what earlier rounds read', async () => {
+    const c = chore();
+    for (let s = 0; s < 5; s++) await commit('a', s, 7n);
+    const first = await c.checkOnce();
+    assert.deepEqual([first.window?.runs, first.violations], [5, 0]);
+    // Those runs now lie before the next round's read: only the kept pairs and slots remember them.
+    await sql("UPDATE cw_runs SET created_at = created_at - interval '1 minute'");
+    await sql(
+      "INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id) VALUES ('a', $1, 'schedule', 6, 'stale')",
+      [at(10)],
+    );
+    const second = await c.checkOnce();
+    assert.equal(second.window?.runs, 1, 'the second round read only the new run');
+    assert.equal(second.counts['token-order'], 1);
+    // A slot fired again a round later (its key gone): the late run's probe finds the first.
+    await sql('DROP INDEX cw_runs_job_scheduled_at');
+    try {
+      await sql("UPDATE cw_runs SET created_at = created_at - interval '1 minute'");
+      await sql(
+        "INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id) VALUES ('a', $1, 'catchup', 7, 'r2')",
+        [at(0)],
+      );
+      const third = await c.checkOnce();
+      assert.equal(third.window?.runs, 1);
+      assert.equal(third.counts['duplicate-slots'], 1);
+      assert.equal(third.counts['token-order'], 1, 'still in the window');
+    } finally {
+      await sql("DELETE FROM cw_runs WHERE leader_id IN ('r2', 'stale')");
+      await sql(
+        `CREATE UNIQUE INDEX cw_runs_job_scheduled_at ON cw_runs (job, scheduled_at) WHERE "trigger" NOT IN ('manual', 'once', 'step')`,
+      );
+    }
+  });
+
   it("with shards, each shard's tokens are ordered on their own: a lower token of another shard is no violation", async () => {
     shards = 2;
     const names = ['a', 'b', 'c', 'd', 'e', 'f'];

@@ -16,9 +16,13 @@ export interface Finding {
 export interface ReportWindow {
   /** How far back the round read (ms). */
   ms: number;
-  /** Runs committed in the window (under the slot key). */
+  /**
+   * Runs the round read (under the slot key): the whole window's at a tenure's first round, then
+   * those committed since the last round (the report still covers the window: what the earlier
+   * rounds read is kept).
+   */
   runs: number;
-  /** True when the window held more runs than the row bound: only the newest were read. */
+  /** True when the round read as many runs as the row bound allows: only the newest were read. */
   capped: boolean;
 }
 
