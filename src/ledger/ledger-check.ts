@@ -133,6 +133,11 @@ export interface UnsettledBounds {
    * neither the outbox handed over nor the re-delivery sweep looked at for this long.
    */
   waitingMs: number;
+  /**
+   * Added to waitingMs per handed-over run waiting: the re-delivery sweep looks at a batch of them
+   * every interval, so with a backlog it comes back to each one later (intervalMs / batchSize).
+   */
+  sweepMsPerWaitingRun: number;
   /** Jobs with a timeout: a running run past its job's timeout plus runningMs, its worker alive or not. */
   timeouts: readonly { job: string; timeoutMs: number }[];
 }
@@ -176,6 +181,9 @@ export async function unsettledRuns(
     total: number;
   }>(
     `WITH timeouts AS (SELECT * FROM unnest($3::text[], $4::bigint[]) AS x(job, timeout_ms)),
+     backlog AS (
+       SELECT count(*) * $6::float8 AS sweep_ms FROM ${t.runs}
+       WHERE ${UNFINISHED} AND state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL),
      judged AS (
        SELECT r.id, r.job, r.scheduled_at, r.state,
          CASE
@@ -183,7 +191,9 @@ export async function unsettledRuns(
              AND r.started_at < now() - (x.timeout_ms + $1::bigint) * interval '1 millisecond' THEN 'past-timeout'
            WHEN r.state = 'running' AND r.started_at < now() - $1::bigint * interval '1 millisecond'
              AND NOT ${claimerAlive(t, '$1')} THEN 'worker-dead'
-           WHEN r.state IN ('pending', 'retrying') AND ${WAITING_SINCE} < now() - $2::bigint * interval '1 millisecond'
+           WHEN r.state IN ('pending', 'retrying')
+             AND ${WAITING_SINCE} < now() - ($2::bigint + CASE WHEN r.enqueued_at IS NULL THEN 0
+               ELSE (SELECT sweep_ms FROM backlog) END) * interval '1 millisecond'
              AND ${mayDeliverSql(t, 'r')}
              AND NOT (r.enqueued_at IS NULL AND EXISTS (SELECT 1 FROM ${t.runs} a WHERE a.job = r.job AND a.id < r.id
                AND a.${UNFINISHED} AND a.state IN ${ACTIVE_SQL}))
@@ -202,6 +212,7 @@ export async function unsettledRuns(
       b.timeouts.map((x) => x.job),
       b.timeouts.map((x) => Math.floor(x.timeoutMs)),
       examples,
+      b.sweepMsPerWaitingRun,
     ],
   );
   return {

@@ -273,6 +273,39 @@ describe('live ledger check (real PostgreSQL)', () => {
     assert.match(after.examples.unsettled![0]!, new RegExp(`run ${waiter} \\(limited@`));
   });
 
+  it('a backlog of handed-over runs waits as long as the sweep takes to come back to each: not unsettled until then', async () => {
+    // 5,000 runs handed over 150 s ago, never looked at since: past the 33 s bound of a lone run.
+    await sql(
+      `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, enqueued_at, created_at)
+       SELECT 'burst', $1::timestamptz + g * interval '1 second', 'schedule', 5, 'r1', now() - interval '150 seconds', now() - interval '150 seconds'
+       FROM generate_series(1, 5000) g`,
+      [at(0)],
+    );
+    const c = () =>
+      new LedgerCheckChore({
+        checks: ledgerChecks({
+          ledger,
+          windowMs: 600_000,
+          maxRows: 100_000,
+          shards: 1,
+          workerLockMs: 1000,
+          claimerLiveWithinMs: () => 1000,
+          timeouts: () => [],
+          redelivery: { checkAfterMs: 1000, intervalMs: 500, batchSize: 20 },
+        }),
+        save: async () => {},
+        clock: systemClock,
+        logger: pino({ level: 'silent' }),
+      }).checkOnce();
+    // With batches of 20, the sweep needs 125 s to come back: 33.5 + 125 > 150, none unsettled yet.
+    assert.equal((await c()).counts.unsettled, 0);
+    // Once they have waited past that too, every one of them is.
+    await sql(
+      "UPDATE cw_runs SET enqueued_at = enqueued_at - interval '1 minute', created_at = created_at - interval '1 minute'",
+    );
+    assert.equal((await c()).counts.unsettled, 5000);
+  });
+
   it('a claim a replica saw commit that the ledger no longer has is counted on its member row and reported', async () => {
     await sql("INSERT INTO cw_members (replica_id, host, pid, version, role) VALUES ('r1', 'h', 1, 'v', 'follower')");
     await ledger.runs.beat('r1');

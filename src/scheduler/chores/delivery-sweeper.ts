@@ -15,8 +15,8 @@ export interface DeliverySweeperOptions {
   batchSize?: number;
 }
 
-/** The sweep's defaults: a run is looked up after 30 s, every 5 s (the ledger check's bound counts on them). */
-export const SWEEP_DEFAULTS = { checkAfterMs: 30_000, intervalMs: 5000 } as const;
+/** The sweep's defaults: a run is looked up after 30 s, 200 every 5 s (the ledger check's bound counts on them). */
+export const SWEEP_DEFAULTS = { checkAfterMs: 30_000, intervalMs: 5000, batchSize: 200 } as const;
 
 export interface SweepResult {
   checked: number;
@@ -49,7 +49,7 @@ export class DeliverySweeper implements Chore {
   async sweepOnce(): Promise<SweepResult> {
     const runs = await this.o.ledger.deliveriesToCheck(
       this.o.checkAfterMs ?? SWEEP_DEFAULTS.checkAfterMs,
-      this.o.batchSize ?? 200,
+      this.o.batchSize ?? SWEEP_DEFAULTS.batchSize,
     );
     if (runs.length === 0) return { checked: 0, redelivered: 0 };
     const states = await this.o.delivery.inspect(runs);

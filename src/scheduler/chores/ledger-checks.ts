@@ -181,7 +181,7 @@ export interface LedgerChecksOptions {
   /** The jobs with a timeout. */
   timeouts: () => readonly { job: string; timeoutMs: number }[];
   /** The re-delivery sweep's settings (DeliverySweeper). */
-  redelivery?: { checkAfterMs?: number; intervalMs?: number };
+  redelivery?: { checkAfterMs?: number; intervalMs?: number; batchSize?: number };
 }
 
 /**
@@ -193,12 +193,18 @@ export interface LedgerChecksOptions {
 export function ledgerChecks(o: LedgerChecksOptions): LedgerCheck[] {
   const db = { db: o.ledger.pool, tables: o.ledger.tables };
   const { windowMs, maxRows, shards } = o;
-  const sweep = { ...SWEEP_DEFAULTS, ...o.redelivery };
+  const r = o.redelivery ?? {};
+  const sweep = {
+    checkAfterMs: r.checkAfterMs ?? SWEEP_DEFAULTS.checkAfterMs,
+    intervalMs: r.intervalMs ?? SWEEP_DEFAULTS.intervalMs,
+    batchSize: r.batchSize ?? SWEEP_DEFAULTS.batchSize,
+  };
   return [
     windowChecks(db, { windowMs, maxRows }, (job) => shardOf(job, shards)),
     unsettledCheck(db, () => ({
       runningMs: o.claimerLiveWithinMs() + 1000 + UNSETTLED_SLACK_MS,
       waitingMs: o.workerLockMs + sweep.checkAfterMs + 2 * sweep.intervalMs + UNSETTLED_SLACK_MS,
+      sweepMsPerWaitingRun: sweep.intervalMs / sweep.batchSize,
       timeouts: o.timeouts(),
     })),
     lostWritesCheck(db, windowMs),
