@@ -2,6 +2,7 @@
 import type { Tables } from '../db/tables.js';
 import type { Queryable } from './transaction.js';
 import type { WitnessedClaim } from './commit-witness.js';
+import { namedStatement, perSchema } from './named-statement.js';
 
 export interface MemberRecord {
   replicaId: string;
@@ -94,6 +95,29 @@ export async function liveMembers(db: Queryable, t: Tables, withinMs: number): P
   return res.rows.map((r) => ({ replicaId: r.replica_id, role: r.role, ageMs: Number(r.age_ms) }));
 }
 
+/** The heartbeat's question, prepared once per connection: it is asked every few seconds. */
+const lostClaimsStatement = perSchema((t) =>
+  namedStatement(
+    'find_lost_claims',
+    `WITH seen AS (
+       SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::timestamptz[])
+         AS s(run_id, attempt, token, job, scheduled_at, claimed_at)
+       WHERE claimed_at > now() - interval '1 hour'),
+     lost AS (
+       SELECT s.* FROM seen s
+       WHERE NOT EXISTS (SELECT 1 FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
+         WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.token = s.token
+           AND r.job = s.job AND r.scheduled_at = s.scheduled_at)),
+     noted AS (
+       UPDATE ${t.members} SET lost_writes = lost_writes + (SELECT count(*) FROM lost), lost_writes_at = now(),
+         lost_write_example = COALESCE(lost_write_example, (
+           SELECT 'claim of run ' || run_id || ' (' || job || ' at ' || to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
+             || '), attempt ' || attempt || ', token ' || token FROM lost ORDER BY token LIMIT 1))
+       WHERE replica_id = $1 AND EXISTS (SELECT 1 FROM lost) RETURNING 1)
+     SELECT run_id, attempt, token, job, scheduled_at, claimed_at FROM lost`,
+  ),
+);
+
 /**
  * Of the claims this replica saw commit (commit-witness.ts), those the ledger no longer has: no
  * attempt row with that token, or its run now another slot (a run id issued again after a lossy
@@ -115,24 +139,9 @@ export async function findLostClaims(
     job: string;
     scheduled_at: Date;
     claimed_at: Date;
-  }>(
-    `WITH seen AS (
-       SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::timestamptz[])
-         AS s(run_id, attempt, token, job, scheduled_at, claimed_at)
-       WHERE claimed_at > now() - interval '1 hour'),
-     lost AS (
-       SELECT s.* FROM seen s
-       WHERE NOT EXISTS (SELECT 1 FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
-         WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.token = s.token
-           AND r.job = s.job AND r.scheduled_at = s.scheduled_at)),
-     noted AS (
-       UPDATE ${t.members} SET lost_writes = lost_writes + (SELECT count(*) FROM lost), lost_writes_at = now(),
-         lost_write_example = COALESCE(lost_write_example, (
-           SELECT 'claim of run ' || run_id || ' (' || job || ' at ' || to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-             || '), attempt ' || attempt || ', token ' || token FROM lost ORDER BY token LIMIT 1))
-       WHERE replica_id = $1 AND EXISTS (SELECT 1 FROM lost) RETURNING 1)
-     SELECT run_id, attempt, token, job, scheduled_at, claimed_at FROM lost`,
-    [
+  }>({
+    ...lostClaimsStatement(t),
+    values: [
       replicaId,
       claims.map((c) => c.runId.toString()),
       claims.map((c) => c.attempt),
@@ -141,7 +150,7 @@ export async function findLostClaims(
       claims.map((c) => c.scheduledAt),
       claims.map((c) => c.claimedAt),
     ],
-  );
+  });
   return res.rows.map((r) => ({
     runId: BigInt(r.run_id),
     attempt: r.attempt,
