@@ -333,7 +333,7 @@ export class ReplicaMetrics {
         .finally(() => (loading = undefined)));
     const violations = new Gauge({
       name: 'cronwarden_ledger_check_violations',
-      help: "What the live ledger check's last round found, per check: duplicate-slots (I1), token-order (I3), unsettled (I6), lost-writes (leader only)",
+      help: "What the live ledger check's last round found, per check: duplicate-slots (I1), token-order (I3), unsettled (I6), workflow-order (I7), lost-writes (leader only)",
       labelNames: ['check'],
       registers: [this.registry],
       collect,

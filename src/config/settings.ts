@@ -251,7 +251,7 @@ export const settings = {
     ...bounded(replicaSettings.ledgerCheckIntervalMs),
     arg: 'ms',
     description:
-      'the live ledger check: how often the leader checks the last window of the ledger for duplicate slots, tokens out of order, runs no one is on and writes the ledger lost; `0` = off',
+      'the live ledger check: how often the leader checks the last window of the ledger for duplicate slots, tokens out of order, runs no one is on, workflow steps started early and writes the ledger lost; `0` = off',
     details:
       'See docs/operating/ledger-check.md. Each round is one report (`GET /api/ledger-check`, the metric `cronwarden_ledger_check_violations`, one warning line when it finds something)',
   },

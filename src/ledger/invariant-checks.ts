@@ -146,3 +146,35 @@ export function checkSettled(runs: readonly RunRecord[], notes: Notes): Settleme
   }
   return settlement;
 }
+
+/** What I7 needs of a workflow run: the steps it was started with, and its step runs. */
+export interface StepsOfRun {
+  steps: readonly { name: string; needs: readonly string[] }[] | null;
+  stepRuns: readonly {
+    id: bigint;
+    step: string;
+    item: number | null;
+    startedAt: number | null;
+    finishedAt: number | null;
+  }[];
+}
+
+/**
+ * I7: the step runs that started before every run of each step they need had finished (or while
+ * a step they need had no run at all), with the need. A step run not started yet is not judged.
+ */
+export function stepsStartedEarly<R extends StepsOfRun>(run: R): { stepRun: R['stepRuns'][number]; need: string }[] {
+  const early: { stepRun: R['stepRuns'][number]; need: string }[] = [];
+  for (const step of run.steps ?? []) {
+    const mine = run.stepRuns.filter((s) => s.step === step.name);
+    for (const need of step.needs) {
+      const needRuns = run.stepRuns.filter((s) => s.step === need);
+      const lastNeed = Math.max(...needRuns.map((s) => s.finishedAt ?? Infinity));
+      for (const s of mine) {
+        if (s.startedAt === null) continue;
+        if (needRuns.length === 0 || s.startedAt < lastNeed) early.push({ stepRun: s, need });
+      }
+    }
+  }
+  return early;
+}

@@ -11,7 +11,7 @@
  */
 import { SLOT_KEY_PREDICATE } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
-import type { RunRecord } from './invariant-checks.js';
+import type { RunRecord, StepsOfRun } from './invariant-checks.js';
 import { mayDeliverSql } from './run-limits.js';
 import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
 import type { Queryable } from './transaction.js';
@@ -247,4 +247,66 @@ export async function lastLedgerCheck(db: Queryable, t: Tables): Promise<{ check
   );
   const row = res.rows[0];
   return row ? { checkedAt: row.checked_at, report: row.report } : null;
+}
+
+/** A workflow run as I7 needs it (invariant-checks.ts, stepsStartedEarly). */
+export interface WorkflowRunSteps extends StepsOfRun {
+  id: bigint;
+  workflow: string;
+  scheduledAt: number;
+}
+
+/**
+ * The workflow runs that made step runs in the read (since the last round, or in the whole window
+ * at the first; at most `limit`), each with the steps it was started with and all its step runs.
+ * A step run is made by the commit that completes its last need, and that commit touches the
+ * workflow run again, so a step made too early is read again with what it needs.
+ */
+export async function workflowRunsTouched(
+  db: Queryable,
+  t: Tables,
+  w: Pick<CheckWindow, 'windowMs' | 'since'>,
+  limit: number,
+): Promise<{ readAt: Date; runs: WorkflowRunSteps[] }> {
+  const res = await db.query<{
+    read_at: Date;
+    id: string | null;
+    job: string;
+    scheduled_at: Date;
+    steps: { name: string; needs: string[] }[] | null;
+    step_run_id: string;
+    step: string;
+    item: number | null;
+    started_at: Date | null;
+    finished_at: Date | null;
+  }>(
+    `WITH touched AS (
+       SELECT DISTINCT workflow_run_id AS id FROM ${t.runs}
+       WHERE kind = 'step' AND created_at > GREATEST(COALESCE($2::timestamptz, '-infinity'), now() - $1::bigint * interval '1 millisecond')
+       LIMIT $3),
+     found AS (
+       SELECT w.id, w.job, w.scheduled_at, w.result -> 'steps' AS steps,
+         s.id AS step_run_id, s.step, s.item, s.started_at, s.finished_at
+       FROM touched JOIN ${t.runs} w ON w.id = touched.id JOIN ${t.runs} s ON s.workflow_run_id = w.id)
+     SELECT now() AS read_at, found.* FROM (SELECT 1) AS one LEFT JOIN found ON true
+     ORDER BY found.id, found.step_run_id`,
+    [Math.floor(w.windowMs), w.since, limit],
+  );
+  const runs = new Map<string, WorkflowRunSteps & { stepRuns: StepsOfRun['stepRuns'][number][] }>();
+  for (const r of res.rows) {
+    if (r.id === null) continue; // the one row of a read that found nothing
+    let run = runs.get(r.id);
+    if (!run) {
+      run = { id: BigInt(r.id), workflow: r.job, scheduledAt: r.scheduled_at.getTime(), steps: r.steps, stepRuns: [] };
+      runs.set(r.id, run);
+    }
+    run.stepRuns.push({
+      id: BigInt(r.step_run_id),
+      step: r.step,
+      item: r.item,
+      startedAt: r.started_at?.getTime() ?? null,
+      finishedAt: r.finished_at?.getTime() ?? null,
+    });
+  }
+  return { readAt: res.rows[0]!.read_at, runs: [...runs.values()] };
 }

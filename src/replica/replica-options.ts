@@ -94,7 +94,7 @@ export interface ReplicaOptions {
   /**
    * The live ledger check (docs/operating/ledger-check.md): every `intervalMs` (default 60 s; 0:
    * off) the leader checks the runs committed in the last `windowMs` (default 15 min), at most the
-   * newest `maxRows` (default 100,000), for I1, I3 and I6, and the replicas' claims the ledger lost.
+   * newest `maxRows` (default 100,000), for I1, I3, I6 and I7, and the replicas' claims the ledger lost.
    */
   ledgerCheck?: { intervalMs?: number; windowMs?: number; maxRows?: number };
   /**

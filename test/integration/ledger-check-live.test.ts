@@ -66,7 +66,13 @@ describe('live ledger check on three replicas (PostgreSQL lease, real processes)
     }
     // A round after those runs: the chore's rounds read the window's runs bit by bit, every second.
     const report = await reportAfter(await now(), () => true);
-    assert.deepEqual(report.counts, { 'duplicate-slots': 0, 'token-order': 0, unsettled: 0, 'lost-writes': 0 });
+    assert.deepEqual(report.counts, {
+      'duplicate-slots': 0,
+      'token-order': 0,
+      unsettled: 0,
+      'workflow-order': 0,
+      'lost-writes': 0,
+    });
     assert.equal(report.violations, 0);
     assert.deepEqual(report.examples, {});
     assert.equal(report.window?.capped, false);

@@ -102,7 +102,13 @@ describe('live ledger check (real PostgreSQL)', () => {
       if (c.status === 'claimed') await ledger.runs.finish(c.claim, 'completed');
     }
     const report = await check();
-    assert.deepEqual(report.counts, { 'duplicate-slots': 0, 'token-order': 0, unsettled: 0, 'lost-writes': 0 });
+    assert.deepEqual(report.counts, {
+      'duplicate-slots': 0,
+      'token-order': 0,
+      unsettled: 0,
+      'workflow-order': 0,
+      'lost-writes': 0,
+    });
     assert.equal(report.violations, 0);
     assert.deepEqual(report.window, { ms: 600_000, runs: 60, capped: false });
     assert.deepEqual(logged, [], 'no warning when nothing is found');
@@ -304,6 +310,40 @@ describe('live ledger check (real PostgreSQL)', () => {
       "UPDATE cw_runs SET enqueued_at = enqueued_at - interval '1 minute', created_at = created_at - interval '1 minute'",
     );
     assert.equal((await c()).counts.unsettled, 5000);
+  });
+
+  it('a workflow step run started before a step it needs had finished is reported (I7); one started after is not', async () => {
+    const steps = JSON.stringify({
+      steps: [
+        { name: 'a', needs: [] },
+        { name: 'b', needs: ['a'] },
+      ],
+    });
+    const workflowRun = async (s: number, bStartsAfterASecondsAgo: number) => {
+      const w = await sql(
+        `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, kind, state, result)
+         VALUES ('wf', $1, 'schedule', 5, 'r1', 'workflow', 'running', $2::jsonb) RETURNING id`,
+        [at(s), steps],
+      );
+      const id = w.rows[0].id as string;
+      // a ran from 10 s ago to 4 s ago; b started `bStartsAfterASecondsAgo` s ago.
+      await sql(
+        `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, kind, workflow_run_id, step, state, started_at, finished_at)
+         VALUES ('wf@x:a', $1, 'step', 5, 'r1', 'step', $2, 'a', 'completed', now() - interval '10 seconds', now() - interval '4 seconds'),
+                ('wf@x:b', $1, 'step', 5, 'r1', 'step', $2, 'b', 'running', now() - $3 * interval '1 second', NULL)`,
+        [at(s), id, bStartsAfterASecondsAgo],
+      );
+      return id;
+    };
+    await workflowRun(0, 2); // b after a: fine
+    assert.equal((await check()).counts['workflow-order'], 0);
+    const early = await workflowRun(1, 6); // b 6 s ago, a finished 4 s ago
+    const report = await check();
+    assert.equal(report.counts['workflow-order'], 1);
+    assert.match(
+      report.examples['workflow-order']![0]!,
+      new RegExp(`^I7: wf@.* \\(run ${early}\\): step b \\(run \\d+\\) started before its need a completed$`),
+    );
   });
 
   it('a claim a replica saw commit that the ledger no longer has is counted on its member row and reported', async () => {

@@ -11,6 +11,7 @@ import {
   iso,
   Notes,
   runsBySlot,
+  stepsStartedEarly,
   tokenRegressions,
   type RunRecord,
   type TokenedRun,
@@ -18,6 +19,7 @@ import {
 import {
   readWindow,
   unsettledRuns,
+  workflowRunsTouched,
   type CheckWindow,
   type TokenPair,
   type UnsettledBounds,
@@ -110,6 +112,41 @@ function pairEnds(pairs: Iterable<TokenPair>): TokenedRun[] {
     if (p.lastId !== p.firstId) ends.push({ id: p.lastId, job: p.job, leaderToken: p.leaderToken });
   }
   return ends.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/**
+ * I7 over the workflow runs whose steps were made since the last round (the whole window at the
+ * first): a step run started before every run of a step it needs had finished. Findings are kept
+ * for the window, as the window's checks keep theirs.
+ */
+export function workflowCheck(l: Ledger, w: Pick<CheckWindow, 'windowMs'>, limit = 10_000): LedgerCheck {
+  const found = new Map<bigint, { message: string; at: number }>();
+  let since: Date | null = null;
+  return {
+    checks: ['workflow-order'],
+    async find() {
+      const { readAt, runs } = await workflowRunsTouched(l.db, l.tables, { windowMs: w.windowMs, since }, limit);
+      const at = readAt.getTime();
+      since = new Date(at - READ_SLACK_MS);
+      for (const run of runs)
+        for (const { stepRun: s, need } of stepsStartedEarly(run))
+          found.set(s.id, {
+            message: `${run.workflow}@${iso(run.scheduledAt)} (run ${run.id}): step ${s.step}${s.item === null ? '' : `[${s.item}]`} (run ${s.id}) started before its need ${need} completed`,
+            at,
+          });
+      for (const [id, f] of found) if (f.at <= at - w.windowMs) found.delete(id);
+      return {
+        findings: [
+          {
+            check: 'workflow-order',
+            invariant: 'I7',
+            count: found.size,
+            examples: [...found.values()].map((f) => f.message),
+          },
+        ],
+      };
+    },
+  };
 }
 
 /** I6: unfinished runs no one is on past their bound (a run waiting by policy is not one). */
@@ -207,6 +244,7 @@ export function ledgerChecks(o: LedgerChecksOptions): LedgerCheck[] {
       sweepMsPerWaitingRun: sweep.intervalMs / sweep.batchSize,
       timeouts: o.timeouts(),
     })),
+    workflowCheck(db, { windowMs }),
     lostWritesCheck(db, windowMs),
   ];
 }
