@@ -100,28 +100,30 @@ const lostClaimsStatement = perSchema((t) =>
   namedStatement(
     'find_lost_claims',
     `WITH seen AS (
-       SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::timestamptz[])
-         AS s(run_id, attempt, token, job, scheduled_at, claimed_at)
+       SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bool[])
+         AS s(run_id, attempt, token, job, scheduled_at, claimed_at, finished)
        WHERE claimed_at > now() - interval '1 hour'),
      lost AS (
        SELECT s.* FROM seen s
        WHERE NOT EXISTS (SELECT 1 FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
          WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.token = s.token
-           AND r.job = s.job AND r.scheduled_at = s.scheduled_at)),
+           AND (s.job IS NULL OR (r.job = s.job AND r.scheduled_at = s.scheduled_at))
+           AND (NOT s.finished OR a.finished_at IS NOT NULL))),
      noted AS (
        UPDATE ${t.members} SET lost_writes = lost_writes + (SELECT count(*) FROM lost), lost_writes_at = now(),
          lost_write_example = COALESCE(lost_write_example, (
-           SELECT 'claim of run ' || run_id || ' (' || job || ' at ' || to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"')
-             || '), attempt ' || attempt || ', token ' || token FROM lost ORDER BY token LIMIT 1))
+           SELECT CASE WHEN finished THEN 'outcome of run ' || run_id
+             ELSE 'claim of run ' || run_id || ' (' || job || ' at ' || to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || ')' END
+             || ', attempt ' || attempt || ', token ' || token FROM lost ORDER BY token, finished LIMIT 1))
        WHERE replica_id = $1 AND EXISTS (SELECT 1 FROM lost) RETURNING 1)
-     SELECT run_id, attempt, token, job, scheduled_at, claimed_at FROM lost`,
+     SELECT run_id, attempt, token, job, scheduled_at, claimed_at, finished FROM lost`,
   ),
 );
 
 /**
- * Of the claims this replica saw commit (commit-witness.ts), those the ledger no longer has: no
- * attempt row with that token, or its run now another slot (a run id issued again after a lossy
- * failover). Counted on the member row (lost_writes, when, the first in words) in the same
+ * Of the claims and outcomes this replica saw commit (commit-witness.ts), those the ledger no
+ * longer has: no attempt row with that token, its run now another slot (a run id issued again
+ * after a lossy failover), or, for an outcome, the attempt not finished. Counted on the member row (lost_writes, when, the first in words) in the same
  * statement, for the ledger check to report. Claims an hour old or older are not asked about:
  * only retention deletes runs, and never one less than a day old.
  */
@@ -136,9 +138,10 @@ export async function findLostClaims(
     run_id: string;
     attempt: number;
     token: string;
-    job: string;
-    scheduled_at: Date;
+    job: string | null;
+    scheduled_at: Date | null;
     claimed_at: Date;
+    finished: boolean;
   }>({
     ...lostClaimsStatement(t),
     values: [
@@ -149,6 +152,7 @@ export async function findLostClaims(
       claims.map((c) => c.job),
       claims.map((c) => c.scheduledAt),
       claims.map((c) => c.claimedAt),
+      claims.map((c) => c.finished === true),
     ],
   });
   return res.rows.map((r) => ({
@@ -158,6 +162,7 @@ export async function findLostClaims(
     job: r.job,
     scheduledAt: r.scheduled_at,
     claimedAt: r.claimed_at,
+    finished: r.finished,
   }));
 }
 

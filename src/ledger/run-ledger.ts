@@ -85,6 +85,7 @@ export class RunLedger {
   /** ctx.transaction alone; see run-transactions.ts. */
   async completeInTransaction<T>(claim: Claim, fn: (tx: pg.PoolClient) => Promise<T>): Promise<TransactionResult<T>> {
     const result = await commitOne(this.pool, this.t, claim, fn);
+    if (result.status === 'committed') this.witness.finished(claim);
     if (result.status === 'skipped')
       await this.recordSkippedAttempt(claim, 'run already completed by an earlier attempt');
     return result;
@@ -103,6 +104,9 @@ export class RunLedger {
     const outcomes = await commitGroup(this.pool, this.t, items, (item) =>
       commitOne(this.pool, this.t, item.claim, item.fn),
     );
+    outcomes.forEach((o, i) => {
+      if (o.ok && o.result.status === 'committed') this.witness.finished(items[i]!.claim);
+    });
     // Runs found completed already (by the group's check, or when redone alone) did nothing.
     const skipped = items
       .map((item, i) => ({ item, o: outcomes[i]! }))
@@ -123,8 +127,12 @@ export class RunLedger {
   }
 
   /** Record many outcomes in one statement; true where accepted, in order. */
-  finishMany(requests: readonly FinishRequest[]): Promise<boolean[]> {
-    return finishRuns(this.pool, this.t, requests);
+  async finishMany(requests: readonly FinishRequest[]): Promise<boolean[]> {
+    const accepted = await finishRuns(this.pool, this.t, requests);
+    requests.forEach((r, i) => {
+      if (accepted[i]) this.witness.finished(r);
+    });
+    return accepted;
   }
 
   /** Record that this attempt found its run already completed and did nothing. */

@@ -388,4 +388,31 @@ describe('live ledger check (real PostgreSQL)', () => {
       ),
     );
   });
+
+  it('an outcome a replica saw commit that the ledger lost (its claim kept) is counted too', async () => {
+    await sql("INSERT INTO cw_members (replica_id, host, pid, version, role) VALUES ('r2', 'h', 1, 'v', 'follower')");
+    await ledger.runs.beat('r2');
+    const c = await ledger.runs.claim(await commit('a', 0), 'r2');
+    assert.equal(c.status, 'claimed');
+    if (c.status !== 'claimed') return;
+    assert.ok(await ledger.runs.finish(c.claim, 'completed'));
+    const outcome = ledger.runs.witness.recent().find((w) => w.finished && w.runId === c.claim.runId);
+    assert.ok(outcome, 'the witness remembers the outcome');
+    assert.deepEqual(await findLostClaims(ledger.pool, ledger.tables, 'r2', [outcome, c.claim]), []);
+    // The standby got the claim but not the completion: the attempt is running again there.
+    await sql("UPDATE cw_run_attempts SET state = 'running', finished_at = NULL WHERE run_id = $1", [
+      c.claim.runId.toString(),
+    ]);
+    const lost = await findLostClaims(ledger.pool, ledger.tables, 'r2', [outcome, c.claim]);
+    assert.deepEqual(
+      lost.map((l) => [l.runId, l.finished]),
+      [[c.claim.runId, true]],
+    );
+    const report = await check();
+    assert.equal(report.counts['lost-writes'], 1);
+    assert.match(
+      report.examples['lost-writes']![0]!,
+      new RegExp(`first: outcome of run ${c.claim.runId}, attempt 1, token ${c.claim.token}$`),
+    );
+  });
 });
