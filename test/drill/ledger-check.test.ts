@@ -61,7 +61,7 @@ describe('live ledger check in a ledger failover drill', () => {
       assert.ok(report.liveCheck.counts['lost-writes']! > 0, JSON.stringify(report.liveCheck));
       assert.match(
         report.liveCheck.examples['lost-writes']![0]!,
-        /^I4: replica \S+ saw \d+ claim\(s\) commit that the ledger no longer has/,
+        /^I4: replica \S+ saw \d+ claim\(s\) or outcome\(s\) commit that the ledger no longer has/,
       );
       assert.equal(report.liveCheck.counts['token-order'], 0);
     },

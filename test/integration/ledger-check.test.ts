@@ -384,7 +384,7 @@ describe('live ledger check (real PostgreSQL)', () => {
     assert.match(
       report.examples['lost-writes']![0]!,
       new RegExp(
-        `^I4: replica r1 saw 2 claim\\(s\\) commit that the ledger no longer has, first: claim of run ${gone.runId} \\(a at 2026-01-01T00:00:01.000Z\\), attempt 1, token ${gone.token}$`,
+        `^I4: replica r1 saw 2 claim\\(s\\) or outcome\\(s\\) commit that the ledger no longer has, first: claim of run ${gone.runId} \\(a at 2026-01-01T00:00:01.000Z\\), attempt 1, token ${gone.token}$`,
       ),
     );
   });

@@ -191,7 +191,7 @@ export function lostWritesCheck(l: Ledger, windowMs: number): LedgerCheck {
             count: members.reduce((n, m) => n + m.lostWrites, 0),
             examples: members.map(
               (m) =>
-                `replica ${m.replicaId} saw ${m.lostWrites} claim(s) commit that the ledger no longer has${m.example ? `, first: ${m.example}` : ''}`,
+                `replica ${m.replicaId} saw ${m.lostWrites} claim(s) or outcome(s) commit that the ledger no longer has${m.example ? `, first: ${m.example}` : ''}`,
             ),
           },
         ],
