@@ -213,8 +213,11 @@ async function rawRound(s: Servers, w: Workload, n: number): Promise<Round> {
   return round;
 }
 
-/** cronwarden's run path as a replica wires it: n runs committed and handed over first, then run. */
-export async function oursRound(s: Servers, w: Workload, n: number): Promise<Round> {
+/**
+ * cronwarden's run path as a replica wires it: n runs committed and handed over first, then run.
+ * Their slots are a second apart from `base` (default 2020-01-01).
+ */
+export async function oursRound(s: Servers, w: Workload, n: number, base = Date.UTC(2020, 0, 1)): Promise<Round> {
   const ns = `run${randomUUID().slice(0, 8)}`;
   const jobName = `bench-${ns}`;
   const job = defineJob({
@@ -233,7 +236,6 @@ export async function oursRound(s: Servers, w: Workload, n: number): Promise<Rou
   const ledger = new Ledger(s.pool);
   const delivery = new BullmqDelivery({ connection: s.conn, namespace: ns, registry, ledger });
   const stamp = { fenceResource: `bench/${ns}`, token: 1n, replicaId: 'bench', stillLeading: () => true };
-  const base = Date.UTC(2020, 0, 1);
   for (let i = 0; i < n; i += 250) {
     const fires = Array.from({ length: Math.min(250, n - i) }, (_, k) => ({
       job: jobName,

@@ -25,6 +25,8 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   shards: async () => (await import('./shards.js')).benchShards(),
   // `npm run bench -- workflows --chains 200 --steps 5 --width 1000 --rounds 3`
   workflows: async () => (await import('./workflows.js')).benchWorkflows(process.argv.slice(2)),
+  // `npm run bench -- ledger-check --runs 10000 --rounds 20`
+  'ledger-check': async () => (await import('./ledger-check.js')).benchLedgerCheck(),
 };
 const wanted = process.argv.slice(2).filter((a) => a in all);
 const names = wanted.length > 0 ? wanted : Object.keys(all);

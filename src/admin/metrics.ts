@@ -3,6 +3,7 @@ import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
 import { activeRunCounts, attemptsFinishedSince, jobHealth, workflowRunsFinishedSince } from '../ledger/admin-reads.js';
+import { lastLedgerCheck } from '../ledger/ledger-check.js';
 import type { Tables } from '../db/tables.js';
 
 /** What the metrics read of a replica: its events, identity and clock offset. */
@@ -56,6 +57,7 @@ export class ReplicaMetrics {
     this.durations = runs.durations;
     ({ stepAttempts: this.stepAttempts, handOff: this.handOff } = this.workflowMetrics());
     this.jobMetrics();
+    this.ledgerCheckMetrics();
     this.wireEvents(lease, fires, backendErrors);
   }
 
@@ -314,6 +316,43 @@ export class ReplicaMetrics {
         const next = job.schedule.nextAfter(h.lastFire.getTime());
         if (next !== null) nextFire.set(labels, next / 1000);
       }
+    };
+  }
+
+  /**
+   * The live ledger check's last report (scheduler/chores/ledger-check.ts), read from the ledger at
+   * scrape time: the violations each check found and when the check last completed. Cluster-wide,
+   * so only a leader exports them (alert on the max over replicas).
+   */
+  private ledgerCheckMetrics(): void {
+    const { replica, pool, tables } = this;
+    let loading: Promise<void> | undefined;
+    const collect = () =>
+      (loading ??= load()
+        .catch((err: Error) => replica.logger.warn({ err: err.message }, 'metrics: could not read the ledger check'))
+        .finally(() => (loading = undefined)));
+    const violations = new Gauge({
+      name: 'cronwarden_ledger_check_violations',
+      help: "What the live ledger check's last round found, per check: duplicate-slots (I1), token-order (I3), unsettled (I6), workflow-order (I7), lost-writes (leader only)",
+      labelNames: ['check'],
+      registers: [this.registry],
+      collect,
+    });
+    const lastRun = new Gauge({
+      name: 'cronwarden_ledger_check_last_run_timestamp_seconds',
+      help: 'When the live ledger check last completed a round (leader only)',
+      registers: [this.registry],
+      collect,
+    });
+    const load = async () => {
+      violations.reset();
+      lastRun.reset();
+      if (replica.role !== 'leader') return;
+      const last = await lastLedgerCheck(pool, tables);
+      if (!last) return;
+      const report = last.report as { counts?: Record<string, number> };
+      for (const [check, n] of Object.entries(report.counts ?? {})) violations.set({ check }, n);
+      lastRun.set(last.checkedAt.getTime() / 1000);
     };
   }
 

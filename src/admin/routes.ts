@@ -6,6 +6,7 @@
 import type { AdminRoute } from './admin-route.js';
 import { jobRoutes } from './job-routes.js';
 import { leadershipRoutes } from './leadership-routes.js';
+import { ledgerCheckRoutes } from './ledger-check-routes.js';
 import { runRoutes } from './run-routes.js';
 import { runtimeRoutes } from './runtime-routes.js';
 import { serviceRoutes } from './service-routes.js';
@@ -18,6 +19,7 @@ export const adminRoutes: readonly AdminRoute[] = [
   ...runRoutes,
   ...workflowRoutes,
   ...runtimeRoutes,
+  ...ledgerCheckRoutes,
 ];
 
 /** The Markdown table of the routes: method, path, who may call it, what it does. */

@@ -163,6 +163,12 @@ function printReport(r: DrillReport): void {
       `attempt log: ${c.attemptLog.committed} writes committed, ${c.staleWritesRefused} stale refused, ${c.staleWritesLanded} stale landed, ${c.writesCommittedTwice} doubled, ${c.writesLostByLedger} lost by the ledger; ${c.attemptLog.failed} attempts failed`,
     );
   }
+  console.log(
+    `live ledger check (always on in production): ${Object.entries(r.liveCheck.counts)
+      .map(([check, n]) => `${check} ${n}`)
+      .join(', ')}`,
+  );
+  for (const examples of Object.values(r.liveCheck.examples)) for (const e of examples) console.log(`  ${e}`);
   if (r.unexpectedExits.length) console.log(`replicas that exited by themselves: ${r.unexpectedExits.join(', ')}`);
   if (r.shardsLed)
     console.log(

@@ -47,6 +47,8 @@ export interface ReplicaConfig {
   shards: number;
   /** Finished runs older than this many days are deleted by the leader; 0 keeps everything. */
   retentionDays: number;
+  /** The live ledger check: how often (0: off), over how long a window, at most how many runs. */
+  ledgerCheck: { intervalMs: number; windowMs: number; maxRows: number };
   /** Start-up checks give up on a server after this. */
   connectTimeoutMs: number;
   logLevel: string;
@@ -138,6 +140,9 @@ const replicaKeys = [
   'standInsPerJob',
   'shards',
   'retentionDays',
+  'ledgerCheckIntervalMs',
+  'ledgerCheckWindowMs',
+  'ledgerCheckMaxRows',
   'connectTimeoutMs',
   'logLevel',
   'logFormat',
@@ -170,6 +175,11 @@ export function loadReplicaConfig(flags: SettingFlags, env: NodeJS.ProcessEnv = 
     standInsPerJob: c.standInsPerJob,
     shards: c.shards,
     retentionDays: c.retentionDays,
+    ledgerCheck: {
+      intervalMs: c.ledgerCheckIntervalMs,
+      windowMs: c.ledgerCheckWindowMs,
+      maxRows: c.ledgerCheckMaxRows,
+    },
     connectTimeoutMs: c.connectTimeoutMs,
     logLevel: c.logLevel,
     logFormat: c.logFormat,

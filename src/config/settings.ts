@@ -247,6 +247,25 @@ export const settings = {
       'In batches of 5,000 every 10 minutes. A job due every second adds 86,400 runs a day. ' +
       'Safe for the schedule: catch-up after an election starts from `cw_job_state`, never from old runs',
   },
+  ledgerCheckIntervalMs: {
+    ...bounded(replicaSettings.ledgerCheckIntervalMs),
+    arg: 'ms',
+    description:
+      'the live ledger check: how often the leader checks the last window of the ledger for duplicate slots, tokens out of order, runs no one is on, workflow steps started early and writes the ledger lost; `0` = off',
+    details:
+      'See docs/operating/ledger-check.md. Each round is one report (`GET /api/ledger-check`, the metric `cronwarden_ledger_check_violations`, one warning line when it finds something)',
+  },
+  ledgerCheckWindowMs: {
+    ...bounded(replicaSettings.ledgerCheckWindowMs),
+    arg: 'ms',
+    description: 'the live ledger check reads the runs committed in this last stretch',
+  },
+  ledgerCheckMaxRows: {
+    ...bounded(replicaSettings.ledgerCheckMaxRows),
+    arg: 'n',
+    description: 'the live ledger check reads at most this many of the newest runs of its window',
+    details: 'A busier ledger gets a shorter window than ledgerCheckWindowMs; the report says so (`window.capped`)',
+  },
   connectTimeoutMs: {
     schema: int(100, 600_000),
     arg: 'ms',

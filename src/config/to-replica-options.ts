@@ -25,6 +25,7 @@ export function toReplicaOptions(
     standInsPerJob: config.standInsPerJob,
     shards: config.shards,
     retentionMs: config.retentionDays * DAY_MS,
+    ledgerCheck: config.ledgerCheck,
     admin: config.admin.enabled ? replicaAdmin(config.admin) : false,
   };
 }

@@ -249,6 +249,27 @@ export const members = pgTable('cw_members', {
   jobs: text('jobs').array(),
   startedAt: tstz('started_at').notNull().defaultNow(),
   lastSeen: tstz('last_seen').notNull().defaultNow(),
+  /**
+   * Claims this replica saw commit that the ledger no longer has (a failover to a standby that had
+   * not received them): counted by its heartbeat (ledger/commit-witness.ts), read by the ledger check.
+   */
+  lostWrites: integer('lost_writes').notNull().default(0),
+  /** When its heartbeat last found one (database clock). */
+  lostWritesAt: tstz('lost_writes_at'),
+  /** The first it found, in words. */
+  lostWriteExample: text('lost_write_example'),
+});
+
+/**
+ * The live ledger check's reports (scheduler/chores/ledger-check.ts), newest last: the leader
+ * writes one per round and keeps the last few, so every replica's admin API and metrics serve the
+ * same last report, whoever leads now.
+ */
+export const ledgerChecks = pgTable('cw_ledger_checks', {
+  id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+  checkedAt: tstz('checked_at').notNull().defaultNow(),
+  /** The report: window, counts per check, examples (LedgerCheckReport). */
+  report: jsonb('report').notNull(),
 });
 
 /**

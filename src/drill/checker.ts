@@ -5,18 +5,34 @@
  * from PostgreSQL.
  */
 import type pg from 'pg';
-import { effectsInWindow, runsInWindow, type RunHistoryRow } from '../ledger/history-reads.js';
+import { effectsInWindow, runsInWindow } from '../ledger/history-reads.js';
 import { tablesIn } from '../db/tables.js';
 import { shardOf } from '../scheduler/shards/shard-map.js';
 import { readAttemptLog, type AttemptOutcome } from './attempt-log.js';
+import {
+  checkDuplicates,
+  checkSettled,
+  checkTokenOrder,
+  iso,
+  Notes,
+  runsBySlot,
+  settledStates,
+  slotKey,
+  type RunRecord,
+  type Settlement,
+  type Violation,
+} from '../ledger/invariant-checks.js';
 
-/** A run as the checker sees it: the ledger's history row, the commit instant optional for planted histories. */
-export interface RunRecord extends Omit<RunHistoryRow, 'committedAt' | 'trigger'> {
-  /** Why it was committed ('standin': by a follower); unknown in hand-made histories. */
-  trigger?: string;
-  /** When the ledger committed the fire (database clock), if known. */
-  committedAt?: number;
-}
+export {
+  checkDuplicates,
+  checkSettled,
+  checkTokenOrder,
+  Notes,
+  settledStates,
+  type RunRecord,
+  type Settlement,
+  type Violation,
+};
 
 export interface EffectRecord {
   runId: bigint;
@@ -67,11 +83,6 @@ export interface Expectation {
   shards?: number;
 }
 
-export interface Violation {
-  invariant: 'I1' | 'I2' | 'I3' | 'I4' | 'I6' | 'completion' | 'early';
-  message: string;
-}
-
 export interface CheckReport {
   expected: number;
   committed: number;
@@ -110,42 +121,8 @@ export interface CheckReport {
   ok: boolean;
 }
 
-export interface Settlement {
-  completed: number;
-  superseded: number;
-  skipped: number;
-  failed: number;
-  cancelled: number;
-  unsettled: number;
-  unsettledByState: Record<string, number>;
-}
-
-const MAX_LISTED = 20;
-
-/** The states in which a run is settled for good (I6); 'superseded' is a completion without an effect. */
-export const settledStates = ['completed', 'superseded', 'skipped', 'failed', 'cancelled'] as const;
 /** States that count as "the slot's work is done" for the completion check. */
 const doneStates = new Set(['completed', 'superseded']);
-
-/** Collects violations, listing at most MAX_LISTED per invariant (the counts stay exact). */
-export class Notes {
-  readonly violations: Violation[] = [];
-  add(v: Violation): void {
-    if (this.violations.filter((x) => x.invariant === v.invariant).length < MAX_LISTED) this.violations.push(v);
-  }
-}
-
-const slotKey = (job: string, at: number) => `${job}@${at}`;
-const iso = (t: number) => new Date(t).toISOString();
-
-function runsBySlot(runs: RunRecord[]): Map<string, RunRecord[]> {
-  const bySlot = new Map<string, RunRecord[]>();
-  for (const run of runs) {
-    const key = slotKey(run.job, run.scheduledAt);
-    bySlot.set(key, [...(bySlot.get(key) ?? []), run]);
-  }
-  return bySlot;
-}
 
 export function checkHistory(history: History, expectation: Expectation): CheckReport {
   const notes = new Notes();
@@ -153,7 +130,8 @@ export function checkHistory(history: History, expectation: Expectation): CheckR
   const duplicated = checkDuplicates(bySlot, notes);
   const { expected, missed, incomplete } = checkMissed(bySlot, expectation, notes);
   const early = checkEarly(history.runs, expectation.earlyToleranceMs ?? 500, notes);
-  const tokenRegressions = checkTokenOrder(history.runs, notes, expectation.shards);
+  const shards = expectation.shards ?? 1;
+  const tokenRegressions = checkTokenOrder(history.runs, notes, (job) => shardOf(job, shards), shards);
   const effects = checkEffects(history, bySlot, expectation, notes);
   const log = checkAttemptLog(history, notes);
   const settlement = checkSettled(history.runs, notes);
@@ -184,21 +162,6 @@ export function checkHistory(history: History, expectation: Expectation): CheckR
     violations: notes.violations,
     ok,
   };
-}
-
-/** I1: at most one run per (job, scheduled time). Returns the runs beyond the first of each slot. */
-export function checkDuplicates(bySlot: Map<string, RunRecord[]>, notes: Notes): number {
-  let duplicated = 0;
-  for (const [key, runs] of bySlot) {
-    if (runs.length > 1) {
-      duplicated += runs.length - 1;
-      notes.add({
-        invariant: 'I1',
-        message: `${key} fired ${runs.length} times (runs ${runs.map((r) => r.id).join(', ')})`,
-      });
-    }
-  }
-  return duplicated;
 }
 
 /** I2: every expected time fired; with requireCompleted, each of them also completed (or was superseded). */
@@ -243,25 +206,6 @@ export function checkEarly(runs: RunRecord[], toleranceMs: number, notes: Notes)
     }
   }
   return early;
-}
-
-/** I3: leader tokens never decrease in commit order (per shard, when there are shards). */
-export function checkTokenOrder(runs: RunRecord[], notes: Notes, shards = 1): number {
-  let regressions = 0;
-  const highest = new Map<number, bigint>();
-  for (const run of runs) {
-    const shard = shardOf(run.job, shards);
-    const top = highest.get(shard) ?? -1n;
-    if (run.leaderToken < top) {
-      regressions++;
-      notes.add({
-        invariant: 'I3',
-        message: `run ${run.id}${shards > 1 ? ` (${run.job}, shard ${shard})` : ''} committed with leader token ${run.leaderToken} after token ${top}`,
-      });
-    }
-    if (run.leaderToken > top) highest.set(shard, run.leaderToken);
-  }
-  return regressions;
 }
 
 /** I4 from the effect table: each completed run's effect exactly once, written by the attempt that completed it. */
@@ -403,37 +347,6 @@ function committedWrites(
     });
   }
   return { staleWritesLanded, writesCommittedTwice, writesLostByLedger };
-}
-
-/**
- * I6: every committed run is settled at the end: completed, superseded (completed without its
- * effect because a later slot wrote first), skipped or cancelled by policy, or failed by its own
- * handler. A run still pending, running or retrying was lost on the way (e.g. by the queue) and
- * nothing brought it back.
- */
-export function checkSettled(runs: RunRecord[], notes: Notes): Settlement {
-  const settlement: Settlement = {
-    completed: 0,
-    superseded: 0,
-    skipped: 0,
-    failed: 0,
-    cancelled: 0,
-    unsettled: 0,
-    unsettledByState: {},
-  };
-  for (const run of runs) {
-    if ((settledStates as readonly string[]).includes(run.state)) {
-      settlement[run.state as (typeof settledStates)[number]]++;
-      continue;
-    }
-    settlement.unsettled++;
-    settlement.unsettledByState[run.state] = (settlement.unsettledByState[run.state] ?? 0) + 1;
-    notes.add({
-      invariant: 'I6',
-      message: `run ${run.id} (${run.job}@${iso(run.scheduledAt)}) is still ${run.state} at the end`,
-    });
-  }
-  return settlement;
 }
 
 export interface WindowCounts {

@@ -54,6 +54,8 @@ import { ShardWatch } from './shard-watch.js';
 import { ReplicaLink } from './replica-link.js';
 import { SkewedClocks } from './skewed-clock.js';
 import { strike } from './strike.js';
+import { describeLiveCheck, liveLedgerCheck } from './live-check.js';
+import type { LedgerCheckReport } from '../scheduler/chores/ledger-check.js';
 
 export interface FaultRecord {
   kind: FaultKind;
@@ -117,6 +119,12 @@ export interface DrillReport {
   shardsLed?: Record<string, number[]>;
   /** With --workflows: I7 and each step's effect once, per workflow run of the window. */
   workflows?: WorkflowReport;
+  /**
+   * What the live ledger check (always on in production) found over the drill's window, run
+   * before the replicas stop: 0 everywhere on a healthy drill. Reported beside the checker's
+   * verdict, not part of it.
+   */
+  liveCheck: LedgerCheckReport;
   violations: string[];
   ok: boolean;
 }
@@ -248,13 +256,20 @@ async function strikeAll(s: Session, schedule: FaultKind[]): Promise<Outcome> {
   const to = new Date(Math.floor((Date.now() - 3000) / 1000) * 1000);
   await drain(s.probe, from, to);
   const led = s.shards?.led();
-  return { window: { from, to }, faults, violations, ...(led ? { shardsLed: led } : {}) };
+  const liveCheck = await liveLedgerCheck(s.env.ledger.pool, DRILL_TABLES, {
+    since: from.getTime(),
+    shards: o.shards ?? 1,
+    ttlMs: o.ttlMs,
+  });
+  s.log(describeLiveCheck(liveCheck));
+  return { window: { from, to }, faults, violations, liveCheck, ...(led ? { shardsLed: led } : {}) };
 }
 
 interface Outcome {
   window: { from: Date; to: Date };
   faults: FaultRecord[];
   violations: string[];
+  liveCheck: LedgerCheckReport;
   shardsLed?: Record<string, number[]>;
 }
 
@@ -410,6 +425,7 @@ async function judgeDrill(
     unexpectedExits,
     ...(outcome.shardsLed ? { shardsLed: outcome.shardsLed } : {}),
     ...(workflows ? { workflows } : {}),
+    liveCheck: outcome.liveCheck,
     violations,
     ok: violations.length === 0 && check.ok && (workflows?.ok ?? true),
   };

@@ -8,6 +8,7 @@
  */
 import type pg from 'pg';
 import type { Tables } from '../db/tables.js';
+import { stepsStartedEarly } from '../ledger/invariant-checks.js';
 
 export interface StepRunRecord {
   id: bigint;
@@ -121,20 +122,13 @@ export function checkWorkflows(h: WorkflowHistory, expected: Map<string, number[
         if (new Set(mine.map((s) => s.item)).size !== mine.length)
           add({ invariant: 'structure', message: `${label} has an item of step ${step.name} twice` });
       }
-      for (const need of step.needs) {
-        const needRuns = run.stepRuns.filter((s) => s.step === need);
-        const lastNeed = Math.max(...needRuns.map((s) => s.finishedAt ?? Infinity));
-        for (const s of mine) {
-          if (s.startedAt === null) continue;
-          if (needRuns.length === 0 || s.startedAt < lastNeed) {
-            startedEarly++;
-            add({
-              invariant: 'I7',
-              message: `${label} step ${s.step}${s.item === null ? '' : `[${s.item}]`} started before its need ${need} completed`,
-            });
-          }
-        }
-      }
+    }
+    for (const { stepRun: s, need } of stepsStartedEarly(run)) {
+      startedEarly++;
+      add({
+        invariant: 'I7',
+        message: `${label} step ${s.step}${s.item === null ? '' : `[${s.item}]`} started before its need ${need} completed`,
+      });
     }
   }
   const ok =

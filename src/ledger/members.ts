@@ -1,6 +1,8 @@
 /** cw_members: one row per live replica, kept by its heartbeat, read by the admin API. */
 import type { Tables } from '../db/tables.js';
 import type { Queryable } from './transaction.js';
+import type { WitnessedClaim } from './commit-witness.js';
+import { namedStatement, perSchema } from './named-statement.js';
 
 export interface MemberRecord {
   replicaId: string;
@@ -91,4 +93,97 @@ export async function liveMembers(db: Queryable, t: Tables, withinMs: number): P
     [withinMs],
   );
   return res.rows.map((r) => ({ replicaId: r.replica_id, role: r.role, ageMs: Number(r.age_ms) }));
+}
+
+/** The heartbeat's question, prepared once per connection: it is asked every few seconds. */
+const lostClaimsStatement = perSchema((t) =>
+  namedStatement(
+    'find_lost_claims',
+    `WITH seen AS (
+       SELECT * FROM unnest($2::bigint[], $3::int[], $4::bigint[], $5::text[], $6::timestamptz[], $7::timestamptz[], $8::bool[])
+         AS s(run_id, attempt, token, job, scheduled_at, claimed_at, finished)
+       WHERE claimed_at > now() - interval '1 hour'),
+     lost AS (
+       SELECT s.* FROM seen s
+       WHERE NOT EXISTS (SELECT 1 FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
+         WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.token = s.token
+           AND (s.job IS NULL OR (r.job = s.job AND r.scheduled_at = s.scheduled_at))
+           AND (NOT s.finished OR a.finished_at IS NOT NULL))),
+     noted AS (
+       UPDATE ${t.members} SET lost_writes = lost_writes + (SELECT count(*) FROM lost), lost_writes_at = now(),
+         lost_write_example = COALESCE(lost_write_example, (
+           SELECT CASE WHEN finished THEN 'outcome of run ' || run_id
+             ELSE 'claim of run ' || run_id || ' (' || job || ' at ' || to_char(scheduled_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"') || ')' END
+             || ', attempt ' || attempt || ', token ' || token FROM lost ORDER BY token, finished LIMIT 1))
+       WHERE replica_id = $1 AND EXISTS (SELECT 1 FROM lost) RETURNING 1)
+     SELECT run_id, attempt, token, job, scheduled_at, claimed_at, finished FROM lost`,
+  ),
+);
+
+/**
+ * Of the claims and outcomes this replica saw commit (commit-witness.ts), those the ledger no
+ * longer has: no attempt row with that token, its run now another slot (a run id issued again
+ * after a lossy failover), or, for an outcome, the attempt not finished. Counted on the member row (lost_writes, when, the first in words) in the same
+ * statement, for the ledger check to report. Claims an hour old or older are not asked about:
+ * only retention deletes runs, and never one less than a day old.
+ */
+export async function findLostClaims(
+  db: Queryable,
+  t: Tables,
+  replicaId: string,
+  claims: readonly WitnessedClaim[],
+): Promise<WitnessedClaim[]> {
+  if (claims.length === 0) return [];
+  const res = await db.query<{
+    run_id: string;
+    attempt: number;
+    token: string;
+    job: string | null;
+    scheduled_at: Date | null;
+    claimed_at: Date;
+    finished: boolean;
+  }>({
+    ...lostClaimsStatement(t),
+    values: [
+      replicaId,
+      claims.map((c) => c.runId.toString()),
+      claims.map((c) => c.attempt),
+      claims.map((c) => c.token.toString()),
+      claims.map((c) => c.job),
+      claims.map((c) => c.scheduledAt),
+      claims.map((c) => c.claimedAt),
+      claims.map((c) => c.finished === true),
+    ],
+  });
+  return res.rows.map((r) => ({
+    runId: BigInt(r.run_id),
+    attempt: r.attempt,
+    token: BigInt(r.token),
+    job: r.job,
+    scheduledAt: r.scheduled_at,
+    claimedAt: r.claimed_at,
+    finished: r.finished,
+  }));
+}
+
+/** Members whose heartbeat found lost claims since `sinceMs` ago. */
+export interface LostWritesReport {
+  replicaId: string;
+  lostWrites: number;
+  lostWritesAt: Date;
+  example: string | null;
+}
+
+export async function membersWithLostWrites(db: Queryable, t: Tables, sinceMs: number): Promise<LostWritesReport[]> {
+  const res = await db.query<{ replica_id: string; lost_writes: number; lost_writes_at: Date; example: string | null }>(
+    `SELECT replica_id, lost_writes, lost_writes_at, lost_write_example AS example FROM ${t.members}
+     WHERE lost_writes > 0 AND lost_writes_at > now() - ($1::bigint * interval '1 millisecond') ORDER BY replica_id`,
+    [Math.floor(sinceMs)],
+  );
+  return res.rows.map((r) => ({
+    replicaId: r.replica_id,
+    lostWrites: r.lost_writes,
+    lostWritesAt: r.lost_writes_at,
+    example: r.example,
+  }));
 }

@@ -30,6 +30,7 @@ import {
 } from './run-limits.js';
 import { takeRateStart, type RateRequest, type RateResult } from './run-rate-limits.js';
 import type { Tables } from '../db/tables.js';
+import { CommitWitness } from './commit-witness.js';
 
 export type { Claim, ClaimResult } from './run-claims.js';
 export type { FinishRequest, Outcome } from './run-finishes.js';
@@ -51,6 +52,8 @@ export interface FinishDetails {
 export class RunLedger {
   /** A claimer whose cw_workers row beat within this is alive; see worker-liveness.ts. */
   claimerLiveWithinMs = DEFAULT_CLAIMER_LIVE_WITHIN_MS;
+  /** The claims this replica saw commit lately, which its heartbeat holds the ledger to. */
+  readonly witness = new CommitWitness();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -68,6 +71,7 @@ export class RunLedger {
   /** Claim many runs in one statement; one result per id, in order. */
   async claimMany(runIds: readonly bigint[], worker: string): Promise<ClaimResult[]> {
     const results = await claimRuns(this.pool, this.t, runIds, { worker, liveWithinMs: this.claimerLiveWithinMs });
+    for (const r of results) if (r.status === 'claimed') this.witness.saw(r.claim, r.claim.claimedAt);
     const finished = runIds.filter((_, i) => results[i]!.status === 'finished');
     await recordSkippedDeliveries(this.pool, this.t, finished, worker);
     return results;
@@ -81,6 +85,7 @@ export class RunLedger {
   /** ctx.transaction alone; see run-transactions.ts. */
   async completeInTransaction<T>(claim: Claim, fn: (tx: pg.PoolClient) => Promise<T>): Promise<TransactionResult<T>> {
     const result = await commitOne(this.pool, this.t, claim, fn);
+    if (result.status === 'committed') this.witness.finished(claim);
     if (result.status === 'skipped')
       await this.recordSkippedAttempt(claim, 'run already completed by an earlier attempt');
     return result;
@@ -99,6 +104,9 @@ export class RunLedger {
     const outcomes = await commitGroup(this.pool, this.t, items, (item) =>
       commitOne(this.pool, this.t, item.claim, item.fn),
     );
+    outcomes.forEach((o, i) => {
+      if (o.ok && o.result.status === 'committed') this.witness.finished(items[i]!.claim);
+    });
     // Runs found completed already (by the group's check, or when redone alone) did nothing.
     const skipped = items
       .map((item, i) => ({ item, o: outcomes[i]! }))
@@ -119,8 +127,12 @@ export class RunLedger {
   }
 
   /** Record many outcomes in one statement; true where accepted, in order. */
-  finishMany(requests: readonly FinishRequest[]): Promise<boolean[]> {
-    return finishRuns(this.pool, this.t, requests);
+  async finishMany(requests: readonly FinishRequest[]): Promise<boolean[]> {
+    const accepted = await finishRuns(this.pool, this.t, requests);
+    requests.forEach((r, i) => {
+      if (accepted[i]) this.witness.finished(r);
+    });
+    return accepted;
   }
 
   /** Record that this attempt found its run already completed and did nothing. */

@@ -5,14 +5,19 @@ import type { Ledger } from '../ledger/ledger.js';
 import type { JobPause } from '../ledger/pauses.js';
 import type { Chore } from '../scheduler/chores/chore.js';
 import { DeliverySweeper } from '../scheduler/chores/delivery-sweeper.js';
+import { LedgerCheckChore } from '../scheduler/chores/ledger-check.js';
+import { ledgerChecks } from '../scheduler/chores/ledger-checks.js';
+import { saveLedgerCheck } from '../ledger/ledger-check.js';
 import { PauseExpiry } from '../scheduler/chores/pause-expiry.js';
 import { RemovedJobs } from '../scheduler/chores/removed-jobs.js';
 import { RunRetention } from '../scheduler/chores/run-retention.js';
 import { WaitTimeouts } from '../scheduler/chores/wait-timeouts.js';
 import type { Leadership } from '../scheduler/firing/fire-loop.js';
 import type { ReplicaOptions } from './replica-options.js';
+import type { ResolvedReplicaOptions } from './replica-defaults.js';
 
-export interface LeaderChoresOptions extends Pick<ReplicaOptions, 'redelivery' | 'removedJobs'> {
+export interface LeaderChoresOptions
+  extends Pick<ReplicaOptions, 'redelivery' | 'removedJobs'>, Pick<ResolvedReplicaOptions, 'ledgerCheck' | 'shards'> {
   /** 0 keeps every run. */
   retentionMs: number;
   ledger: Ledger;
@@ -25,9 +30,16 @@ export interface LeaderChoresOptions extends Pick<ReplicaOptions, 'redelivery' |
   onPauseExpired: (pause: JobPause) => void;
   /** Workflow steps' waits past their timeout (WorkflowOps.timeOutWaits). */
   timeOutWaits: () => Promise<number>;
+  /** BullMQ's lock on a delivery (worker.lockDurationMs): a dead worker's unclaimed delivery waits this long. */
+  workerLockMs: number;
+  /** The jobs with a timeout, for the ledger check's bound on running runs. */
+  timeouts: () => readonly { job: string; timeoutMs: number }[];
 }
 
-/** The leader's chores: retention (unless 0), the re-delivery sweep, pause expiry and removed jobs' runs. */
+/**
+ * The leader's chores: retention (unless 0), the re-delivery sweep, pause expiry, removed jobs'
+ * runs, steps' waits past their timeout, and the live ledger check (unless its interval is 0).
+ */
 export function leaderChores(o: LeaderChoresOptions): Chore[] {
   const { ledger, delivery, clock, logger } = o;
   const chores: Chore[] = [];
@@ -53,5 +65,20 @@ export function leaderChores(o: LeaderChoresOptions): Chore[] {
     }),
     new WaitTimeouts(o.timeOutWaits),
   );
+  if (o.ledgerCheck.intervalMs > 0) chores.push(ledgerCheckChore(o));
   return chores;
+}
+
+/**
+ * The live ledger check over the whole ledger (every shard's jobs: it runs under shard 0's tenure).
+ */
+function ledgerCheckChore(o: LeaderChoresOptions): LedgerCheckChore {
+  const { ledger } = o;
+  return new LedgerCheckChore({
+    checks: ledgerChecks({ ...o, ...o.ledgerCheck, claimerLiveWithinMs: () => ledger.runs.claimerLiveWithinMs }),
+    save: (report) => saveLedgerCheck(ledger.pool, ledger.tables, report),
+    clock: o.clock,
+    logger: o.logger,
+    intervalMs: o.ledgerCheck.intervalMs,
+  });
 }

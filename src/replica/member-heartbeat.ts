@@ -1,8 +1,10 @@
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import type { Logger } from 'pino';
+import type { CommitWitness } from '../ledger/commit-witness.js';
 import {
   deleteMember,
+  findLostClaims,
   liveMembers,
   MEMBER_BEAT_MS,
   touchMember,
@@ -39,6 +41,8 @@ export interface MemberHeartbeatOptions {
    * for that shard only, so every live member counts as a follower for the stand-ins.
    */
   everyoneStandsIn?: boolean;
+  /** The claims this replica saw commit (ledger.runs.witness): each beat asks the ledger whether it still has them. */
+  witness?: Pick<CommitWitness, 'recent' | 'forget'>;
   /** After each beat that read the members (the shard balancer runs here). */
   onBeat?: (members: readonly LiveMember[]) => void;
   logger?: Logger;
@@ -112,9 +116,28 @@ export class MemberHeartbeat {
       });
       this.fullRowWritten = true;
     }
+    await this.holdLedgerToClaims();
     const members = await liveMembers(this.o.pool, this.o.tables, 3 * this.intervalMs);
     this.seenFollowers = members.filter((m) => this.o.everyoneStandsIn || m.role !== 'leader').map((m) => m.replicaId);
     this.o.onBeat?.(members);
+  }
+
+  /** Count on the member row the claims this replica saw commit that the ledger lost (commit-witness.ts). */
+  private async holdLedgerToClaims(): Promise<void> {
+    const witness = this.o.witness;
+    if (!witness) return;
+    const lost = await findLostClaims(this.o.pool, this.o.tables, this.o.replicaId, witness.recent());
+    if (lost.length === 0) return;
+    witness.forget(lost);
+    this.o.logger?.error(
+      {
+        lost: lost.length,
+        examples: lost
+          .slice(0, 3)
+          .map((c) => ({ runId: c.runId.toString(), attempt: c.attempt, token: c.token.toString() })),
+      },
+      'the ledger lost claims this replica saw commit (a failover to a standby that had not received them?)',
+    );
   }
 
   /** The job names joined by newlines, 10,000 at a time between turns of the event loop. */

@@ -44,6 +44,12 @@ export const replicaSettings = {
   adminPort: { default: 8080, min: 0, max: 65535 },
   /** admin.niceness (the admin thread's own). */
   adminNiceness: { default: DEFAULT_NICENESS, min: 0, max: 19 },
+  /** ledgerCheck.intervalMs; 0 turns the live ledger check off. */
+  ledgerCheckIntervalMs: { default: 60_000, min: 0, max: 3_600_000 },
+  /** ledgerCheck.windowMs. */
+  ledgerCheckWindowMs: { default: 900_000, min: 10_000, max: 86_400_000 },
+  /** ledgerCheck.maxRows. */
+  ledgerCheckMaxRows: { default: 100_000, min: 1000, max: 10_000_000 },
 } as const satisfies Record<string, BoundedSetting>;
 
 /** The library takes the retention in ms. */
@@ -73,7 +79,7 @@ export type ResolvedAdminOptions = ReplicaAdminOptions &
 /** A Replica's options with every default filled and every value checked. */
 export interface ResolvedReplicaOptions extends Omit<
   ReplicaOptions,
-  'election' | 'worker' | 'admin' | 'logger' | 'redelivery' | 'removedJobs'
+  'election' | 'worker' | 'admin' | 'logger' | 'redelivery' | 'removedJobs' | 'ledgerCheck'
 > {
   replicaId: string;
   namespace: string;
@@ -90,6 +96,7 @@ export interface ResolvedReplicaOptions extends Omit<
   retentionMs: number;
   redelivery: NonNullable<ReplicaOptions['redelivery']>;
   removedJobs: NonNullable<ReplicaOptions['removedJobs']>;
+  ledgerCheck: { intervalMs: number; windowMs: number; maxRows: number };
   logger: NonNullable<ReplicaOptions['logger']>;
 }
 
@@ -119,6 +126,11 @@ export function resolveReplicaOptions(o: ReplicaOptions): ResolvedReplicaOptions
     retentionMs: bounded('retentionMs', o.retentionMs, retentionMs),
     redelivery: o.redelivery ?? {},
     removedJobs: o.removedJobs ?? {},
+    ledgerCheck: {
+      intervalMs: bounded('ledgerCheck.intervalMs', o.ledgerCheck?.intervalMs, s.ledgerCheckIntervalMs),
+      windowMs: bounded('ledgerCheck.windowMs', o.ledgerCheck?.windowMs, s.ledgerCheckWindowMs),
+      maxRows: bounded('ledgerCheck.maxRows', o.ledgerCheck?.maxRows, s.ledgerCheckMaxRows),
+    },
     logger: o.logger ?? pino({ name: 'cronwarden' }),
   };
 }

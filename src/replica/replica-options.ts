@@ -92,6 +92,12 @@ export interface ReplicaOptions {
    */
   removedJobs?: { intervalMs?: number; liveWithinMs?: number };
   /**
+   * The live ledger check (docs/operating/ledger-check.md): every `intervalMs` (default 60 s; 0:
+   * off) the leader checks the runs committed in the last `windowMs` (default 15 min), at most the
+   * newest `maxRows` (default 100,000), for I1, I3, I6 and I7, and the replicas' claims the ledger lost.
+   */
+  ledgerCheck?: { intervalMs?: number; windowMs?: number; maxRows?: number };
+  /**
    * Time for the scheduler. Default: the ledger's PostgreSQL clock (see LedgerClock), so skew or
    * a jump of this host's wall clock cannot make it fire early, late or twice.
    */

@@ -77,6 +77,12 @@ export class ReplicaScheduler {
       logger,
       onPauseExpired: (pause) => o.events.emit('pause:expired', pause),
       timeOutWaits: o.timeOutWaits,
+      workerLockMs: options.worker.lockDurationMs,
+      timeouts: () =>
+        o.registry
+          .list()
+          .filter((j) => j.timeoutMs > 0)
+          .map((j) => ({ job: j.name, timeoutMs: j.timeoutMs })),
     });
     this.chores = new ChoreRunner(chores, { clock, logger });
     this.scheduleSync = new ScheduleSync({

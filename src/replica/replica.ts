@@ -170,6 +170,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       // Workflows also as "<workflow>@<fingerprint>": their step runs' jobs, defined while a member has it.
       jobs: () => [...this.registry.list(), ...this.registry.workflowVersions().map((name) => ({ name }))],
       adminUrl: this.adminUrl,
+      witness: this.ledger.runs.witness,
       logger: this.logger,
       intervalMs: sharded ? shardedBeatMs(this.ttlMs) : undefined,
       everyoneStandsIn: sharded,

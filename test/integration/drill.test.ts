@@ -77,6 +77,14 @@ function assertClean(report: DrillReport, kinds: FaultKind[], violations: string
   if (!kinds.some((k) => k.startsWith('ledger-'))) assert.equal(log.failed, 0);
   assert.equal(report.staleWritesRefused, log.refused + log.staleSkipped);
   assert.equal(report.check.early, 0);
+  // The live ledger check, run over the same window before the replicas stop, found nothing either.
+  assert.deepEqual(report.liveCheck.counts, {
+    'duplicate-slots': 0,
+    'token-order': 0,
+    unsettled: 0,
+    'workflow-order': 0,
+    'lost-writes': 0,
+  });
   // Each fault's own stretch of the window is accounted for, and clean.
   for (const f of report.faults) {
     assert.ok(f.fires && f.fires.expected > 0, `${f.kind}: no scheduled times in its stretch`);

@@ -52,6 +52,9 @@ const twins: [SettingKey, BoundedSetting, (v: number) => Partial<ReplicaOptions>
   ['retentionDays', replicaSettings.retentionDays, (v) => ({ retentionMs: v * DAY_MS })],
   ['adminPort', replicaSettings.adminPort, (v) => ({ admin: { port: v } })],
   ['adminNiceness', replicaSettings.adminNiceness, (v) => ({ admin: { niceness: v } })],
+  ['ledgerCheckIntervalMs', replicaSettings.ledgerCheckIntervalMs, (v) => ({ ledgerCheck: { intervalMs: v } })],
+  ['ledgerCheckWindowMs', replicaSettings.ledgerCheckWindowMs, (v) => ({ ledgerCheck: { windowMs: v } })],
+  ['ledgerCheckMaxRows', replicaSettings.ledgerCheckMaxRows, (v) => ({ ledgerCheck: { maxRows: v } })],
 ];
 
 /** The resolved values a setting of `cronwarden start` feeds. */
@@ -67,6 +70,7 @@ function settingValues(o: ResolvedReplicaOptions) {
     standInsPerJob: o.standInsPerJob,
     shards: o.shards,
     retentionMs: o.retentionMs,
+    ledgerCheck: o.ledgerCheck,
     admin: { host: o.admin?.host, port: o.admin?.port, niceness: o.admin?.niceness },
   };
 }

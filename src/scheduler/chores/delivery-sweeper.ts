@@ -15,6 +15,9 @@ export interface DeliverySweeperOptions {
   batchSize?: number;
 }
 
+/** The sweep's defaults: a run is looked up after 30 s, 200 every 5 s (the ledger check's bound counts on them). */
+export const SWEEP_DEFAULTS = { checkAfterMs: 30_000, intervalMs: 5000, batchSize: 200 } as const;
+
 export interface SweepResult {
   checked: number;
   /** Not in the queue (lost, or its delivery ended without a claim): handed over again. */
@@ -36,7 +39,7 @@ export class DeliverySweeper implements Chore {
   readonly intervalMs: number;
 
   constructor(private readonly o: DeliverySweeperOptions) {
-    this.intervalMs = o.intervalMs ?? 5000;
+    this.intervalMs = o.intervalMs ?? SWEEP_DEFAULTS.intervalMs;
   }
 
   round(): Promise<SweepResult> {
@@ -44,7 +47,10 @@ export class DeliverySweeper implements Chore {
   }
 
   async sweepOnce(): Promise<SweepResult> {
-    const runs = await this.o.ledger.deliveriesToCheck(this.o.checkAfterMs ?? 30_000, this.o.batchSize ?? 200);
+    const runs = await this.o.ledger.deliveriesToCheck(
+      this.o.checkAfterMs ?? SWEEP_DEFAULTS.checkAfterMs,
+      this.o.batchSize ?? SWEEP_DEFAULTS.batchSize,
+    );
     if (runs.length === 0) return { checked: 0, redelivered: 0 };
     const states = await this.o.delivery.inspect(runs);
     const lost = runs.filter((_, i) => states[i]?.kind !== 'queued');
