@@ -6,6 +6,7 @@
 import type { AdminRoute } from './admin-route.js';
 import { jobRoutes } from './job-routes.js';
 import { leadershipRoutes } from './leadership-routes.js';
+import { occurrenceRoutes } from './occurrence-routes.js';
 import { runRoutes } from './run-routes.js';
 import { runtimeRoutes } from './runtime-routes.js';
 import { serviceRoutes } from './service-routes.js';
@@ -15,6 +16,7 @@ export const adminRoutes: readonly AdminRoute[] = [
   ...serviceRoutes,
   ...leadershipRoutes,
   ...jobRoutes,
+  ...occurrenceRoutes,
   ...runRoutes,
   ...workflowRoutes,
   ...runtimeRoutes,

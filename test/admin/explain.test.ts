@@ -1,0 +1,121 @@
+/**
+ * "Why did my job not run": GET /api/jobs/:job/occurrences and `cronwarden explain` (the real CLI
+ * in a child process) against an in-process replica with a real ledger. The job `tick` fires every
+ * 2 s: its instants are answered fired, the ones after now not yet due; a bad time, a reversed or
+ * too long range are 400, an unknown job 404; the CLI exits 2 on bad input before any request and
+ * prints one line per answer.
+ */
+import { after, before, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { Cluster, firstLeader, json, type Node } from './support.js';
+import { until } from './console-support.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+const root = fileURLToPath(new URL('../../', import.meta.url));
+
+function cli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, ['bin/cronwarden.js', ...args], { cwd: root, env: { ...process.env } });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    child.on('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+let db: TestDatabase;
+let cluster: Cluster;
+let leader: Node;
+
+before(async () => {
+  db = await createTestDatabase();
+  cluster = new Cluster(db.url, db.schema);
+  const a = await cluster.add('explain-a');
+  await firstLeader([a.replica]);
+  leader = a;
+  await until(async () => {
+    const r = await db.pool.query(`SELECT count(*)::int AS n FROM cw_runs WHERE job = 'tick'`);
+    return r.rows[0].n >= 2;
+  }, 'tick fires twice');
+});
+after(async () => {
+  await cluster.stopAll();
+  await db.drop();
+});
+
+const api = (path: string) => fetch(`${leader.url}${path}`);
+
+it('answers each due instant of the range: fired with its run, not yet due after now', async () => {
+  const now = Date.now();
+  const q = new URLSearchParams({
+    from: new Date(now - 60_000).toISOString(),
+    to: new Date(now + 10_000).toISOString(),
+  });
+  const res = await api(`/api/jobs/tick/occurrences?${q}`);
+  assert.equal(res.status, 200);
+  const body = await json(res);
+  const outcomes = (body.entries as { outcome: string }[]).map((e) => e.outcome);
+  assert.ok(outcomes.includes('fired'), JSON.stringify(body.entries));
+  assert.equal(outcomes.at(-1), 'not-yet-due');
+  assert.ok(!outcomes.includes('unanswered'), JSON.stringify(body.entries));
+  const fired = body.entries.find((e: { outcome: string }) => e.outcome === 'fired');
+  assert.match(fired.text, /^fired/);
+  assert.equal(body.eras[0].schedule, '*/2 * * * * *');
+});
+
+it('400 on a bad time, a reversed range or one over 31 days; 404 for a job nobody defines or accounted for', async () => {
+  const bad = async (query: string, pattern: RegExp) => {
+    const res = await api(`/api/jobs/tick/occurrences?${query}`);
+    const body = await json(res);
+    assert.equal(res.status, 400, query);
+    assert.match(body.error, pattern, query);
+  };
+  await bad('from=yesterday', /from: must be an ISO 8601 instant/);
+  await bad('from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z', /to: must not be before from/);
+  await bad('from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z', /at most 31 days/);
+  const missing = await api('/api/jobs/nope/occurrences');
+  assert.equal(missing.status, 404);
+  assert.match((await json(missing)).error, /unknown job "nope"/);
+});
+
+it('cronwarden explain: exit 2 on bad input, one line per answer otherwise', async () => {
+  const badAt = await cli(['explain', 'tick', '--at', 'noon', '--url', leader.url]);
+  assert.equal(badAt.code, 2, badAt.stderr);
+  assert.match(badAt.stderr, /--at "noon" must be an ISO 8601 instant/);
+  const both = await cli([
+    'explain',
+    'tick',
+    '--at',
+    '2026-01-01T00:00:00Z',
+    '--from',
+    '2026-01-01T00:00:00Z',
+    '--url',
+    leader.url,
+  ]);
+  assert.equal(both.code, 2, both.stderr);
+  const unknown = await cli(['explain', 'nope', '--url', leader.url]);
+  assert.equal(unknown.code, 2, "a 404 is the caller's mistake");
+  assert.match(unknown.stderr, /unknown job "nope"/);
+
+  const ok = await cli(['explain', 'tick', '--at', new Date(Date.now() - 3000).toISOString(), '--url', leader.url]);
+  assert.equal(ok.code, 0, ok.stderr);
+  const lines = ok.stdout.trim().split('\n');
+  assert.match(lines[0]!, /^tick {2}\*\/2 \* \* \* \* \* \(UTC\) {2}accounted through /);
+  assert.ok(
+    lines.some((l) => /^> .*fired/.test(l)),
+    ok.stdout,
+  );
+  const range = await cli([
+    'explain',
+    'tick',
+    '--from',
+    new Date(Date.now() - 30_000).toISOString(),
+    '--url',
+    leader.url,
+  ]);
+  assert.equal(range.code, 0, range.stderr);
+  assert.match(range.stdout, /fired/);
+});
