@@ -41,6 +41,7 @@ export const forwardedEvents = [
   'fire:refused',
   'fire:missed',
   'fire:skipped',
+  'occurrences:missed',
   'enqueue:failed',
   'backend:error',
 ] as const satisfies readonly (keyof ReplicaEvents)[];

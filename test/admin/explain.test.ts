@@ -9,7 +9,7 @@ import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { Cluster, firstLeader, json, type Node } from './support.js';
+import { ADMIN_TOKEN, Cluster, firstLeader, json, type Node } from './support.js';
 import { until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
@@ -118,4 +118,27 @@ it('cronwarden explain: exit 2 on bad input, one line per answer otherwise', asy
   ]);
   assert.equal(range.code, 0, range.stderr);
   assert.match(range.stdout, /fired/);
+});
+
+it('the leader counts occurrences by job, outcome and reason; a pause shows as skipped [paused] with who and why', async () => {
+  const metric = async (labels: string) => {
+    const text = await (await api('/metrics')).text();
+    const line = text.split('\n').find((l) => l.startsWith(`cronwarden_occurrences_total{${labels},`));
+    return line === undefined ? 0 : Number(line.split(' ').at(-1));
+  };
+  assert.ok((await metric('job="tick",outcome="fired",reason="schedule"')) >= 2);
+  const pausedAt = Date.now();
+  const res = await fetch(`${leader.url}/api/jobs/tick/pause`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ reason: 'disk full' }),
+  });
+  assert.equal(res.status, 200);
+  await until(
+    async () => (await metric('job="tick",outcome="skipped",reason="paused"')) >= 1,
+    'a skipped slot is counted',
+  );
+  const out = await cli(['explain', 'tick', '--from', new Date(pausedAt).toISOString(), '--url', leader.url]);
+  assert.equal(out.code, 0, out.stderr);
+  assert.match(out.stdout, /skipped( \(\d+ instants\))? \[paused\]: job is paused by admin.*: disk full/);
 });
