@@ -11,6 +11,7 @@ import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { countUnanswered, readOccurrences } from '../../src/ledger/occurrence-reads.js';
+import { explainAgainstChecker } from '../../src/drill/explain-check.js';
 import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
 import { ManualClock } from '../support/manual-clock.js';
@@ -154,6 +155,30 @@ describe('occurrences (real PostgreSQL, driven clock)', () => {
       now: new Date(now),
     });
     assert.deepEqual([all.total, [...all.byJob.keys()]], [1, ['holey']]);
+
+    // The drill's comparison with the checker's history fails on the hole, and on a run the reader does not answer.
+    const rows = await db.pool.query(`SELECT id::text AS id, scheduled_at FROM cw_runs WHERE job = 'holey'`);
+    const history = {
+      runs: rows.rows.map((r) => ({
+        id: BigInt(r.id),
+        job: 'holey',
+        scheduledAt: r.scheduled_at.getTime() as number,
+        leaderToken: 1n,
+        state: 'pending',
+        completedToken: null,
+      })),
+    };
+    const expected = new Map([['holey', Array.from({ length: 10 }, (_, i) => T0 + (i + 1) * S)]]);
+    const window = { from: new Date(T0 + S), to: new Date(T0 + 10 * S), now: new Date(now) };
+    const check = await explainAgainstChecker(db.pool, ledger.tables, expected, window, history);
+    assert.equal(check.instants, 10);
+    assert.deepEqual(check.disagreements, [`holey ${new Date(T0 + 4 * S).toISOString()}: unanswered (1)`]);
+    assert.match(check.line, /^explain: 10 instants, 1 disagreement\(s\) with the checker: /);
+    const phantom = { runs: [...history.runs, { ...history.runs[0]!, id: 999n, scheduledAt: T0 + 4 * S }] };
+    const again = await explainAgainstChecker(db.pool, ledger.tables, expected, window, phantom);
+    assert.deepEqual(again.disagreements, [
+      `holey ${new Date(T0 + 4 * S).toISOString()}: unanswered (1), the checker's history has 1 runs`,
+    ]);
   });
 
   it('a pause shows skipped with who and why; an overlap skip and coalesced slots say so too', async () => {
