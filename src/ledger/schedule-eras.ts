@@ -26,6 +26,9 @@ export interface ScheduleEra extends OpenEra {
   leaderId: string;
 }
 
+/** Eras written per statement. */
+const ERA_CHUNK = 5_000;
+
 const statements = perSchema((t) => ({
   open: namedStatement(
     'open_schedule_eras',
@@ -95,17 +98,21 @@ export async function openNewEras(
     const fenced = await client.query({ ...s.fence, values: [leader.fenceResource, leader.token.toString()] });
     if (fenced.rowCount === 0)
       throw new StaleTokenError(leader.fenceResource, leader.token, await fenceToken(client, t, leader.fenceResource));
-    await client.query({ ...s.close, values: [sorted.map((e) => e.job), sorted.map((e) => e.from)] });
-    const json = JSON.stringify(
-      sorted.map((e) => ({
-        job: e.job,
-        expression: e.expression,
-        timezone: e.timezone,
-        dst: e.dst,
-        from_at: e.from.toISOString(),
-      })),
-    );
-    await client.query({ ...s.insert, values: [json, leader.token.toString(), leader.replicaId] });
+    // In chunks: the first tenure after an upgrade opens an era for every job (a million of them).
+    for (let i = 0; i < sorted.length; i += ERA_CHUNK) {
+      const chunk = sorted.slice(i, i + ERA_CHUNK);
+      await client.query({ ...s.close, values: [chunk.map((e) => e.job), chunk.map((e) => e.from)] });
+      const json = JSON.stringify(
+        chunk.map((e) => ({
+          job: e.job,
+          expression: e.expression,
+          timezone: e.timezone,
+          dst: e.dst,
+          from_at: e.from.toISOString(),
+        })),
+      );
+      await client.query({ ...s.insert, values: [json, leader.token.toString(), leader.replicaId] });
+    }
   });
 }
 

@@ -296,4 +296,18 @@ describe('occurrences (real PostgreSQL, driven clock)', () => {
       ],
     );
   });
+
+  it('the first tenure opens an era for every job, more than one statement holds (6,000 jobs)', async () => {
+    const T0 = Date.UTC(2026, 1, 11);
+    const clock = new ManualClock(T0 + 500);
+    const jobs = Array.from({ length: 6000 }, (_, i) => ({ name: `many-${i}`, schedule: '0 0 * * *' }));
+    const a = leader(jobs, clock, 1n, 'r1', newFence());
+    await a.lead();
+    a.stop();
+    const n = await db.pool.query(
+      `SELECT count(*)::int AS n, count(DISTINCT job)::int AS d, min(from_at) AS f FROM cw_schedule_eras
+       WHERE job LIKE 'many-%' AND to_at IS NULL`,
+    );
+    assert.deepEqual([n.rows[0].n, n.rows[0].d, n.rows[0].f.getTime()], [6000, 6000, T0 + 500]);
+  });
 });
