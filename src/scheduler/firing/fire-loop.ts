@@ -23,7 +23,7 @@ import { HandOverGuard } from './hand-over-guard.js';
 import { forEachSliced } from './yielding.js';
 import type { MissedReason } from '../../cron/occurrence-reasons.js';
 import { slotOwner } from '../../cron/job-names.js';
-import { changedEra, eraAtTenureStart, missedRecords } from './occurrence-accounting.js';
+import { changedAtOf, changedEra, eraAtTenureStart, missedRecords } from './occurrence-accounting.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
@@ -186,10 +186,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     try {
       const current = await this.o.ledger.openEras(jobs.map((j) => slotOwner(j.name)));
       const open = jobs
-        .map((j) => {
-          const changedAt = (j.schedule as { changedAt?: number }).changedAt;
-          return changedEra(j, current.get(slotOwner(j.name)), changedAt ?? sinceMs(j.name));
-        })
+        .map((j) => changedEra(j, current.get(slotOwner(j.name)), changedAtOf(j) ?? sinceMs(j.name)))
         .filter((e) => e !== undefined);
       await this.openEras(open, lease);
     } catch (err) {

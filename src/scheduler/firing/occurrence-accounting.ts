@@ -12,8 +12,8 @@ import type { MissedRangeRecord, OpenEra } from '../../ledger/fire-ledger.js';
 
 /**
  * The job's era at a tenure's start: `open`, a new era to record when its schedule changed (or it
- * had none), starting at its last fire (the catch-up goes on from there under the new schedule) or
- * now; `planFrom`, where its catch-up starts: its last fire, else the start of an unchanged era (a
+ * had none), starting at its last fire (the catch-up goes on from there under the new schedule;
+ * a runtime schedule's version that took effect later: then) or now; `planFrom`, where its catch-up starts: its last fire, else the start of an unchanged era (a
  * job that never fired was still due since its era began), else null (it starts from now).
  */
 export function eraAtTenureStart(
@@ -22,9 +22,17 @@ export function eraAtTenureStart(
   lastFiredMs: number | null,
   nowMs: number,
 ): { open: OpenEra | undefined; planFrom: number | null } {
-  const open = changedEra(job, current, lastFiredMs ?? nowMs);
+  // From the last fire, or from when a runtime schedule's current version took effect if that is
+  // later (it changed while no replica led); a job that never fired: from now.
+  const from = Math.max(changedAtOf(job) ?? -Infinity, lastFiredMs ?? -Infinity);
+  const open = changedEra(job, current, Number.isFinite(from) ? from : nowMs);
   if (!open && current) return { open, planFrom: lastFiredMs ?? Math.min(current.from.getTime(), nowMs) };
   return { open, planFrom: lastFiredMs };
+}
+
+/** When a runtime schedule's current version took effect (VersionedSchedule.changedAt); undefined for a job from code. */
+export function changedAtOf(job: ScheduledJob): number | undefined {
+  return (job.schedule as { changedAt?: number }).changedAt;
 }
 
 /**
