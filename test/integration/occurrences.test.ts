@@ -84,7 +84,9 @@ describe('occurrences (real PostgreSQL, driven clock)', () => {
     a.stop();
     await clock.advance(DAY);
     const b = leader([job], clock, 2n, 'r2', resource);
+    const leadStarted = performance.now();
     await b.lead(); // at T0+5.5s+1d: fires the last 10 s, misses the rest
+    const leadMs = performance.now() - leadStarted;
     const rows = await db.pool.query(
       `SELECT first_at, last_at, count::int AS count, count_exact, reason, outage_start, outage_end,
               leader_token::text AS token, leader_id FROM cw_missed_ranges WHERE job = 'tick'`,
@@ -100,7 +102,13 @@ describe('occurrences (real PostgreSQL, driven clock)', () => {
     const fired = await db.pool.query(`SELECT count(*)::int AS n FROM cw_runs WHERE job = 'tick'`);
     assert.equal(row.count + fired.rows[0].n, DAY / S + 5, 'every instant up to now fired or missed');
 
+    const readStarted = performance.now();
     const report = await read('tick', T0 + 1, now + 60 * S, now);
+    const readMs = performance.now() - readStarted;
+    console.log(
+      `a day's outage of a per-second job: the new tenure planned and recorded it in ${leadMs.toFixed(0)} ms, ` +
+        `the reader answered its ${DAY / S + 65} instants in ${readMs.toFixed(0)} ms (${report.entries.length} lines)`,
+    );
     assert.deepEqual(
       report.entries.map((e) => [e.outcome, e.count]),
       [
@@ -309,5 +317,44 @@ describe('occurrences (real PostgreSQL, driven clock)', () => {
        WHERE job LIKE 'many-%' AND to_at IS NULL`,
     );
     assert.deepEqual([n.rows[0].n, n.rows[0].d, n.rows[0].f.getTime()], [6000, 6000, T0 + 500]);
+  });
+
+  it('the reader looks at no more than 10,000 instants one by one, and says where to go on (10,001 runs)', async () => {
+    const T0 = Date.UTC(2026, 1, 13);
+    const clock = new ManualClock(T0 - 500);
+    const a = leader([{ name: 'busy' }], clock, 1n, 'r1', newFence());
+    await a.lead(); // opens its era at T0 - 500
+    a.stop();
+    await db.pool.query(
+      `INSERT INTO cw_runs (job, scheduled_at, trigger, leader_token, leader_id, state, finished_at)
+       SELECT 'busy', $1::timestamptz + s * interval '1 second', 'schedule', 1, 'r1', 'completed', now()
+       FROM generate_series(0, 10000) AS s`,
+      [new Date(T0)],
+    );
+    await db.pool.query(`INSERT INTO cw_job_state (job, last_scheduled_at) VALUES ('busy', $1)`, [
+      new Date(T0 + 10_000 * S),
+    ]);
+    const now = T0 + 10_001 * S;
+    const started = performance.now();
+    const report = await read('busy', T0, now, now);
+    const readMs = performance.now() - started;
+    assert.deepEqual(
+      report.entries.map((e) => [e.outcome, e.count]),
+      [['fired', 10_000]],
+    );
+    assert.equal(report.examined, 10_000);
+    assert.equal(report.truncatedAfterMs, T0 + 9_999 * S, 'the next call goes on after the last instant answered');
+    const countStarted = performance.now();
+    const count = await countUnanswered(db.pool, ledger.tables, ['busy'], {
+      from: new Date(T0),
+      to: new Date(T0 + 2_000 * S),
+      now: new Date(now),
+    });
+    const countMs = performance.now() - countStarted;
+    assert.equal(count.total, 0);
+    console.log(
+      `10,000 instants with a run each: read in ${readMs.toFixed(0)} ms; ` +
+        `the live checker's count over 2,000 of them in ${countMs.toFixed(0)} ms`,
+    );
   });
 });
