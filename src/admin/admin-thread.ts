@@ -67,7 +67,15 @@ export interface AdminThreadInit {
   databaseUrl: string;
   identity: Pick<
     ReplicaView,
-    'replicaId' | 'namespace' | 'schema' | 'leaseName' | 'shardLeases' | 'startedAt' | 'backendKind' | 'ttlMs'
+    | 'replicaId'
+    | 'namespace'
+    | 'schema'
+    | 'leaseName'
+    | 'shardLeases'
+    | 'startedAt'
+    | 'backendKind'
+    | 'ttlMs'
+    | 'retentionMs'
   >;
   jobs: ThreadJob[];
   /** Whether the replica serves runtime schedules (ReplicaView.runtime). */
@@ -171,6 +179,7 @@ export class AdminThread {
         startedAt: r.startedAt,
         backendKind: r.backendKind,
         ttlMs: r.ttlMs,
+        retentionMs: r.retentionMs,
       },
       jobs: r.jobs().map((j) => ({
         name: j.name,

@@ -57,6 +57,8 @@ export const occurrenceRoutes: AdminRoute[] = [
           to: new Date(to),
           now: new Date(now),
           currentSchedule: found?.schedule,
+          // A hole older than retention is a run retention deleted, not an instant nobody answered.
+          retainedFrom: retainedFrom(c.replica.retentionMs, now),
         });
         return occurrencesBody(name, { from, to, now }, report);
       }),
@@ -64,6 +66,11 @@ export const occurrenceRoutes: AdminRoute[] = [
 ];
 
 const iso = (ms: number) => new Date(ms).toISOString();
+
+/** Runs finished before this may be gone (retention counts from a run's commit: a little after its instant). */
+function retainedFrom(retentionMs: number | undefined, nowMs: number): Date | undefined {
+  return retentionMs === undefined || retentionMs <= 0 ? undefined : new Date(nowMs - retentionMs);
+}
 
 export function occurrencesBody(
   job: string,

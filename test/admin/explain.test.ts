@@ -142,3 +142,29 @@ it('the leader counts occurrences by job, outcome and reason; a pause shows as s
   assert.equal(out.code, 0, out.stderr);
   assert.match(out.stdout, /skipped( \(\d+ instants\))? \[paused\]: job is paused by admin.*: disk full/);
 });
+
+it('a hole older than retention is not a violation: its run may have been deleted; a newer one is unanswered', async () => {
+  const DAY = 86_400_000;
+  const now = Date.now();
+  const firstEra = await db.pool.query(`SELECT min(from_at) AS f FROM cw_schedule_eras WHERE job = 'tick'`);
+  // An earlier era of the same schedule, as if the job had been fired for weeks and its old runs pruned.
+  await db.pool.query(
+    `INSERT INTO cw_schedule_eras (job, expression, timezone, dst, from_at, to_at, leader_token, leader_id)
+     VALUES ('tick', '*/2 * * * * *', 'UTC', 'first/shift', $1, $2, 1, 'test')`,
+    [new Date(now - 20 * DAY), firstEra.rows[0].f],
+  );
+  const ask = async (fromDays: number, toDays: number) => {
+    const q = new URLSearchParams({
+      from: new Date(now - fromDays * DAY).toISOString(),
+      to: new Date(now - toDays * DAY).toISOString(),
+    });
+    const body = await json(await api(`/api/jobs/tick/occurrences?${q}`));
+    return (body.entries as { outcome: string; count: number; notAccounted?: { why: string } }[]).map((e) => [
+      e.outcome,
+      e.notAccounted?.why,
+    ]);
+  };
+  // The replicas keep 14 days (the default).
+  assert.deepEqual(await ask(16, 15.99), [['not-accounted', 'retention']]);
+  assert.deepEqual(await ask(13, 12.99), [['unanswered', undefined]]);
+});
