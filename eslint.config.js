@@ -67,6 +67,7 @@ export default tseslint.config(
         document: 'readonly',
         window: 'readonly',
         FormData: 'readonly',
+        URLSearchParams: 'readonly',
         setTimeout: 'readonly',
         clearTimeout: 'readonly',
       },

@@ -169,5 +169,7 @@ function emptyLedger(): FireLoopLedger {
     unenqueued: async () => [],
     pauses: async () => new Map(),
     activeJobs: async () => new Map(),
+    openEras: async () => new Map(),
+    openNewEras: async () => {},
   };
 }

@@ -15,13 +15,15 @@ if (scripts.length === 0) throw new Error(`copy-assets: no .lua files in ${luaFr
 for (const f of scripts) cpSync(luaFrom + f, luaTo + f);
 
 mkdirSync(at('dist/admin/'), { recursive: true });
-// The console page and its own scripts and style (the history view, the workflow run page), served as / and /assets/*.
+// The console page and its own scripts and style (the history view, the workflow run page, the job page), served as / and /assets/*.
 const pages = [
   'console.html',
   'console-history.js',
   'console-workflow-model.js',
   'console-workflow.js',
   'console-workflow.css',
+  'console-occurrences.js',
+  'console-occurrences.css',
 ];
 for (const f of pages) cpSync(at(`src/admin/${f}`), at(`dist/admin/${f}`));
 // The console's vendored chart and graph layout libraries (src/admin/vendor/*/README.md), served as /assets/*.

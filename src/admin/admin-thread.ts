@@ -41,6 +41,7 @@ export const forwardedEvents = [
   'fire:refused',
   'fire:missed',
   'fire:skipped',
+  'occurrences:missed',
   'enqueue:failed',
   'backend:error',
 ] as const satisfies readonly (keyof ReplicaEvents)[];
@@ -66,7 +67,15 @@ export interface AdminThreadInit {
   databaseUrl: string;
   identity: Pick<
     ReplicaView,
-    'replicaId' | 'namespace' | 'schema' | 'leaseName' | 'shardLeases' | 'startedAt' | 'backendKind' | 'ttlMs'
+    | 'replicaId'
+    | 'namespace'
+    | 'schema'
+    | 'leaseName'
+    | 'shardLeases'
+    | 'startedAt'
+    | 'backendKind'
+    | 'ttlMs'
+    | 'retentionMs'
   >;
   jobs: ThreadJob[];
   /** Whether the replica serves runtime schedules (ReplicaView.runtime). */
@@ -170,6 +179,7 @@ export class AdminThread {
         startedAt: r.startedAt,
         backendKind: r.backendKind,
         ttlMs: r.ttlMs,
+        retentionMs: r.retentionMs,
       },
       jobs: r.jobs().map((j) => ({
         name: j.name,

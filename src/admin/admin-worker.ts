@@ -42,6 +42,7 @@ class RemoteState extends EventEmitter<ReplicaEvents> implements Omit<ReplicaVie
   readonly startedAt = init.identity.startedAt;
   readonly backendKind = init.identity.backendKind;
   readonly ttlMs = init.identity.ttlMs;
+  readonly retentionMs = init.identity.retentionMs;
   readonly logger: Logger = pino({ name: 'cronwarden', level: init.log.level }).child(init.log.bindings);
   readonly clock: Clock = { ...systemClock, now: () => Date.now() + this.current.clockOffsetMs };
   private readonly jobList: CodeJob[] = init.jobs.map((j) => ({

@@ -1,7 +1,7 @@
 /**
  * The files the console page loads besides itself: the vendored uPlot (vendor/uplot/README.md) for
  * the history charts, the vendored dagre (vendor/dagre/README.md) that lays out a workflow run's
- * graph, and the console's own scripts (the history view, the workflow run page) and style. Read from next to the compiled code
+ * graph, and the console's own scripts (the history view, the workflow run page, the job page) and styles. Read from next to the compiled code
  * (dist/admin, where scripts/copy-assets.mjs puts them) or from the source checkout, once, and kept.
  */
 import { readFile } from 'node:fs/promises';
@@ -20,6 +20,8 @@ export const consoleAssets = {
   'workflow-model.js': { file: 'console-workflow-model.js', type: 'text/javascript; charset=utf-8', cache: OWN },
   'workflow.js': { file: 'console-workflow.js', type: 'text/javascript; charset=utf-8', cache: OWN },
   'workflow.css': { file: 'console-workflow.css', type: 'text/css; charset=utf-8', cache: OWN },
+  'occurrences.js': { file: 'console-occurrences.js', type: 'text/javascript; charset=utf-8', cache: OWN },
+  'occurrences.css': { file: 'console-occurrences.css', type: 'text/css; charset=utf-8', cache: OWN },
 } as const;
 
 export type ConsoleAssetName = keyof typeof consoleAssets;

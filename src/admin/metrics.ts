@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
+import { classifySkip } from '../cron/occurrence-reasons.js';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
 import { activeRunCounts, attemptsFinishedSince, jobHealth, workflowRunsFinishedSince } from '../ledger/admin-reads.js';
@@ -154,7 +155,16 @@ export class ReplicaMetrics {
       labelNames: ['job'],
       registers,
     });
-    return { fires, duplicates, refused, missed, skipped, lateness, enqueueFailed, late };
+    const occurrences = new Counter({
+      name: 'cronwarden_occurrences_total',
+      help:
+        'Due instants this replica accounted for when it committed them: outcome fired (reason: the trigger), skipped ' +
+        '(paused, overlap-skip, queue-full, coalesced, other) or missed (catch-up-window, misfire-policy, max-catch-up, ' +
+        'max-fires); a runtime schedule is labelled with its handler',
+      labelNames: ['job', 'outcome', 'reason'],
+      registers,
+    });
+    return { fires, duplicates, refused, missed, skipped, lateness, enqueueFailed, late, occurrences };
   }
 
   /** The replica's surroundings: its host clock against the ledger's, and lease backend errors. Returns the latter's counter. */
@@ -375,6 +385,8 @@ export class ReplicaMetrics {
     replica.on('fire:committed', (fire, latenessMs, trigger) => {
       if (fire.state === 'skipped') return; // counted by fire:skipped
       fires.fires.inc({ job: handlerOf(fire.job), trigger });
+      if (trigger !== 'manual' && trigger !== 'once' && trigger !== 'step')
+        fires.occurrences.inc({ job: handlerOf(fire.job), outcome: 'fired', reason: trigger });
       fires.lateness.observe({ trigger }, Math.max(0, latenessMs) / 1000);
       const grace = replica.job(fire.job)?.misfireGraceMs;
       if (trigger !== 'manual' && grace !== undefined && latenessMs > grace) fires.late.inc({ job: fire.job });
@@ -382,7 +394,13 @@ export class ReplicaMetrics {
     replica.on('fire:duplicate', (count) => fires.duplicates.inc(count));
     replica.on('fire:refused', () => fires.refused.inc());
     replica.on('fire:missed', (job, _dates, _reason, count) => fires.missed.inc({ job: handlerOf(job) }, count));
-    replica.on('fire:skipped', (job) => fires.skipped.inc({ job: handlerOf(job) }));
+    replica.on('fire:skipped', (job, _at, reason) => {
+      fires.skipped.inc({ job: handlerOf(job) });
+      fires.occurrences.inc({ job: handlerOf(job), outcome: 'skipped', reason: classifySkip(reason) });
+    });
+    replica.on('occurrences:missed', (job, reason, count) =>
+      fires.occurrences.inc({ job: handlerOf(job), outcome: 'missed', reason }, count),
+    );
     replica.on('enqueue:failed', () => fires.enqueueFailed.inc());
     replica.on('backend:error', () => backendErrors.inc());
   }

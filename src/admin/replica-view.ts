@@ -44,6 +44,8 @@ export interface ReplicaView extends ReplicaActions, Pick<EventEmitter<ReplicaEv
   readonly role: ElectorRole;
   readonly backendKind: string;
   readonly ttlMs: number;
+  /** Finished runs older than this are deleted by the leader (0: kept); absent: unknown. */
+  readonly retentionMs?: number;
   /** Since when this replica leads (epoch ms on the scheduler clock), if it does. */
   readonly leadingSince: number | undefined;
   /** The lease while leading and within its local deadline. */

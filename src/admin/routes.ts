@@ -7,6 +7,7 @@ import type { AdminRoute } from './admin-route.js';
 import { jobRoutes } from './job-routes.js';
 import { leadershipRoutes } from './leadership-routes.js';
 import { ledgerCheckRoutes } from './ledger-check-routes.js';
+import { occurrenceRoutes } from './occurrence-routes.js';
 import { runRoutes } from './run-routes.js';
 import { runtimeRoutes } from './runtime-routes.js';
 import { serviceRoutes } from './service-routes.js';
@@ -16,6 +17,7 @@ export const adminRoutes: readonly AdminRoute[] = [
   ...serviceRoutes,
   ...leadershipRoutes,
   ...jobRoutes,
+  ...occurrenceRoutes,
   ...runRoutes,
   ...workflowRoutes,
   ...runtimeRoutes,

@@ -147,6 +147,7 @@ function printReport(r: DrillReport): void {
     `effects doubled ${c.effectsDuplicated}, missing ${c.effectsMissing}, written by a stale attempt ${c.staleEffects}; stale attempts refused ${r.staleAttemptsRefused}`,
   );
   console.log(`leader tokens out of commit order: ${c.tokenRegressions}`);
+  console.log(r.explain.line);
   if (r.workflows) {
     const w = r.workflows;
     console.log(

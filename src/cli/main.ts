@@ -9,6 +9,7 @@ import { registerControl } from './control-command.js';
 import { registerRuntime } from './runtime-command.js';
 import { registerRuns } from './runs-command.js';
 import { registerNext } from './next-command.js';
+import { registerExplain } from './explain-command.js';
 import { registerWorkflows } from './workflow-command.js';
 import { printError, terminalSafe } from './terminal-text.js';
 import { envTypos } from '../config/env-typos.js';
@@ -38,6 +39,7 @@ registerControl(program);
 registerRuntime(program);
 registerRuns(program);
 registerNext(program);
+registerExplain(program);
 registerWorkflows(program);
 
 // Commander's usage errors ("error: unknown option '--x'", sometimes with "(Did you mean …?)" on

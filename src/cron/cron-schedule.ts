@@ -200,6 +200,39 @@ export class CronSchedule {
     return w !== null && w < at + after ? 'gap-shifted' : null;
   }
 
+  /**
+   * The wall-clock matches in (fromMs, toMs] the DST policy does not fire: the pass of a repeated
+   * hour dstRepeat leaves out (as the instants they would have had), and the times inside a
+   * spring-forward gap that are skipped (dstGap 'skip', an every-hour pattern) or folded into the
+   * one fire at the gap's end (dstGap 'shift' fires the first of them there), each as the gap's
+   * instant. Ascending, at most `limit`. They are not due instants; the occurrence reader lists them as skipped for 'dst'.
+   */
+  dstDropped(fromMs: number, toMs: number, limit = 1000): number[] {
+    if (isUtc(this.timezone) || toMs <= fromMs) return [];
+    const out: number[] = [];
+    const seen = new Set<number>();
+    for (let t = fromMs; t < toMs + NEAR_MS && out.length < limit; t += NEAR_MS) {
+      const tr = transitionNear(t, this.timezone).transition;
+      if (tr === null || seen.has(tr.at)) continue;
+      seen.add(tr.at);
+      const { at, before, after } = tr;
+      const repeated = before > after;
+      const [wallFrom, wallTo] = repeated ? [at + after, at + before] : [at + before, at + after];
+      let shifted = !repeated && this.dst.gap === 'shift' && !this.compiled.everyHour;
+      for (let w = this.nextWall(wallFrom - 1); w !== null && w < wallTo && out.length < limit; w = this.nextWall(w)) {
+        let dropped: number | null;
+        if (!repeated) {
+          dropped = shifted ? null : at; // the first gap time fires at the gap's end; a wall time there has no instant of its own
+          shifted = false;
+        } else if (this.dst.repeat === 'first') dropped = w - after;
+        else if (this.dst.repeat === 'last') dropped = w - before;
+        else dropped = null;
+        if (dropped !== null && dropped > fromMs && dropped <= toMs) out.push(dropped);
+      }
+    }
+    return out.sort((a, b) => a - b);
+  }
+
   toString(): string {
     return isUtc(this.timezone) ? this.expression : `${this.expression} (${this.timezone})`;
   }

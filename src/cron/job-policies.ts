@@ -4,12 +4,27 @@
  * Pure functions, so each rule is tested on its own (test/unit/job-policies.test.ts).
  */
 import type { FireTrigger } from './fire-trigger.js';
-import { planCatchUp, type CatchUpPlan } from './misfire.js';
+import { missedRanges, type MissedRange } from './missed-ranges.js';
+import { planCatchUp, type CatchUpInput, type CatchUpPlan } from './misfire.js';
 import type { ScheduledJob } from './scheduled-job.js';
 
 /** What to fire for `job`'s instants in (lastFiredMs, nowMs], under its misfire policy, window and maxCatchUp. */
 export function planJobCatchUp(job: ScheduledJob, lastFiredMs: number | null, nowMs: number): CatchUpPlan {
-  return planCatchUp({
+  return planCatchUp(catchUpInput(job, lastFiredMs, nowMs));
+}
+
+/** The missed instants of `plan` (planJobCatchUp's, with the same arguments) as ranges by reason. */
+export function jobMissedRanges(
+  job: ScheduledJob,
+  lastFiredMs: number | null,
+  nowMs: number,
+  plan: CatchUpPlan,
+): MissedRange[] {
+  return missedRanges(catchUpInput(job, lastFiredMs, nowMs), plan);
+}
+
+function catchUpInput(job: ScheduledJob, lastFiredMs: number | null, nowMs: number): CatchUpInput {
+  return {
     schedule: job.schedule,
     policy: job.misfire,
     lastFiredMs,
@@ -17,7 +32,7 @@ export function planJobCatchUp(job: ScheduledJob, lastFiredMs: number | null, no
     catchUpWindowMs: job.catchUpWindowMs,
     misfireGraceMs: job.misfireGraceMs,
     maxCatchUp: job.maxCatchUp,
-  });
+  };
 }
 
 /**

@@ -439,3 +439,71 @@ export const scheduleVersions = pgTable(
   },
   (t) => [primaryKey({ columns: [t.scheduleId, t.version] })],
 );
+
+/**
+ * Due instants no run answers, stored as ranges: a leader that came back after an outage (or fired
+ * late) and did not fire them, under the job's misfire policy, catch-up window, maxCatchUp or its
+ * bound on fires per catch-up. One row per range and reason (a day of a per-second job is one row),
+ * written in the transaction that commits the catch-up's fires (fire-commit.ts), keyed so that a
+ * retried commit extends a range instead of doubling it. See docs/concepts/occurrences.md.
+ */
+export const missedRanges = pgTable(
+  'cw_missed_ranges',
+  {
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    job: text('job').notNull(),
+    /** The first and last missed instant of the range, and how many there are. */
+    firstAt: tstz('first_at').notNull(),
+    lastAt: tstz('last_at').notNull(),
+    count: bigint('count', { mode: 'number' }).notNull(),
+    /** False when counting stopped at its budget: `count` is then a lower bound. */
+    countExact: boolean('count_exact').notNull(),
+    /** catch-up-window | misfire-policy | max-catch-up | max-fires (src/cron/occurrence-reasons.ts) */
+    reason: text('reason').notNull(),
+    /** The outage: the last instant handled before it (null: none), and when the deciding leader planned. */
+    outageStart: tstz('outage_start'),
+    outageEnd: tstz('outage_end').notNull(),
+    /** The tenure that decided: its leader token and replica. */
+    leaderToken: token('leader_token').notNull(),
+    leaderId: text('leader_id').notNull(),
+    recordedAt: tstz('recorded_at').notNull().defaultNow(),
+    /** As cw_runs.schedule_id: a runtime schedule's ranges under any handler's name. */
+    scheduleId: text('schedule_id').generatedAlwaysAs(sql.raw(scheduleIdSql('job'))),
+  },
+  (t) => [
+    uniqueIndex('cw_missed_ranges_job_reason_first').on(t.job, t.reason, t.firstAt),
+    index('cw_missed_ranges_job_last').on(t.job, t.lastAt),
+    index('cw_missed_ranges_schedule_id').on(t.scheduleId),
+  ],
+);
+
+/**
+ * The schedule each job's due instants are accounted under, from the instant it took effect (the
+ * first instant it accounts is after `from_at`) until the next era (`to_at`, null while current).
+ * Written only when a leader starts leading a job whose schedule differs from its open era's (or
+ * that has none): no write per fire.
+ */
+export const scheduleEras = pgTable(
+  'cw_schedule_eras',
+  {
+    id: bigserial('id', { mode: 'bigint' }).primaryKey(),
+    /** The job's slot owner: its name, or "/<id>" for a runtime schedule. */
+    job: text('job').notNull(),
+    expression: text('expression').notNull(),
+    timezone: text('timezone').notNull(),
+    /** The DST policy, "<repeat>/<gap>" (src/cron/cron-schedule.ts). */
+    dst: text('dst').notNull(),
+    fromAt: tstz('from_at').notNull(),
+    toAt: tstz('to_at'),
+    leaderToken: token('leader_token').notNull(),
+    leaderId: text('leader_id').notNull(),
+    recordedAt: tstz('recorded_at').notNull().defaultNow(),
+  },
+  (t) => [
+    // By slot owner (src/cron/job-names.ts): a runtime schedule's era is its id's, whatever its handler.
+    uniqueIndex('cw_schedule_eras_open')
+      .on(t.job)
+      .where(sql`${t.toAt} IS NULL`),
+    index('cw_schedule_eras_job_from').on(t.job, t.fromAt),
+  ],
+);

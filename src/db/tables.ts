@@ -80,6 +80,8 @@ export interface Tables {
   readonly scheduleVersions: string;
   /** The live ledger check's reports. */
   readonly ledgerChecks: string;
+  readonly missedRanges: string;
+  readonly scheduleEras: string;
   /** NOTIFY channel of this schema's runtime schedule changes (a string for pg_notify / LISTEN). */
   readonly scheduleChannel: string;
   /** As a regclass literal for nextval(): `'"schema"."cw_execution_token_seq"'`. */
@@ -131,6 +133,8 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       schedules: q('cw_schedules'),
       scheduleVersions: q('cw_schedule_versions'),
       ledgerChecks: q('cw_ledger_checks'),
+      missedRanges: q('cw_missed_ranges'),
+      scheduleEras: q('cw_schedule_eras'),
       scheduleChannel: `cronwarden_schedules_${schema}`.slice(0, 63),
       executionTokenSeq: `'${q(EXECUTION_TOKEN_SEQ)}'`,
       journal: q(JOURNAL_TABLE),

@@ -56,6 +56,7 @@ import { SkewedClocks } from './skewed-clock.js';
 import { strike } from './strike.js';
 import { describeLiveCheck, liveLedgerCheck } from './live-check.js';
 import type { LedgerCheckReport } from '../scheduler/chores/ledger-check.js';
+import { explainAgainstChecker, type ExplainCheck } from './explain-check.js';
 
 export interface FaultRecord {
   kind: FaultKind;
@@ -109,6 +110,8 @@ export interface DrillReport {
   window: { from: string; to: string };
   faults: FaultRecord[];
   check: CheckReport;
+  /** The explain reader over the window, held against the checker's history (explain-check.ts). */
+  explain: ExplainCheck;
   /** From the ledger: attempts recorded 'stale', or 'skipped' after a newer attempt completed the run. */
   staleAttemptsRefused: number;
   /** From the independent attempt log: 'refused' rows plus stale 'skipped' rows (check.staleWritesRefused). */
@@ -400,6 +403,13 @@ async function judgeDrill(
     schema: DRILL_SCHEMA,
   });
   const check = checkHistory(history, { expected, requireCompleted: true, shards });
+  const explain = await explainAgainstChecker(
+    env.ledger.pool,
+    DRILL_TABLES,
+    expected,
+    { from, to, now: new Date(Math.max(Date.now(), to.getTime())) },
+    history,
+  );
   const staleTimes = await ledgerHistory.staleAttemptTimes(env.ledger.pool, DRILL_TABLES);
   chargeFaults(faults, history, expected, staleTimes, to);
   const workflows = o.workflows
@@ -412,6 +422,7 @@ async function judgeDrill(
     ...outcome.violations,
     ...unexpectedExits.map((e) => `replica exited by itself: ${e}`),
     ...check.violations.map((v) => `${v.invariant}: ${v.message}`),
+    ...explain.disagreements.map((d) => `explain: ${d}`),
     ...(workflows?.violations ?? []).map((v) => `${v.invariant}: ${v.message}`),
   ];
   const { log: _log, databaseUrl: _db, redisUrl: _redis, ...options } = o;
@@ -420,6 +431,7 @@ async function judgeDrill(
     window: { from: from.toISOString(), to: to.toISOString() },
     faults,
     check,
+    explain,
     staleAttemptsRefused: staleTimes.length,
     staleWritesRefused: check.staleWritesRefused,
     unexpectedExits,

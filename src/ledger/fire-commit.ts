@@ -28,6 +28,7 @@ import {
 } from './fire-batch.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { coalesceSkipped } from './coalesced-fires.js';
+import { recordMissedRanges, type MissedRangeRecord } from './missed-ranges.js';
 import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
 import { withTransaction } from './transaction.js';
 
@@ -83,22 +84,26 @@ type InsertedRow = [id: string, job: string, scheduledAt: string, trigger: FireT
  * Commit a batch of fires in one transaction under the leader's fence. For each inserted fire
  * marked `replace`, the job's other active runs are cancelled in the same transaction (so only a
  * leader the fence accepted can cancel, and only with a fire that is really new); their ids are
- * returned in `cancelled`. `stillLeading` is checked after the writes and just before COMMIT:
- * past the local deadline we roll back instead of committing (and nothing is cancelled).
+ * returned in `cancelled`. `missed`: the plan's missed ranges, recorded in the same transaction
+ * after the fence (a commit of no fires but missed ranges still advances the fence). `stillLeading`
+ * is checked after the writes and just before COMMIT: past the local deadline we roll back instead
+ * of committing (and nothing is cancelled or recorded).
  */
 export async function commitFires(
   pool: pg.Pool,
   t: Tables,
   requested: FireRequest[],
   leader: LeaderStamp,
+  missed: readonly MissedRangeRecord[] = [],
 ): Promise<FireBatchResult> {
-  if (requested.length === 0) return noFires();
+  if (requested.length === 0 && missed.length === 0) return noFires();
   return withTransaction(pool, async (client, rollback) => {
     // Runtime schedule fires are checked against the version in effect first (none: no round trip).
     const fires = inLockOrder(await currentScheduleVersions(client, t, requested));
     const inserted = await fenceAndInsert(client, t, fires, leader);
     const cancelled = await cancelReplaced(client, t, fires, inserted);
     const { rows, held } = await coalesceSkipped(client, t, fires, inserted);
+    await recordMissedRanges(client, t, missed, leader);
     if (!leader.stillLeading()) {
       await rollback();
       return noFires();

@@ -13,6 +13,8 @@ import { deliveriesToCheck, type HandedOverRun } from './delivery-sweep.js';
 import { advanceFence, fenceToken } from './fences.js';
 import type { CommittedFire, FireBatchResult, FireRequest } from './fire-batch.js';
 import { commitFires } from './fire-commit.js';
+import type { MissedRangeRecord } from './missed-ranges.js';
+import { openEras, openNewEras, type OpenEra } from './schedule-eras.js';
 import { lastFired, lastFiredOf } from './last-fires.js';
 import { markEnqueued, unenqueued } from './outbox.js';
 import {
@@ -34,6 +36,8 @@ import type { Queryable } from './transaction.js';
 export type { FireTrigger } from '../cron/fire-trigger.js';
 export type { CommittedFire, FireBatchResult, FireRequest } from './fire-batch.js';
 export type { HandedOverRun } from './delivery-sweep.js';
+export type { MissedRangeRecord } from './missed-ranges.js';
+export type { OpenEra } from './schedule-eras.js';
 
 export class FireLedger {
   constructor(
@@ -50,9 +54,26 @@ export class FireLedger {
     return fenceToken(db, this.t, resource);
   }
 
-  /** The leader's commit of a batch of fires, under its fence. */
-  commitFires(requested: FireRequest[], leader: LeaderStamp): Promise<FireBatchResult> {
-    return commitFires(this.pool, this.t, requested, leader);
+  /** The leader's commit of a batch of fires, under its fence, with its plan's missed ranges. */
+  commitFires(
+    requested: FireRequest[],
+    leader: LeaderStamp,
+    missed?: readonly MissedRangeRecord[],
+  ): Promise<FireBatchResult> {
+    return commitFires(this.pool, this.t, requested, leader, missed);
+  }
+
+  /** Every job's open schedule era (or `jobs`'), by job. */
+  openEras(jobs?: readonly string[]): Promise<Map<string, OpenEra>> {
+    return openEras(this.pool, this.t, jobs);
+  }
+
+  /** Open new schedule eras under the leader's fence, closing the jobs' open ones. */
+  openNewEras(
+    eras: readonly OpenEra[],
+    leader: { fenceResource: string; token: bigint; replicaId: string },
+  ): Promise<void> {
+    return openNewEras(this.pool, this.t, eras, leader);
   }
 
   /** A follower's commit of overdue slots the leader did not commit. */

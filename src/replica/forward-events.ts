@@ -47,5 +47,6 @@ export function forwardEvents(
   fireLoop.on('fire:refused', (...a) => to.emit('fire:refused', ...a));
   fireLoop.on('fire:missed', (...a) => to.emit('fire:missed', ...a));
   fireLoop.on('fire:skipped', (...a) => to.emit('fire:skipped', ...a));
+  fireLoop.on('occurrences:missed', (...a) => to.emit('occurrences:missed', ...a));
   fireLoop.on('enqueue:failed', (...a) => to.emit('enqueue:failed', ...a));
 }

@@ -238,6 +238,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   get ttlMs(): number {
     return this.o.election.ttlMs;
   }
+  get retentionMs(): number {
+    return this.o.retentionMs;
+  }
   get leadingSince(): number | undefined {
     return this.shards.leadingSince;
   }

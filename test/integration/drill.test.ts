@@ -30,6 +30,7 @@ function summary(backend: string, report: DrillReport): string {
   return (
     `${backend} drill: ${report.check.expected} fires expected, ${report.check.committed} committed; settled ${JSON.stringify(report.check.settlement)}; ` +
     `attempt log ${JSON.stringify(log)}, stale writes refused ${report.staleWritesRefused} (ledger: ${report.staleAttemptsRefused}); ` +
+    `${report.explain.line}; ` +
     report.faults
       .map(
         (f) =>
@@ -42,6 +43,9 @@ function summary(backend: string, report: DrillReport): string {
 /** What every drill must show, whatever it struck. */
 function assertClean(report: DrillReport, kinds: FaultKind[], violations: string[]): void {
   assert.deepEqual(violations, []);
+  // cronwarden explain answers every instant of the window, as the checker sees it.
+  assert.match(report.explain.line, /^explain: \d+ instants, all answered, agree with the checker$/);
+  assert.equal(report.explain.instants, report.check.expected);
   assert.equal(report.faults.length, kinds.length);
   assert.ok(
     report.faults.every((f) => f.counted),

@@ -4,13 +4,15 @@
  * - in the middle of a pause's expiry: every slot before `until` is recorded skipped with the
  *   reason, every slot at or after it fires, each once; the pause is lifted once across replicas;
  * - during an outage with maxCatchUp 1: the new leader fires at most the newest late slot per job,
- *   the older ones are missed (no run), every other slot fires once.
+ *   the older ones are missed (no run, one stored range that `cronwarden explain` reads back with
+ *   the reason and the deciding tenure), every other slot fires once.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Ledger } from '../../src/ledger/ledger.js';
+import { readOccurrences } from '../../src/ledger/occurrence-reads.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { createEffectsTable, replicaProcesses, waitForLeader, type ReplicaChild } from '../support/replica-cluster.js';
 import type { ReplicaProcessConfig } from '../fixtures/replica-process.js';
@@ -151,6 +153,7 @@ describe('policies through a leader failover (three replicas, PostgreSQL lease)'
         const survivors = replicas.filter((r) => r !== first);
         const runs = await settle(db, survivors, t1);
         const catchUpEvents = [...second.events].filter((e) => e.event === 'catchup');
+        const ledger = new Ledger(db.pool, db.schema);
         for (const job of ['job-0', 'job-1']) {
           const mine = ofJob(runs, job);
           const byToken = [...new Set(mine.map((r) => r.token))];
@@ -177,6 +180,20 @@ describe('policies through a leader failover (three replicas, PostgreSQL lease)'
           assert.ok(late.length <= 1, `${job}: ${late.length} late slots fired, cap 1`);
           for (const r of mine)
             assert.deepEqual([r.state, r.effects], ['completed', 1], `${job} ${new Date(r.at).toISOString()}`);
+          // cronwarden explain answers each of them: one stored range naming maxCatchUp and the new tenure.
+          const occ = await readOccurrences(db.pool, ledger.tables, {
+            job,
+            from: new Date(mine[0]!.at),
+            to: new Date(t1),
+            now: new Date(),
+          });
+          const missedEntries = occ.entries.filter((e) => e.outcome === 'missed');
+          assert.deepEqual(
+            missedEntries.map((e) => [e.count, e.missed!.reason, e.missed!.leaderToken, e.missed!.outageStartMs]),
+            [[missing.length, 'max-catch-up', byToken[1], lastOfFirst]],
+            `${job}: ${JSON.stringify(occ.entries)}`,
+          );
+          assert.ok(!occ.entries.some((e) => e.outcome === 'unanswered' || e.outcome === 'not-accounted'));
           console.log(`catch-up cap failover ${job}: ${missing.length} missed, ${caught.length} caught up`);
         }
       } finally {

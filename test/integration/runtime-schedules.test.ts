@@ -13,6 +13,8 @@ import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js'
 import { Replica } from '../../src/replica/replica.js';
 import { AdminClient } from '../../src/admin/client.js';
 import { CronSchedule } from '../../src/cron/cron-schedule.js';
+import { tablesIn } from '../../src/db/tables.js';
+import { readOccurrences } from '../../src/ledger/occurrence-reads.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 import { firstLeader } from '../admin/support.js';
@@ -172,6 +174,36 @@ describe('runtime schedules, one-off runs and backfill across three replicas', {
       all.map((r) => r.scheduled_at.getTime()),
       expected,
       'the slots fired are exactly the slots due under the versions in effect',
+    );
+    // cronwarden explain reads each version's slots under its own era (a paused or deleted span has
+    // none due): every instant from the first run to the delete fired, none unanswered.
+    const occ = await readOccurrences(db.pool, tablesIn(db.schema), {
+      job: 'report/acme',
+      from: new Date(all[0]!.scheduled_at.getTime()),
+      to: new Date(deletedAt - 1),
+      now: new Date(),
+    });
+    assert.deepEqual(
+      occ.entries.map((e) => e.outcome).filter((o) => o !== 'fired'),
+      [],
+      JSON.stringify(occ.entries),
+    );
+    assert.equal(
+      occ.entries.reduce((n, e) => n + e.count, 0),
+      all.length,
+      'explain enumerates exactly the slots due under the versions in effect',
+    );
+    assert.deepEqual(
+      occ.eras.map((e) => e.expression),
+      ['* * * * * *', '*/2 * * * * *', '(stopped)', '*/2 * * * * *'],
+    );
+    const open = await db.pool.query(
+      "SELECT expression, from_at FROM cw_schedule_eras WHERE job = '/acme' AND to_at IS NULL",
+    );
+    assert.deepEqual(
+      open.rows.map((r) => [r.expression, r.from_at.getTime()]),
+      [['(stopped)', deletedAt]],
+      'the delete opened an era with nothing due, from when it took effect',
     );
     // Each run's handler ran once with its version's payload.
     await waitFor(async () => {

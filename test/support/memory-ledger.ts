@@ -11,6 +11,7 @@ import type { FireLoopLedger } from '../../src/scheduler/firing/fire-loop.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { CommittedFire, FireBatchResult, FireRequest } from '../../src/ledger/fire-batch.js';
 import type { JobPause, PauseRequest } from '../../src/ledger/ledger.js';
+import type { MissedRangeRecord, OpenEra } from '../../src/ledger/fire-ledger.js';
 
 export interface MemoryRun {
   id: bigint;
@@ -44,7 +45,23 @@ export class MemoryLedger implements FireLoopLedger {
     token: bigint;
     outcome: 'committed' | 'failed' | 'reply lost' | 'refused' | 'rolled back';
   }[] = [];
+  /** Missed ranges recorded with commits (a retried commit may record a range again). */
+  readonly missed: MissedRangeRecord[] = [];
+  /** Schedule eras, open and closed, in the order opened. */
+  readonly eras: (OpenEra & { to: Date | null })[] = [];
   private nextId = 1n;
+
+  async openEras(): Promise<Map<string, OpenEra>> {
+    return new Map(this.eras.filter((e) => e.to === null).map((e) => [e.job, e]));
+  }
+
+  async openNewEras(eras: readonly OpenEra[], leader: { fenceResource: string; token: bigint }): Promise<void> {
+    this.checkFence(leader.fenceResource, leader.token);
+    for (const era of eras) {
+      for (const e of this.eras) if (e.job === era.job && e.to === null) e.to = era.from;
+      this.eras.push({ ...era, to: null });
+    }
+  }
 
   async advanceFence(resource: string, token: bigint): Promise<void> {
     this.checkFence(resource, token);
@@ -63,8 +80,15 @@ export class MemoryLedger implements FireLoopLedger {
   async commitFires(
     fires: FireRequest[],
     leader: { fenceResource: string; token: bigint; replicaId: string; stillLeading: () => boolean },
+    missed: readonly MissedRangeRecord[] = [],
   ): Promise<FireBatchResult> {
-    if (fires.length === 0) return { committed: [], duplicates: 0, cancelled: [] };
+    if (fires.length === 0) {
+      if (missed.length > 0) {
+        this.checkFence(leader.fenceResource, leader.token);
+        this.missed.push(...missed);
+      }
+      return { committed: [], duplicates: 0, cancelled: [] };
+    }
     const log = { fires, token: leader.token, outcome: 'failed' as (typeof this.commitLog)[number]['outcome'] };
     this.commitLog.push(log);
     if (this.failCommits > 0) {
@@ -83,6 +107,7 @@ export class MemoryLedger implements FireLoopLedger {
       return { committed: [], duplicates: 0, cancelled: [] };
     }
     this.fences.set(leader.fenceResource, leader.token);
+    this.missed.push(...missed);
     const committed: CommittedFire[] = [];
     const replaced = new Map<string, Date>(); // job → its newest inserted 'replace' fire
     for (const f of fires) {

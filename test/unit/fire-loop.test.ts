@@ -488,4 +488,26 @@ describe('FireLoop (driven clock)', () => {
     for (let i = 1; i < after.length; i++)
       assert.equal(after[i]! - after[i - 1]!, 1000, `gap before ${iso(after[i]!)}`);
   });
+
+  it("a late tick under misfire 'skip' records its missed instants as one range, in the commit, with the tenure", async () => {
+    const t = setup([{ misfire: 'skip' }], { token: 9n });
+    await t.lead();
+    await t.clock.advance(2000); // fires T0+1 and T0+2
+    t.clock.jumpWall(10_000); // a stalled loop: the next tick (for T0+3) runs at T0+13
+    await t.clock.advance(1000);
+    assert.deepEqual(
+      t.ledger.missed.map((m) => [m.job, iso(m.firstAt.getTime()), iso(m.lastAt.getTime()), m.count, m.reason]),
+      [['job0', iso(T0 + 3000), iso(T0 + 11_000), 9, 'misfire-policy']],
+    );
+    assert.equal(t.ledger.missed[0]!.outageStart?.getTime(), T0 + 2000, 'the last instant handled: the tick before');
+    assert.equal(t.ledger.missed[0]!.outageEnd.getTime(), T0 + 13_000, 'decided by the late tick');
+    // Every instant up to now is fired or in the range (12 and 13 are within the 1 s grace).
+    const fired = t.ledger.of('job0').map((r) => r.scheduledAt.getTime());
+    assert.deepEqual(fired, [T0 + 1000, T0 + 2000, T0 + 12_000, T0 + 13_000]);
+    // The tenure's era, opened once at its start.
+    assert.deepEqual(
+      t.ledger.eras.map((e) => [e.job, e.expression, e.from.getTime()]),
+      [['job0', '* * * * * *', T0 + 500]],
+    );
+  });
 });

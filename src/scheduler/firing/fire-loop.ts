@@ -4,7 +4,15 @@ import type { Clock, TimerHandle } from '../../clock.js';
 import { NotLeaderError, StaleTokenError } from '../../errors.js';
 import type { Lease } from '../../locks/lease.js';
 import { FireQueue, type FireEntry } from './fire-queue.js';
-import type { CommittedFire, FireBatchResult, FireLedger, FireRequest, FireTrigger } from '../../ledger/fire-ledger.js';
+import type {
+  CommittedFire,
+  FireBatchResult,
+  FireLedger,
+  FireRequest,
+  FireTrigger,
+  MissedRangeRecord,
+  OpenEra,
+} from '../../ledger/fire-ledger.js';
 import type { RunDelivery } from './run-delivery.js';
 import type { ScheduledJob, ScheduledJobs } from '../../cron/scheduled-job.js';
 import type { CatchUpPlan } from '../../cron/misfire.js';
@@ -13,12 +21,22 @@ import { COALESCED, fireTrigger, pauseReason, planJobCatchUp, queueFullReason } 
 import { pauseHolds } from '../../ledger/pauses.js';
 import { HandOverGuard } from './hand-over-guard.js';
 import { forEachSliced } from './yielding.js';
+import type { MissedReason } from '../../cron/occurrence-reasons.js';
 import { slotOwner } from '../../cron/job-names.js';
+import { changedAtOf, changedEra, eraAtTenureStart, missedRecords } from './occurrence-accounting.js';
 
 /** The ledger operations the fire loop uses (a seam: unit tests pass an in-memory ledger). */
 export type FireLoopLedger = Pick<
   FireLedger,
-  'advanceFence' | 'commitFires' | 'markEnqueued' | 'unenqueued' | 'lastFired' | 'pauses' | 'activeJobs'
+  | 'advanceFence'
+  | 'commitFires'
+  | 'markEnqueued'
+  | 'unenqueued'
+  | 'lastFired'
+  | 'pauses'
+  | 'activeJobs'
+  | 'openEras'
+  | 'openNewEras'
 >;
 
 /**
@@ -45,6 +63,8 @@ export interface FireLoopEvents {
   /** scheduledAt lists missed instants (bounded); count is all of them (a lower bound if huge). */
   'fire:missed': [job: string, scheduledAt: Date[], reason: string, count: number];
   'fire:skipped': [job: string, scheduledAt: Date, reason: string];
+  /** A missed range was committed: `count` instants of `job` missed for `reason` (one of missedReasons). */
+  'occurrences:missed': [job: string, reason: MissedReason, count: number];
   'enqueue:failed': [error: Error];
   /** A tenure's reconciliation is done and the timer armed; `schedules` entries wait in the queue. */
   'loop:armed': [schedules: number];
@@ -108,9 +128,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       return;
     }
     const now = this.o.clock.now();
-    const lastFired = await this.o.ledger.lastFired();
+    const [lastFired, eras] = await Promise.all([this.o.ledger.lastFired(), this.o.ledger.openEras()]);
     if (signal.aborted) return;
     const catchUp: FireRequest[] = [];
+    const missed: MissedRangeRecord[] = [];
+    const newEras: OpenEra[] = [];
     const plans: { job: ScheduledJob; plan: CatchUpPlan }[] = [];
     const tenure = this.tenure;
     // In slices: with a million schedules this loop takes seconds, and the lease must keep renewing.
@@ -118,9 +140,15 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       this.o.registry.list(),
       (job) => {
         // By slot owner: a runtime schedule whose handler changed goes on from its own last slot.
-        const last = lastFired.get(slotOwner(job.name))?.getTime() ?? null;
+        const lastFire = lastFired.get(slotOwner(job.name))?.getTime() ?? null;
+        const era = eraAtTenureStart(job, eras.get(slotOwner(job.name)), lastFire, now);
+        if (era.open) newEras.push(era.open);
+        const last = era.planFrom;
         const plan = planJobCatchUp(job, last, now);
-        if (plan.missedCount > 0) plans.push({ job, plan });
+        if (plan.missedCount > 0) {
+          plans.push({ job, plan });
+          missed.push(...missedRecords(job, plan, last, now));
+        }
         for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
         const next = job.schedule.nextAfter(Math.max(now, last ?? now));
         if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
@@ -128,17 +156,61 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       () => this.running && this.tenure === tenure && !signal.aborted,
     );
     if (!current) return;
-    if (catchUp.length > 0) {
-      this.o.logger.info({ fires: catchUp.length }, 'catching up fires missed during the election');
+    // The eras first: a catch-up's runs and missed ranges are read against the schedule they were planned by.
+    if (!(await this.openEras(newEras, lease))) return;
+    if (catchUp.length > 0 || missed.length > 0) {
+      this.o.logger.info(
+        { fires: catchUp.length, missed: missed.length },
+        'catching up fires missed during the election',
+      );
       // A failure here ends the tenure (the elector steps down): nothing was committed, so
       // cw_job_state still says where the next leader has to catch up from.
-      await this.commitAndEnqueue(catchUp);
+      await this.commitAndEnqueue(catchUp, missed);
     }
     for (const { job, plan } of plans) this.reportMissed(job, plan, `misfire policy "${job.misfire}" after election`);
     if (!this.running) return;
     this.arm();
     this.scheduleOutbox();
     this.emit('loop:armed', this.queue.size);
+  }
+
+  /**
+   * Runtime schedules changed mid-tenure: open an era for each whose schedule is new or differs
+   * from its open era, from when its current version took effect. Fails quietly (logged): the next
+   * tenure opens what this one could not.
+   */
+  private async openChangedEras(names: readonly string[], sinceMs: (job: string) => number): Promise<void> {
+    const lease = this.o.leadership.lease();
+    const jobs = [...new Set(names)].map((n) => this.o.registry.get(n)).filter((j) => j !== undefined);
+    if (!lease || jobs.length === 0) return;
+    try {
+      const current = await this.o.ledger.openEras(jobs.map((j) => slotOwner(j.name)));
+      const open = jobs
+        .map((j) => changedEra(j, current.get(slotOwner(j.name)), changedAtOf(j) ?? sinceMs(j.name)))
+        .filter((e) => e !== undefined);
+      await this.openEras(open, lease);
+    } catch (err) {
+      this.o.logger.warn({ err, jobs: jobs.length }, 'could not open schedule eras for changed schedules');
+    }
+  }
+
+  /** Record the tenure's new schedule eras; false (and step down) when the fence refused the token. */
+  private async openEras(eras: OpenEra[], lease: Lease): Promise<boolean> {
+    if (eras.length === 0) return true;
+    try {
+      await this.o.ledger.openNewEras(eras, {
+        fenceResource: this.o.fenceResource,
+        token: lease.token,
+        replicaId: this.o.replicaId,
+      });
+      this.o.logger.info({ jobs: eras.length }, 'schedule eras opened (new or changed schedules)');
+      return true;
+    } catch (err) {
+      if (!(err instanceof StaleTokenError)) throw err;
+      this.emit('fire:refused', err);
+      this.o.leadership.stepDown(`fence refused token ${lease.token} opening schedule eras: ${err.message}`);
+      return false;
+    }
   }
 
   stop(): void {
@@ -181,6 +253,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
           if (at !== null) this.queue.push({ at, job: name, after });
         }
         this.arm();
+        return this.openChangedEras(jobs, sinceMs);
       })
       .catch((err: Error) => this.o.logger.error({ err }, 'reschedule failed'));
     return this.ticking;
@@ -257,6 +330,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     const now = this.o.clock.now();
     const planned: { entry: FireEntry; job: ScheduledJob; plan: CatchUpPlan }[] = [];
     const requests: FireRequest[] = [];
+    const missed: MissedRangeRecord[] = [];
     for (const entry of this.queue.popDue(now)) {
       const job = this.o.registry.get(entry.job);
       if (!job) continue;
@@ -264,12 +338,13 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       // policy decides.
       const plan = planJobCatchUp(job, entry.after, now);
       planned.push({ entry, job, plan });
+      missed.push(...missedRecords(job, plan, entry.after, now));
       for (const at of plan.fire)
         requests.push({ job: job.name, scheduledAt: new Date(at), trigger: fireTrigger(job, at, now, 'schedule') });
     }
     this.arm(); // the other jobs keep their timer while this batch commits
     try {
-      if (requests.length > 0) await this.commitAndEnqueue(requests);
+      if (requests.length > 0 || missed.length > 0) await this.commitAndEnqueue(requests, missed);
     } catch (err) {
       const current = this.running && this.tenure === tenure;
       const failedAt = this.o.clock.now();
@@ -329,25 +404,30 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
    * chunks already committed come back as duplicates, never twice); a stale token steps down and
    * returns what was committed before it.
    */
-  private async commitAndEnqueue(requests: FireRequest[]): Promise<CommittedFire[]> {
+  private async commitAndEnqueue(requests: FireRequest[], missed: MissedRangeRecord[] = []): Promise<CommittedFire[]> {
     const lease = this.o.leadership.lease();
     if (!lease) return [];
     const { fires: shaped, skips } = await this.applyPolicies(requests);
     const committed: CommittedFire[] = [];
     const handOvers: Promise<void>[] = [];
     try {
-      for (let i = 0; i < shaped.length; i += COMMIT_CHUNK) {
+      // The missed ranges go with the first chunk (a chunk of no fires when nothing fires at all).
+      for (let i = 0; i < Math.max(shaped.length, missed.length > 0 ? 1 : 0); i += COMMIT_CHUNK) {
         let result: FireBatchResult;
         try {
           const chunk = shaped.slice(i, i + COMMIT_CHUNK);
           const leader = { token: lease.token, replicaId: this.o.replicaId, fires: chunk.length };
           const commit = tracedFireCommit(leader, () =>
-            this.o.ledger.commitFires(chunk, {
-              fenceResource: this.o.fenceResource,
-              token: lease.token,
-              replicaId: this.o.replicaId,
-              stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
-            }),
+            this.o.ledger.commitFires(
+              chunk,
+              {
+                fenceResource: this.o.fenceResource,
+                token: lease.token,
+                replicaId: this.o.replicaId,
+                stillLeading: () => this.running && this.o.leadership.lease() !== undefined,
+              },
+              i === 0 ? missed : [],
+            ),
           );
           result = await this.handingOver.committing(commit, (r) => toDeliver(r).map((f) => f.runId));
         } catch (err) {
@@ -358,6 +438,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
           return committed;
         }
         committed.push(...result.committed);
+        if (i === 0) for (const m of missed) this.emit('occurrences:missed', m.job, m.reason, m.count);
         handOvers.push(this.afterCommit(result, skips));
       }
     } finally {

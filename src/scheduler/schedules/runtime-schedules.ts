@@ -274,6 +274,6 @@ export class RuntimeSchedules implements ScheduledJobs {
 export function withRuntimeSchedules<L extends FireLoopLedger>(ledger: L, schedules: RuntimeSchedules): L {
   // Every other method is the ledger's own (through the prototype), whatever the seam grows to.
   const wrapped = Object.create(ledger) as L;
-  wrapped.commitFires = (fires, leader) => ledger.commitFires(schedules.annotate(fires), leader);
+  wrapped.commitFires = (fires, leader, missed) => ledger.commitFires(schedules.annotate(fires), leader, missed);
   return wrapped;
 }
