@@ -46,6 +46,7 @@ export async function benchLedgerCheck(): Promise<Record<string, unknown>> {
     const chore = new LedgerCheckChore({
       checks: ledgerChecks({
         ledger,
+        now: () => Date.now(),
         windowMs,
         maxRows: replicaSettings.ledgerCheckMaxRows.default,
         shards: 1,

@@ -28,6 +28,7 @@ export async function liveLedgerCheck(
       workerLockMs: Math.max(1000, o.ttlMs),
       claimerLiveWithinMs: () => o.ttlMs,
       timeouts: () => [],
+      now: () => Date.now(),
     }),
     // The drill's report carries it; the ledger keeps the replicas' own.
     save: async () => {},

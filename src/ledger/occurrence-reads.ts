@@ -164,11 +164,7 @@ export async function countUnanswered(
   perJobLimit = 2_000,
 ): Promise<UnansweredCount> {
   const out: UnansweredCount = { total: 0, byJob: new Map(), truncated: [] };
-  const names =
-    jobs ??
-    (await db.query<{ job: string }>({ ...statements(t).accounted, values: [window.from, window.to] })).rows.map(
-      (r) => r.job,
-    );
+  const names = jobs ?? (await accountedJobs(db, t, window));
   for (const job of names) {
     const report = await readOccurrences(db, t, { job, ...window, limit: perJobLimit });
     const n = report.entries.filter((e) => e.outcome === 'unanswered').reduce((sum, e) => sum + e.count, 0);
@@ -177,6 +173,12 @@ export async function countUnanswered(
     if (report.truncatedAfterMs !== null) out.truncated.push(job);
   }
   return out;
+}
+
+/** Every job with a schedule era overlapping [from, to] (a runtime schedule as "/<id>"). */
+export async function accountedJobs(db: Queryable, t: Tables, window: { from: Date; to: Date }): Promise<string[]> {
+  const res = await db.query<{ job: string }>({ ...statements(t).accounted, values: [window.from, window.to] });
+  return res.rows.map((r) => r.job);
 }
 
 interface MissedRow {

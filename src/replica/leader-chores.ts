@@ -75,7 +75,12 @@ export function leaderChores(o: LeaderChoresOptions): Chore[] {
 function ledgerCheckChore(o: LeaderChoresOptions): LedgerCheckChore {
   const { ledger } = o;
   return new LedgerCheckChore({
-    checks: ledgerChecks({ ...o, ...o.ledgerCheck, claimerLiveWithinMs: () => ledger.runs.claimerLiveWithinMs }),
+    checks: ledgerChecks({
+      ...o,
+      ...o.ledgerCheck,
+      claimerLiveWithinMs: () => ledger.runs.claimerLiveWithinMs,
+      now: () => o.clock.now(),
+    }),
     save: (report) => saveLedgerCheck(ledger.pool, ledger.tables, report),
     clock: o.clock,
     logger: o.logger,

@@ -36,6 +36,7 @@ const round = () =>
   new LedgerCheckChore({
     checks: ledgerChecks({
       ledger,
+      now: () => Date.now(),
       windowMs: 600_000,
       maxRows: 100_000,
       shards: 1,

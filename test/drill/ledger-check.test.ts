@@ -42,6 +42,7 @@ describe('live ledger check in a ledger failover drill', () => {
       unsettled: 0,
       'workflow-order': 0,
       'lost-writes': 0,
+      'unanswered-instants': 0,
     });
   });
 

@@ -88,6 +88,7 @@ function assertClean(report: DrillReport, kinds: FaultKind[], violations: string
     unsettled: 0,
     'workflow-order': 0,
     'lost-writes': 0,
+    'unanswered-instants': 0,
   });
   // Each fault's own stretch of the window is accounted for, and clean.
   for (const f of report.faults) {

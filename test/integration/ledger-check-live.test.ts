@@ -72,6 +72,7 @@ describe('live ledger check on three replicas (PostgreSQL lease, real processes)
       unsettled: 0,
       'workflow-order': 0,
       'lost-writes': 0,
+      'unanswered-instants': 0,
     });
     assert.equal(report.violations, 0);
     assert.deepEqual(report.examples, {});

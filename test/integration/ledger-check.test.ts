@@ -37,6 +37,7 @@ describe('live ledger check (real PostgreSQL)', () => {
     new LedgerCheckChore({
       checks: ledgerChecks({
         ledger,
+        now: () => Date.now(),
         windowMs: 600_000,
         maxRows: 100_000,
         shards,
@@ -108,6 +109,7 @@ describe('live ledger check (real PostgreSQL)', () => {
       unsettled: 0,
       'workflow-order': 0,
       'lost-writes': 0,
+      'unanswered-instants': 0,
     });
     assert.equal(report.violations, 0);
     assert.deepEqual(report.window, { ms: 600_000, runs: 60, capped: false });
@@ -291,6 +293,7 @@ describe('live ledger check (real PostgreSQL)', () => {
       new LedgerCheckChore({
         checks: ledgerChecks({
           ledger,
+          now: () => Date.now(),
           windowMs: 600_000,
           maxRows: 100_000,
           shards: 1,

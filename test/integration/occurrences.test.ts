@@ -14,6 +14,7 @@ import { countUnanswered, readOccurrences } from '../../src/ledger/occurrence-re
 import { explainAgainstChecker } from '../../src/drill/explain-check.js';
 import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
+import { unansweredCheck } from '../../src/scheduler/chores/ledger-checks.js';
 import { ManualClock } from '../support/manual-clock.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
@@ -163,6 +164,17 @@ describe('occurrences (real PostgreSQL, driven clock)', () => {
       now: new Date(now),
     });
     assert.deepEqual([all.total, [...all.byJob.keys()]], [1, ['holey']]);
+    // The leader's live ledger check asks the same question, a minute behind its clock.
+    const live = unansweredCheck(
+      { db: db.pool, tables: ledger.tables },
+      { windowMs: 120_000, now: () => now + 60_000 },
+    );
+    const { findings } = await live.find(3);
+    assert.deepEqual(
+      findings.map((f) => [f.check, f.invariant, f.count]),
+      [['unanswered-instants', 'I2', 1]],
+    );
+    assert.match(findings[0]!.examples[0]!, /^holey: 1 due instant\(s\) of the window have no run/);
 
     // The drill's comparison with the checker's history fails on the hole, and on a run the reader does not answer.
     const rows = await db.pool.query(`SELECT id::text AS id, scheduled_at FROM cw_runs WHERE job = 'holey'`);

@@ -25,6 +25,7 @@ import {
   type UnsettledBounds,
 } from '../../ledger/ledger-check.js';
 import { membersWithLostWrites } from '../../ledger/members.js';
+import { accountedJobs, countUnanswered } from '../../ledger/occurrence-reads.js';
 import type { Ledger as FullLedger } from '../../ledger/ledger.js';
 import { shardOf } from '../shards/shard-map.js';
 import { SWEEP_DEFAULTS } from './delivery-sweeper.js';
@@ -201,6 +202,59 @@ export function lostWritesCheck(l: Ledger, windowMs: number): LedgerCheck {
 }
 
 /**
+ * Instants this recent are left to the next round: a catch-up may still be committing older slots
+ * behind a newer fire (the watermark), which would read as unanswered for a moment.
+ */
+const UNANSWERED_LAG_MS = 60_000;
+/** Jobs a round asks about: each costs a few indexed reads (occurrence-reads.ts countUnanswered). */
+const UNANSWERED_JOBS_PER_ROUND = 200;
+
+/**
+ * I2 as the occurrence ledger states it: due instants of the window that have no answer (no run, no
+ * missed range, inside a schedule era, not after the job's watermark). A round asks about
+ * UNANSWERED_JOBS_PER_ROUND jobs in turn and keeps each job's last count, so every job is looked at
+ * once per ceil(jobs / that) rounds, and the report always covers every job.
+ */
+export function unansweredCheck(l: Ledger, o: { windowMs: number; now: () => number }): LedgerCheck {
+  const counts = new Map<string, number>();
+  let cursor = 0;
+  return {
+    checks: ['unanswered-instants'],
+    async find(examples) {
+      const now = o.now();
+      const window = { from: new Date(now - o.windowMs), to: new Date(now - UNANSWERED_LAG_MS), now: new Date(now) };
+      const jobs = window.to > window.from ? (await accountedJobs(l.db, l.tables, window)).sort() : [];
+      const live = new Set(jobs);
+      for (const job of counts.keys()) if (!live.has(job)) counts.delete(job);
+      if (cursor >= jobs.length) cursor = 0;
+      const turn = jobs.slice(cursor, cursor + UNANSWERED_JOBS_PER_ROUND);
+      cursor += turn.length;
+      const found = turn.length > 0 ? await countUnanswered(l.db, l.tables, turn, window) : null;
+      for (const job of turn) {
+        const n = found?.byJob.get(job) ?? 0;
+        if (n > 0) counts.set(job, n);
+        else counts.delete(job);
+      }
+      const total = [...counts.values()].reduce((a, b) => a + b, 0);
+      const shown = [...counts].slice(0, examples);
+      return {
+        findings: [
+          {
+            check: 'unanswered-instants',
+            invariant: 'I2',
+            count: total,
+            examples: shown.map(
+              ([job, n]) =>
+                `${job}: ${n} due instant(s) of the window have no run and no missed range (cronwarden explain ${job})`,
+            ),
+          },
+        ],
+      };
+    },
+  };
+}
+
+/**
  * Slack on every bound of the unsettled check: a takeover or a sweep that is merely slow under
  * load is not a run no one is on.
  */
@@ -219,6 +273,8 @@ export interface LedgerChecksOptions {
   timeouts: () => readonly { job: string; timeoutMs: number }[];
   /** The re-delivery sweep's settings (DeliverySweeper). */
   redelivery?: { checkAfterMs?: number; intervalMs?: number; batchSize?: number };
+  /** The scheduler's clock (epoch ms): which due instants are past. */
+  now: () => number;
 }
 
 /**
@@ -246,5 +302,6 @@ export function ledgerChecks(o: LedgerChecksOptions): LedgerCheck[] {
     })),
     workflowCheck(db, { windowMs }),
     lostWritesCheck(db, windowMs),
+    unansweredCheck(db, { windowMs, now: o.now }),
   ];
 }
