@@ -264,6 +264,11 @@ describe('a workflow in the packed package, three replicas, kill -9 of the leade
         const want = ['audit', 'extract', ...CUSTOMERS.map((_, i) => `invoice[${i}]`), 'report'].sort();
         for (const w of workflowRuns.rows) {
           const mine = steps.rows.filter((s) => s.workflow_run_id === w.id);
+          // A slot skipped while the workflow was paused starts nothing.
+          if (w.state === 'skipped') {
+            assert.deepEqual(mine, [], `workflow run ${w.id} was skipped, yet made step runs`);
+            continue;
+          }
           const names = mine.map((s) => (s.item === null ? s.step : `${s.step}[${s.item}]`)).sort();
           assert.deepEqual(names, want, `workflow run ${w.id}: each step run made once`);
           assert.deepEqual(
