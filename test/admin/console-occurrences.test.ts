@@ -7,22 +7,21 @@
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium, type HeadlessChromium } from '../support/chromium.js';
+import { type BrowserContext, type Page } from 'playwright-core';
 import { Cluster, firstLeader, type Node } from './support.js';
 import { until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
 const OUTPUT = process.env.CRONWARDEN_TEST_OUTPUT ?? join(process.cwd(), 'test-output', 'console');
 
 let db: TestDatabase;
 let cluster: Cluster;
 let leader: Node;
 let browser: BrowserContext;
-let profile: string;
+let chrome: HeadlessChromium | undefined;
 const pageErrors: string[] = [];
 
 before(async () => {
@@ -36,19 +35,13 @@ before(async () => {
     const r = await db.pool.query(`SELECT count(*)::int AS n FROM cw_runs WHERE job = 'tick'`);
     return r.rows[0].n >= 2;
   }, 'tick fires twice');
-  profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1400, height: 900 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  chrome = await launchChromium({ width: 1400, height: 900 });
+  browser = chrome.browser;
 });
 after(async () => {
-  await browser?.close();
+  await chrome?.close();
   await cluster.stopAll();
   await db.drop();
-  await rm(profile, { recursive: true, force: true });
 });
 
 async function open(hash: string, width: number): Promise<Page> {

@@ -9,22 +9,21 @@
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium, type HeadlessChromium } from '../support/chromium.js';
+import { type BrowserContext, type Page } from 'playwright-core';
 import { ADMIN_TOKEN, Cluster, firstLeader, json, type Node } from './support.js';
 import { consoleJobs, createUserTables, effectRows, insertHistory, setFailing, until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
 const OUTPUT = process.env.CRONWARDEN_TEST_OUTPUT ?? join(process.cwd(), 'test-output', 'console');
 const HOSTILE = '<img src=x onerror="window.__pwned=1">';
 
 let db: TestDatabase;
 let cluster: Cluster;
 let browser: BrowserContext;
-let profile: string;
+let chrome: HeadlessChromium | undefined;
 let leader: Node;
 const pageErrors: string[] = [];
 
@@ -33,19 +32,13 @@ before(async () => {
   await createUserTables(db);
   await mkdir(OUTPUT, { recursive: true });
   cluster = new Cluster(db.url, db.schema, undefined, consoleJobs);
-  profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1500, height: 1000 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  chrome = await launchChromium({ width: 1500, height: 1000 });
+  browser = chrome.browser;
 });
 after(async () => {
-  await browser?.close();
+  await chrome?.close();
   await cluster.stopAll();
   await db.drop();
-  await rm(profile, { recursive: true, force: true });
 });
 
 async function open(node: Node, hash = ''): Promise<Page> {

@@ -11,16 +11,15 @@
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium, type HeadlessChromium } from '../support/chromium.js';
+import { type BrowserContext, type Page } from 'playwright-core';
 import { defineWorkflow } from '../../src/jobs/define-workflow.js';
 import { ADMIN_TOKEN, Cluster, firstLeader, json, type Node } from './support.js';
 import { until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
 const OUTPUT = process.env.CRONWARDEN_TEST_OUTPUT ?? join(process.cwd(), 'test-output', 'console');
 const ITEMS = 50;
 /** The item that stays running until released, and the one that fails (while `failing`) once released. */
@@ -60,7 +59,7 @@ let db: TestDatabase;
 let cluster: Cluster;
 let leader: Node;
 let browser: BrowserContext;
-let profile: string;
+let chrome: HeadlessChromium | undefined;
 let runId: string;
 const pageErrors: string[] = [];
 
@@ -71,20 +70,14 @@ before(async () => {
   const a = await cluster.add('wf-ui-a');
   await firstLeader([a.replica]);
   leader = a;
-  profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1400, height: 900 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  chrome = await launchChromium({ width: 1400, height: 900 });
+  browser = chrome.browser;
 });
 after(async () => {
   for (const h of held.values()) h.release();
-  await browser?.close();
+  await chrome?.close();
   await cluster.stopAll();
   await db.drop();
-  await rm(profile, { recursive: true, force: true });
 });
 
 async function open(hash: string, width = 1400): Promise<Page> {

@@ -8,11 +8,11 @@
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdir, mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import { launchChromium, type HeadlessChromium } from '../support/chromium.js';
+import { type BrowserContext, type Page } from 'playwright-core';
 import { systemClock } from '../../src/clock.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { saveLedgerCheck } from '../../src/ledger/ledger-check.js';
@@ -21,7 +21,6 @@ import { LedgerCheckChore } from '../../src/scheduler/chores/ledger-check.js';
 import { Cluster, firstLeader, json, type Node } from './support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
 const OUTPUT = process.env.CRONWARDEN_TEST_OUTPUT ?? join(process.cwd(), 'test-output', 'console');
 
 let db: TestDatabase;
@@ -29,7 +28,7 @@ let cluster: Cluster;
 let node: Node;
 let ledger: Ledger;
 let browser: BrowserContext;
-let profile: string;
+let chrome: HeadlessChromium | undefined;
 
 /** One round of the check, as the leader's chore runs it (its report kept in the ledger). */
 const round = () =>
@@ -56,19 +55,13 @@ before(async () => {
   node = await cluster.add('lc-a');
   await firstLeader([node.replica]);
   ledger = new Ledger(db.pool, db.schema);
-  profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1400, height: 900 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  chrome = await launchChromium({ width: 1400, height: 900 });
+  browser = chrome.browser;
 });
 after(async () => {
-  await browser?.close();
+  await chrome?.close();
   await cluster.stopAll();
   await db.drop();
-  await rm(profile, { recursive: true, force: true });
 });
 
 it('before the first round: no report, no banner', { timeout: 60_000 }, async () => {

@@ -5,46 +5,27 @@
  */
 import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { chromium, type BrowserContext } from 'playwright-core';
+import { launchChromium, type HeadlessChromium } from '../support/chromium.js';
+import { type BrowserContext } from 'playwright-core';
 import { Cluster, firstLeader, type Node } from './support.js';
 import { until } from './console-support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-const CHROMIUM = process.env.CRONWARDEN_CHROMIUM ?? '/usr/bin/chromium';
-
 let db: TestDatabase;
 let cluster: Cluster;
 let browser: BrowserContext;
-let profile: string;
+let chrome: HeadlessChromium | undefined;
 
 before(async () => {
   db = await createTestDatabase();
   cluster = new Cluster(db.url, db.schema);
-  profile = await mkdtemp(join(tmpdir(), 'cw-chromium-'));
-  // A fresh profile directory: playwright passes it to chromium as --user-data-dir.
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
-  });
+  chrome = await launchChromium();
+  browser = chrome.browser;
 });
 after(async () => {
-  await browser?.close();
+  await chrome?.close();
   await cluster.stopAll();
   await db.drop();
-  await rm(profile, { recursive: true, force: true });
 });
 
 it(

@@ -106,11 +106,14 @@ function pathOf(node: CliNode): string[] {
 function benchFlags(): string[] {
   return readdirSync(join(repoRoot, 'bench'))
     .filter((f) => f.endsWith('.ts'))
-    .flatMap((f) => [
-      ...readFileSync(join(repoRoot, 'bench', f), 'utf8').matchAll(
-        /^\s*'?([a-z][a-z-]*)'?: \{ type: '(?:string|boolean)'/gm,
-      ),
-    ])
+    .flatMap((f) => {
+      const text = readFileSync(join(repoRoot, 'bench', f), 'utf8');
+      // parseArgs options (`'kill-every': { type: 'string' …`) and the benches' flag('runs', …) reader
+      return [
+        ...text.matchAll(/^\s*'?([a-z][a-z-]*)'?: \{ type: '(?:string|boolean)'/gm),
+        ...text.matchAll(/\bflag\('([a-z][a-z-]*)'/g),
+      ];
+    })
     .map((m) => `--${m[1]}`);
 }
 
