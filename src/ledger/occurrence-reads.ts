@@ -60,6 +60,11 @@ const statements = perSchema((t) => ({
     'occurrence_accounted_jobs',
     `SELECT DISTINCT job FROM ${t.scheduleEras} WHERE from_at <= $2 AND (to_at IS NULL OR to_at >= $1) ORDER BY job`,
   ),
+  /** A page of those: the next $4 slot owners after $3, in order. */
+  accountedPage: namedStatement(
+    'occurrence_accounted_jobs_page',
+    `SELECT DISTINCT job FROM ${t.scheduleEras} WHERE from_at <= $2 AND (to_at IS NULL OR to_at >= $1) AND job > $3 ORDER BY job LIMIT $4`,
+  ),
   /** Any era of slot owner $1 (does the ledger know the job at all). */
   anyEra: namedStatement('occurrence_any_era', `SELECT 1 FROM ${t.scheduleEras} WHERE job = $1 LIMIT 1`),
 }));
@@ -175,9 +180,22 @@ export async function countUnanswered(
   return out;
 }
 
-/** Every job with a schedule era overlapping [from, to] (a runtime schedule as "/<id>"). */
-export async function accountedJobs(db: Queryable, t: Tables, window: { from: Date; to: Date }): Promise<string[]> {
-  const res = await db.query<{ job: string }>({ ...statements(t).accounted, values: [window.from, window.to] });
+/**
+ * Every job with a schedule era overlapping [from, to] (a runtime schedule as "/<id>"), in order; with
+ * `page`, only the next `limit` after `after` (the live check walks them a page a round).
+ */
+export async function accountedJobs(
+  db: Queryable,
+  t: Tables,
+  window: { from: Date; to: Date },
+  page?: { after: string; limit: number },
+): Promise<string[]> {
+  const res = page
+    ? await db.query<{ job: string }>({
+        ...statements(t).accountedPage,
+        values: [window.from, window.to, page.after, page.limit],
+      })
+    : await db.query<{ job: string }>({ ...statements(t).accounted, values: [window.from, window.to] });
   return res.rows.map((r) => r.job);
 }
 

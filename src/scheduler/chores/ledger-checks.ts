@@ -211,24 +211,28 @@ const UNANSWERED_JOBS_PER_ROUND = 200;
 
 /**
  * I2 as the occurrence ledger states it: due instants of the window that have no answer (no run, no
- * missed range, inside a schedule era, not after the job's watermark). A round asks about
- * UNANSWERED_JOBS_PER_ROUND jobs in turn and keeps each job's last count, so every job is looked at
- * once per ceil(jobs / that) rounds, and the report always covers every job.
+ * missed range, inside a schedule era, not after the job's watermark). A round reads the next page
+ * of UNANSWERED_JOBS_PER_ROUND job names and asks about those, keeping each job's last count, so
+ * every job is looked at once per ceil(jobs / that) rounds and the report covers every job.
  */
 export function unansweredCheck(l: Ledger, o: { windowMs: number; now: () => number }): LedgerCheck {
   const counts = new Map<string, number>();
-  let cursor = 0;
+  // The last job asked about ('': start from the first), so a round reads one page of job names.
+  let cursor = '';
   return {
     checks: ['unanswered-instants'],
     async find(examples) {
       const now = o.now();
       const window = { from: new Date(now - o.windowMs), to: new Date(now - UNANSWERED_LAG_MS), now: new Date(now) };
-      const jobs = window.to > window.from ? (await accountedJobs(l.db, l.tables, window)).sort() : [];
-      const live = new Set(jobs);
-      for (const job of counts.keys()) if (!live.has(job)) counts.delete(job);
-      if (cursor >= jobs.length) cursor = 0;
-      const turn = jobs.slice(cursor, cursor + UNANSWERED_JOBS_PER_ROUND);
-      cursor += turn.length;
+      const page = { after: cursor, limit: UNANSWERED_JOBS_PER_ROUND };
+      const turn = window.to > window.from ? await accountedJobs(l.db, l.tables, window, page) : [];
+      // A short page reached the end of the list: the next round starts from the first job again.
+      const end = turn.length < UNANSWERED_JOBS_PER_ROUND ? null : turn.at(-1)!;
+      // Jobs of this stretch of the list that are no longer accounted in the window drop their count.
+      const asked = new Set(turn);
+      for (const job of counts.keys())
+        if (job > cursor && (end === null || job <= end) && !asked.has(job)) counts.delete(job);
+      cursor = end ?? '';
       const found = turn.length > 0 ? await countUnanswered(l.db, l.tables, turn, window) : null;
       for (const job of turn) {
         const n = found?.byJob.get(job) ?? 0;
