@@ -10,16 +10,12 @@ import { after, before, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { pino } from 'pino';
 import { launchChromium, type HeadlessChromium } from '../support/chromium.js';
 import { type BrowserContext, type Page } from 'playwright-core';
-import { systemClock } from '../../src/clock.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { saveLedgerCheck } from '../../src/ledger/ledger-check.js';
-import { ledgerChecks } from '../../src/scheduler/chores/ledger-checks.js';
-import { LedgerCheckChore } from '../../src/scheduler/chores/ledger-check.js';
 import { Cluster, firstLeader, json, type Node } from './support.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { testLedgerCheck } from '../support/ledger-check-round.js';
 
 const OUTPUT = process.env.CRONWARDEN_TEST_OUTPUT ?? join(process.cwd(), 'test-output', 'console');
 
@@ -31,22 +27,7 @@ let browser: BrowserContext;
 let chrome: HeadlessChromium | undefined;
 
 /** One round of the check, as the leader's chore runs it (its report kept in the ledger). */
-const round = () =>
-  new LedgerCheckChore({
-    checks: ledgerChecks({
-      ledger,
-      now: () => Date.now(),
-      windowMs: 600_000,
-      maxRows: 100_000,
-      shards: 1,
-      workerLockMs: 3000,
-      claimerLiveWithinMs: () => 3000,
-      timeouts: () => [],
-    }),
-    save: (report) => saveLedgerCheck(ledger.pool, ledger.tables, report),
-    clock: systemClock,
-    logger: pino({ level: 'silent' }),
-  }).checkOnce();
+const round = () => testLedgerCheck(ledger, { workerLockMs: 3000, claimerLiveWithinMs: () => 3000 }).checkOnce();
 
 before(async () => {
   db = await createTestDatabase();

@@ -10,14 +10,13 @@ import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
-import { systemClock } from '../../src/clock.js';
 import { Ledger, type Claim } from '../../src/ledger/ledger.js';
 import { findLostClaims } from '../../src/ledger/members.js';
-import { lastLedgerCheck, saveLedgerCheck } from '../../src/ledger/ledger-check.js';
-import { ledgerChecks } from '../../src/scheduler/chores/ledger-checks.js';
-import { LedgerCheckChore, type LedgerCheckReport } from '../../src/scheduler/chores/ledger-check.js';
+import { lastLedgerCheck } from '../../src/ledger/ledger-check.js';
+import type { LedgerCheckReport } from '../../src/scheduler/chores/ledger-check.js';
 import { shardOf } from '../../src/scheduler/shards/shard-map.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { testLedgerCheck } from '../support/ledger-check-round.js';
 
 describe('live ledger check (real PostgreSQL)', () => {
   let db: TestDatabase;
@@ -34,20 +33,10 @@ describe('live ledger check (real PostgreSQL)', () => {
   const at = (s: number) => new Date(Date.UTC(2026, 0, 1, 0, 0, s));
 
   const chore = () =>
-    new LedgerCheckChore({
-      checks: ledgerChecks({
-        ledger,
-        now: () => Date.now(),
-        windowMs: 600_000,
-        maxRows: 100_000,
-        shards,
-        workerLockMs: 1000,
-        claimerLiveWithinMs: () => 1000,
-        timeouts: () => timeouts,
-        redelivery: { checkAfterMs: 1000, intervalMs: 500 },
-      }),
-      save: (report) => saveLedgerCheck(ledger.pool, ledger.tables, report),
-      clock: systemClock,
+    testLedgerCheck(ledger, {
+      shards,
+      timeouts: () => timeouts,
+      redelivery: { checkAfterMs: 1000, intervalMs: 500 },
       logger: pino(
         { level: 'warn' },
         new Writable({
@@ -290,21 +279,9 @@ describe('live ledger check (real PostgreSQL)', () => {
       [at(0)],
     );
     const c = () =>
-      new LedgerCheckChore({
-        checks: ledgerChecks({
-          ledger,
-          now: () => Date.now(),
-          windowMs: 600_000,
-          maxRows: 100_000,
-          shards: 1,
-          workerLockMs: 1000,
-          claimerLiveWithinMs: () => 1000,
-          timeouts: () => [],
-          redelivery: { checkAfterMs: 1000, intervalMs: 500, batchSize: 20 },
-        }),
-        save: async () => {},
-        clock: systemClock,
-        logger: pino({ level: 'silent' }),
+      testLedgerCheck(ledger, {
+        redelivery: { checkAfterMs: 1000, intervalMs: 500, batchSize: 20 },
+        keep: false,
       }).checkOnce();
     // With batches of 20, the sweep needs 125 s to come back: 33.5 + 125 > 150, none unsettled yet.
     assert.equal((await c()).counts.unsettled, 0);
