@@ -15,7 +15,7 @@ import type { CommittedFire, FireBatchResult, FireRequest } from './fire-batch.j
 import { commitFires } from './fire-commit.js';
 import type { MissedRangeRecord } from './missed-ranges.js';
 import { openEras, openNewEras, type OpenEra } from './schedule-eras.js';
-import { lastFired, lastFiredOf } from './last-fires.js';
+import { lastCommitsOf, lastFired, lastFiredOf, type LastCommit } from './last-fires.js';
 import { markEnqueued, unenqueued } from './outbox.js';
 import {
   expirePauses,
@@ -38,6 +38,7 @@ export type { CommittedFire, FireBatchResult, FireRequest } from './fire-batch.j
 export type { HandedOverRun } from './delivery-sweep.js';
 export type { MissedRangeRecord } from './missed-ranges.js';
 export type { OpenEra } from './schedule-eras.js';
+export type { LastCommit } from './last-fires.js';
 
 export class FireLedger {
   constructor(
@@ -89,6 +90,11 @@ export class FireLedger {
   /** As lastFired, of `jobs` only. */
   lastFiredOf(jobs: readonly string[]): Promise<Map<string, Date>> {
     return lastFiredOf(this.pool, this.t, jobs);
+  }
+
+  /** As lastFiredOf, with who committed each last slot and when (a stand-in's view of the leader). */
+  lastCommitsOf(jobs: readonly string[]): Promise<Map<string, LastCommit>> {
+    return lastCommitsOf(this.pool, this.t, jobs);
   }
 
   markEnqueued(runIds: bigint[]): Promise<void> {

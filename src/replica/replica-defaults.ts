@@ -33,7 +33,7 @@ export const replicaSettings = {
   /** worker.lockDurationMs (the CLI's workerLockMs); BullMQ's own default. */
   lockDurationMs: { default: 30_000, min: 1000, max: 600_000 },
   shutdownGraceMs: { default: 10_000, min: 0, max: 600_000 },
-  /** Far above a healthy leader's commit lateness. */
+  /** The most a follower waits; it learns a shorter grace from the leader (stand-in-grace.ts). */
   standInGraceMs: { default: 500, min: 0, max: 60_000 },
   /** Two, so one dead follower leaves another. */
   standInsPerJob: { default: 2, min: 0, max: 1000 },

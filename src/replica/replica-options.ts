@@ -56,9 +56,11 @@ export interface ReplicaOptions {
    */
   shutdownGraceMs?: number;
   /**
-   * A follower commits a slot the leader has not committed this long after it was due (a crashed
-   * leader then costs this, not a lease TTL), under the same unique key, so a slot stays once
-   * (src/scheduler/stand-in/stand-in.ts). Default 500 ms; 0 turns stand-ins off.
+   * The most a follower waits for the leader to commit a due slot before it commits it itself (a
+   * crashed leader then costs this, not a lease TTL), under the same unique key, so a slot stays
+   * once (src/scheduler/stand-in/stand-in.ts). It waits less once it has seen the leader commit
+   * sooner: twice the leader's worst lateness of the last minute + 20 ms, at least 50 ms
+   * (stand-in-grace.ts). Default 500 ms; 0 turns stand-ins off.
    */
   standInGraceMs?: number;
   /**

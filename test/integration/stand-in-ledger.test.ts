@@ -43,6 +43,32 @@ describe('Stand-in commits (real PostgreSQL)', () => {
     assert.equal(late.duplicates, 1);
   });
 
+  it("lastCommitsOf names who committed each job's last slot and when: what a stand-in learns the leader's lateness from", async () => {
+    await ledger.fires.advanceFence(FENCE, 9n);
+    const before = Date.now();
+    await ledger.fires.commitFires(
+      [
+        { job: 'lc1', scheduledAt: at(40), trigger: 'schedule' },
+        { job: 'lc1', scheduledAt: at(41), trigger: 'schedule' },
+        { job: 'lc2', scheduledAt: at(40), trigger: 'schedule' },
+        { job: 'lc2', scheduledAt: at(45), trigger: 'manual' },
+      ],
+      leader(9n),
+    );
+    await ledger.fires.commitStandInFires([fire('lc3', 42)], standIn('f1'));
+    const last = await ledger.fires.lastCommitsOf(['lc1', 'lc2', 'lc3', 'nope']);
+    assert.deepEqual([...last].map(([job, l]) => [job, l.slot.toISOString(), l.trigger]).sort(), [
+      ['lc1', at(41).toISOString(), 'schedule'],
+      ['lc2', at(40).toISOString(), 'schedule'], // a manual trigger is not a slot
+      ['lc3', at(42).toISOString(), 'standin'],
+    ]);
+    const committedAt = last.get('lc1')!.committedAt!.getTime();
+    assert.ok(committedAt >= before - 1000 && committedAt <= Date.now() + 1000, 'the commit time is the insert time');
+    await db.pool.query("DELETE FROM cw_runs WHERE job = 'lc1'"); // retention took the run
+    const gone = (await ledger.fires.lastCommitsOf(['lc1'])).get('lc1');
+    assert.deepEqual(gone, { slot: at(41), trigger: null, committedAt: null });
+  });
+
   it('many followers and the leader racing for the same slots commit each slot once', async () => {
     await ledger.fires.advanceFence(FENCE, 10n);
     const slots = Array.from({ length: 20 }, (_, i) => fire('c', 100 + i));

@@ -11,7 +11,7 @@ import type { FireLoopLedger } from '../../src/scheduler/firing/fire-loop.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { CommittedFire, FireBatchResult, FireRequest } from '../../src/ledger/fire-batch.js';
 import type { JobPause, PauseRequest } from '../../src/ledger/ledger.js';
-import type { MissedRangeRecord, OpenEra } from '../../src/ledger/fire-ledger.js';
+import type { LastCommit, MissedRangeRecord, OpenEra } from '../../src/ledger/fire-ledger.js';
 
 export interface MemoryRun {
   id: bigint;
@@ -22,6 +22,8 @@ export interface MemoryRun {
   state: string;
   enqueued: boolean;
   error?: string;
+  /** When it was committed (the `now` hook's clock): what a stand-in learns the leader's lateness from. */
+  createdAt?: number;
   /** Overlap 'coalesce': the later slots this waiting run stands for. */
   coalesced?: { count: number; until: Date };
 }
@@ -128,6 +130,7 @@ export class MemoryLedger implements FireLoopLedger {
         state,
         enqueued: state === 'skipped',
         error: f.error,
+        createdAt: this.now(),
       };
       this.runs.push(run);
       committed.push({
@@ -210,6 +213,21 @@ export class MemoryLedger implements FireLoopLedger {
     const all = await this.lastFired();
     const owners = new Set(jobs.map(slotOwner));
     return new Map([...all].filter(([owner]) => owners.has(owner)));
+  }
+
+  async lastCommitsOf(jobs: readonly string[]): Promise<Map<string, LastCommit>> {
+    const out = new Map<string, LastCommit>();
+    for (const [owner, slot] of await this.lastFiredOf(jobs)) {
+      const run = this.runs.find(
+        (r) => r.trigger !== 'manual' && slotOwner(r.job) === owner && r.scheduledAt.getTime() === slot.getTime(),
+      );
+      out.set(owner, {
+        slot,
+        trigger: run?.trigger ?? null,
+        committedAt: run?.createdAt === undefined ? null : new Date(run.createdAt),
+      });
+    }
+    return out;
   }
 
   async markEnqueued(runIds: bigint[]): Promise<void> {

@@ -9,6 +9,7 @@ import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
 import { StandIn } from '../../src/scheduler/stand-in/stand-in.js';
 import { rendezvousOwners } from '../../src/scheduler/stand-in/rendezvous.js';
+import { FLOOR_MS, StandInGrace } from '../../src/scheduler/stand-in/stand-in-grace.js';
 import type { ScheduledJobs } from '../../src/cron/scheduled-job.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
@@ -27,10 +28,13 @@ function setup(
     wrap?: (r: ScheduledJobs) => ScheduledJobs;
     perJob?: number;
     followers?: string[];
+    /** Commits stamped on the driven clock, so the stand-in learns the leader's lateness. */
+    learns?: boolean;
   } = {},
 ) {
   const clock = new ManualClock(T0 + 100);
   const ledger = new MemoryLedger();
+  if (o.learns) ledger.now = () => clock.now();
   if (o.fenceRaised !== false) ledger.fences.set(FENCE, 7n);
   const delivered: DeliverableRun[] = [];
   const delivery = { enqueue: async (runs: DeliverableRun[]) => void delivered.push(...runs), cancel: async () => {} };
@@ -130,6 +134,62 @@ describe('StandIn (driven clock)', () => {
     assert.deepEqual(slots(t.ledger), [{ at: 1, trigger: 'schedule' }]);
   });
 
+  it("learns the leader's lateness: after a crash it stands in that soon after the slot, not the whole grace", async () => {
+    const t = setup([{}], { learns: true, graceMs: 500 });
+    await t.lead();
+    await t.standIn.start();
+    assert.equal(t.standIn.graceMs, 500, 'nothing seen yet: the configured grace');
+    await t.clock.advance(3_000); // the leader fires 1, 2 and 3 s on time; the stand-in checks each
+    assert.equal(t.standIn.graceMs, FLOOR_MS, 'a leader committing on time: the floor');
+    t.crashLeader();
+    await t.clock.advance(3_000);
+    const standIns = t.ledger.runs.filter((r) => r.trigger === 'standin');
+    assert.deepEqual(
+      standIns.map((r) => (r.scheduledAt.getTime() - T0) / 1000),
+      [4, 5, 6],
+    );
+    for (const r of standIns) {
+      const late = r.createdAt! - r.scheduledAt.getTime();
+      assert.ok(late >= FLOOR_MS && late < FLOOR_MS + 20, `stood in ${late} ms after its slot`);
+    }
+  });
+
+  it('does not race a leader that is alive but behind: waits the whole grace, and learns the lateness', async () => {
+    const t = setup([{}, {}], { learns: true, graceMs: 500 });
+    const commit = (job: string, s: number) =>
+      t.ledger.commitFires([{ job, scheduledAt: new Date(T0 + s * 1000), trigger: 'schedule' }], {
+        fenceResource: FENCE,
+        token: 7n,
+        replicaId: 'a',
+        stillLeading: () => true,
+      });
+    await t.standIn.start();
+    await t.clock.advance(900); // 1 s
+    await commit('job0', 1);
+    await commit('job1', 1);
+    await t.clock.advance(1_000); // 2 s: the leader commits job0 on time, job1 not yet
+    await commit('job0', 2);
+    assert.equal(t.standIn.graceMs, FLOOR_MS);
+    await t.clock.advance(300); // 2.3 s: job1's slot is late, and was not raced at 2.05 s
+    assert.equal(t.ledger.of('job1').length, 1);
+    await commit('job1', 2);
+    await t.clock.advance(1_000); // 3.3 s, past the second look at 2.5 s
+    assert.deepEqual(slots(t.ledger, 'job1'), [
+      { at: 1, trigger: 'schedule' },
+      { at: 2, trigger: 'schedule' },
+    ]);
+    assert.equal(t.standIn.graceMs, 500, 'a 300 ms late commit raised the grace (2 x 300 + 20, at most 500)');
+    // The leader is gone from 3 s on: its slots are stood in for at the raised grace.
+    await t.clock.advance(300); // 3.6 s
+    assert.deepEqual(
+      t.ledger.runs.filter((r) => r.trigger === 'standin').map((r) => [r.job, r.createdAt! - T0]),
+      [
+        ['job0', 3500],
+        ['job1', 3500],
+      ],
+    );
+  });
+
   it('rests while its own replica leads, and while no leader has ever raised the fence', async () => {
     const t = setup([{}]);
     t.promoteFollower();
@@ -193,8 +253,8 @@ describe('StandIn (driven clock)', () => {
         list: () => r.list(),
       }),
     });
-    const lastFiredOf = t.ledger.lastFiredOf.bind(t.ledger);
-    t.ledger.lastFiredOf = (jobs) => (checked.push([...jobs]), lastFiredOf(jobs));
+    const lastCommitsOf = t.ledger.lastCommitsOf.bind(t.ledger);
+    t.ledger.lastCommitsOf = (jobs) => (checked.push([...jobs]), lastCommitsOf(jobs));
     await t.standIn.start();
     await t.clock.advance(2_000); // stands in for 1 s; the 2 s slot (of both schedules) is checked at 2.5 s
     switched = true;
@@ -245,5 +305,29 @@ describe('StandIn (driven clock)', () => {
     t.clock.jumpWall(1_500);
     await t.clock.advance(3_000);
     assert.deepEqual(slots(t.ledger), [{ at: 1, trigger: 'standin' }]);
+  });
+});
+
+describe('StandInGrace', () => {
+  it('is the configured grace until it has seen the leader, then twice the worst lateness of the last minute plus 20 ms, between the floor and the configured grace', async () => {
+    const clock = new ManualClock(T0);
+    const g = new StandInGrace(500, clock);
+    assert.equal(g.current(), 500);
+    g.observe(5);
+    assert.equal(g.current(), FLOOR_MS);
+    g.observe(100);
+    assert.equal(g.current(), 220);
+    g.observe(-30); // a ledger clock behind the replica's counts as on time
+    assert.equal(g.current(), 220);
+    g.observe(400);
+    assert.equal(g.current(), 500);
+    await clock.advance(61_000);
+    assert.equal(g.current(), 500, 'all forgotten: the configured grace again');
+    g.observe(60);
+    assert.equal(g.current(), 140);
+    assert.equal(new StandInGrace(30, clock).current(), 30);
+    const low = new StandInGrace(30, clock);
+    low.observe(0);
+    assert.equal(low.current(), 30, 'never above the configured grace, even below the floor');
   });
 });

@@ -6,9 +6,11 @@
  * every process on the same principle; River, Oban and Kubernetes leave the gap).
  *
  * Rules, so a stand-in fire means the same as the leader's:
- * - only a slot overdue by `graceMs` (the replica's standInGraceMs, far above a healthy leader's commit lateness)
- *   that is the next slot after the job's last committed one (never leaving a hole the next
+ * - only a slot overdue by the grace (learned from the leader's own commit lateness, at most the
+ *   replica's standInGraceMs: stand-in-grace.ts), and only the next slot after the job's last committed one (never leaving a hole the next
  *   leader's catch-up could not see): one indexed read of cw_job_state per check;
+ * - a slot the leader is behind on while it commits others of the same check (a burst, a slow
+ *   ledger: it is alive) waits the whole standInGraceMs before it is raced;
  * - only while the slot is still on time for its job (within its misfire grace): older slots are
  *   the next leader's catch-up, under the job's misfire policy;
  * - the same pause and overlap rules as the leader (FireLoop.applyPolicies); overlap 'replace' jobs
@@ -26,19 +28,20 @@
 import type { Logger } from 'pino';
 import type { Clock, TimerHandle } from '../../clock.js';
 import { limitedWarn } from '../../once-per-kind.js';
-import type { CommittedFire, FireLedger, FireRequest } from '../../ledger/fire-ledger.js';
+import type { CommittedFire, FireLedger, FireRequest, LastCommit } from '../../ledger/fire-ledger.js';
 import type { FireLoop } from '../firing/fire-loop.js';
 import { FireQueue } from '../firing/fire-queue.js';
 import { forEachSliced } from '../firing/yielding.js';
 import type { RunDelivery } from '../firing/run-delivery.js';
 import { rendezvousOwners } from './rendezvous.js';
+import { StandInGrace } from './stand-in-grace.js';
 import { slotOwner } from '../../cron/job-names.js';
 import type { Reschedulable } from '../schedules/schedule-sync.js';
 import type { ScheduledJobs } from '../../cron/scheduled-job.js';
 
 export interface StandInOptions {
   registry: ScheduledJobs;
-  ledger: Pick<FireLedger, 'lastFiredOf' | 'commitStandInFires' | 'markEnqueued'>;
+  ledger: Pick<FireLedger, 'lastCommitsOf' | 'commitStandInFires' | 'markEnqueued'>;
   delivery: Pick<RunDelivery, 'enqueue'>;
   /** The leader's pause and overlap rules, applied to the stand-in's slots too. */
   policies: Pick<FireLoop, 'applyPolicies'>;
@@ -50,7 +53,10 @@ export interface StandInOptions {
   logger: Logger;
   replicaId: string;
   fenceResource: string;
-  /** How long past a slot a follower waits for the leader's commit before it commits the slot itself; 0: off. */
+  /**
+   * The most a follower waits past a slot for the leader's commit before it commits the slot itself
+   * (it waits less once it has seen the leader commit sooner: stand-in-grace.ts); 0: off.
+   */
   graceMs: number;
   /**
    * How many followers stand in for each job, chosen per job by a rendezvous hash over `followers`
@@ -67,6 +73,8 @@ interface Check {
   at: number;
   job: string;
   slot: number;
+  /** A second look, at the whole configured grace, at a slot the leader was behind on while alive. */
+  deferred?: boolean;
 }
 
 export class StandIn implements Reschedulable {
@@ -78,9 +86,16 @@ export class StandIn implements Reschedulable {
   private checking: Promise<void> = Promise.resolve();
   /** A crashed leader makes every follower stand in each second until the next election: say it rarely. */
   private readonly warn: ReturnType<typeof limitedWarn>;
+  private readonly grace: StandInGrace;
 
   constructor(private readonly o: StandInOptions) {
     this.warn = limitedWarn(o.logger, () => o.clock.monotonic(), 10_000);
+    this.grace = new StandInGrace(o.graceMs, o.clock);
+  }
+
+  /** How long past a slot this follower waits now (see stand-in-grace.ts). */
+  get graceMs(): number {
+    return this.grace.current();
   }
 
   /** Resolves once every job's next check is queued: in slices, so a million jobs never block renewals. */
@@ -111,7 +126,7 @@ export class StandIn implements Reschedulable {
    */
   reschedule(jobs: readonly string[], sinceMs: (job: string) => number): Promise<void> {
     if (!this.running) return Promise.resolve();
-    const floor = this.o.clock.now() - this.o.graceMs;
+    const floor = this.o.clock.now() - this.grace.current();
     for (const job of new Set(jobs)) {
       const waiting = this.nextSlot.get(job);
       this.nextSlot.delete(job);
@@ -140,7 +155,7 @@ export class StandIn implements Reschedulable {
     }
     if (this.nextSlot.get(name) === slot) return; // already queued
     this.nextSlot.set(name, slot);
-    this.queue.push({ at: slot + this.o.graceMs, job: name, slot });
+    this.queue.push({ at: slot + this.grace.current(), job: name, slot });
   }
 
   private arm(): void {
@@ -153,9 +168,15 @@ export class StandIn implements Reschedulable {
   private async checkDue(): Promise<void> {
     if (!this.running) return;
     const now = this.o.clock.now();
-    const due = this.liveChecks(this.queue.popDue(now));
+    const grace = this.grace.current();
+    const due: Check[] = [];
+    for (const c of this.liveChecks(this.queue.popDue(now))) {
+      // Queued under a shorter grace than the one learned since: look again then.
+      if (!c.deferred && c.slot + grace > now) this.queue.push({ ...c, at: c.slot + grace });
+      else due.push(c);
+    }
     // Each job moves on to its next slot after the newest one that is already overdue.
-    for (const c of due) this.pushNext(c.job, Math.max(c.slot, now - this.o.graceMs));
+    for (const c of due) if (!c.deferred) this.pushNext(c.job, Math.max(c.slot, now - grace));
     this.arm();
     if (due.length === 0 || this.o.isLeading()) return;
     const onTime = due.filter((c) => {
@@ -163,10 +184,32 @@ export class StandIn implements Reschedulable {
       return job !== undefined && now - c.slot <= job.misfireGraceMs && this.standsInFor(c.job);
     });
     if (onTime.length === 0) return;
-    const last = await this.o.ledger.lastFiredOf([...new Set(onTime.map((c) => c.job))]);
-    const missing = onTime.filter((c) => this.nextAfterLast(c, last.get(slotOwner(c.job))));
-    if (missing.length === 0 || this.o.isLeading()) return;
-    await this.commit(missing.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
+    const last = await this.o.ledger.lastCommitsOf([...new Set(onTime.map((c) => c.job))]);
+    const leaderAlive = this.learn(onTime, last);
+    const missing = onTime.filter((c) => this.nextAfterLast(c, last.get(slotOwner(c.job))?.slot));
+    const ceiling = this.grace.ceiling;
+    const later = leaderAlive ? missing.filter((c) => !c.deferred && now - c.slot < ceiling) : [];
+    for (const c of later) this.queue.push({ at: c.slot + ceiling, job: c.job, slot: c.slot, deferred: true });
+    if (later.length > 0) this.arm();
+    const overdue = missing.filter((c) => !later.includes(c));
+    if (overdue.length === 0 || this.o.isLeading()) return;
+    await this.commit(overdue.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
+  }
+
+  /**
+   * Learn the leader's commit lateness from the checked slots it fired on time (not a stand-in's
+   * commits, nor a new leader's catch-up), and answer whether it committed any of them: alive, if perhaps behind.
+   */
+  private learn(checks: readonly Check[], last: Map<string, LastCommit>): boolean {
+    let alive = false;
+    for (const c of checks) {
+      const l = last.get(slotOwner(c.job));
+      if (!l || l.trigger === null || l.trigger === 'standin' || l.slot.getTime() < c.slot) continue;
+      alive = true;
+      if (l.trigger === 'schedule' && l.slot.getTime() === c.slot && l.committedAt)
+        this.grace.observe(l.committedAt.getTime() - c.slot);
+    }
+    return alive;
   }
 
   /**
@@ -190,11 +233,14 @@ export class StandIn implements Reschedulable {
     return rendezvousOwners(job, followers, k).includes(self);
   }
 
-  /** The checks still current: a rescheduled job's older check is dropped, and a check never counts twice. */
+  /**
+   * The checks still current: a rescheduled job's older check is dropped (a deferred one is a
+   * second look at its own slot, and stays), and a job is checked once per round.
+   */
   private liveChecks(popped: Check[]): Check[] {
     const seen = new Set<string>();
     return popped.filter((c) => {
-      if (this.nextSlot.get(c.job) !== c.slot || seen.has(c.job)) return false;
+      if ((!c.deferred && this.nextSlot.get(c.job) !== c.slot) || seen.has(c.job)) return false;
       seen.add(c.job);
       return true;
     });
