@@ -17,11 +17,20 @@ import {
   timeOutWaits,
   type GraphOf,
 } from './workflow-control.js';
-import { completeStep, completeStepIn, failStep, startWorkflow, type StepRunRef } from './workflow-runs.js';
+import {
+  completeStep,
+  completeStepIn,
+  completeStepsOfRun,
+  failStep,
+  startWorkflow,
+  type StepCompletion,
+  type StepCompletionOutcome,
+  type StepRunRef,
+} from './workflow-runs.js';
 import { stepInput, type ReadyStepRun } from './workflow-steps.js';
 
 export type { GraphOf } from './workflow-control.js';
-export type { StepRunRef } from './workflow-runs.js';
+export type { StepCompletion, StepCompletionOutcome, StepRunRef } from './workflow-runs.js';
 export type { ReadyStepRun } from './workflow-steps.js';
 
 /** The answer to a signal sent to a workflow run. */
@@ -110,6 +119,11 @@ export class WorkflowLedger {
   /** Complete a step run with its result (no ctx.transaction); null: refused (a newer attempt holds it). */
   complete(graph: WorkflowGraph, ref: StepRunRef, result: unknown): Promise<ReadyStepRun[] | null> {
     return completeStep(this.pool, this.t, graph, ref, result);
+  }
+
+  /** Several step runs of one workflow run completed in one transaction (see completeStepsOfRun). */
+  completeMany(items: readonly StepCompletion[]): Promise<StepCompletionOutcome[]> {
+    return completeStepsOfRun(this.pool, this.t, items);
   }
 
   /**

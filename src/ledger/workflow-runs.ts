@@ -202,6 +202,18 @@ export async function completeStepIn(
 ): Promise<ReadyStepRun[] | null> {
   const json = resultJson(ref, result);
   const run = await lockWorkflowRun(client, t, ref.workflowRunId);
+  return completeLocked(client, t, graph, run, ref, json);
+}
+
+/** completeStepIn with the workflow run locked (`run`, as read under the lock) and the result as JSON. */
+async function completeLocked(
+  client: pg.PoolClient,
+  t: Tables,
+  graph: WorkflowGraph,
+  run: LockedWorkflowRun | null,
+  ref: StepRunRef,
+  json: string,
+): Promise<ReadyStepRun[] | null> {
   const done = await client.query({
     ...statements(t).completeStep,
     values: [ref.runId.toString(), ref.token.toString(), ref.attempt, json],
@@ -220,6 +232,7 @@ export async function completeStepIn(
     await client.query('ROLLBACK TO SAVEPOINT cw_progress');
     const reason = `a step after "${ref.step}" could not be made: ${err.message}`;
     await failWorkflowRun(client, t, run.id, reason);
+    run.state = 'failed'; // as a later completion in the same transaction must see it
     return [];
   }
   return made;
@@ -238,6 +251,63 @@ export async function completeStep(
     if (made === null) await rollback();
     return made;
   });
+}
+
+/** One step run's completion in a group: its workflow's graph, its place, what its step returned. */
+export interface StepCompletion {
+  graph: WorkflowGraph;
+  ref: StepRunRef;
+  result: unknown;
+}
+
+/** Each completion's answer: the runs made, null when refused, or the error it ended with. */
+export type StepCompletionOutcome = { ok: true; made: ReadyStepRun[] | null } | { ok: false; error: unknown };
+
+/**
+ * Step runs of one workflow run completed together (the items of a fan-out finishing at once): the
+ * workflow run locked once, each completion token-checked on its own (a refused one changes
+ * nothing and the others go on), one COMMIT. Completed one by one they would queue on that lock,
+ * each holding it through its own commit. Should the transaction fail, each is completed alone,
+ * whose own transaction then finds what did commit.
+ */
+export async function completeStepsOfRun(
+  pool: pg.Pool,
+  t: Tables,
+  items: readonly StepCompletion[],
+): Promise<StepCompletionOutcome[]> {
+  const outcomes = new Array<StepCompletionOutcome | undefined>(items.length);
+  const going: { i: number; json: string }[] = [];
+  for (const [i, item] of items.entries()) {
+    try {
+      going.push({ i, json: resultJson(item.ref, item.result) });
+    } catch (error) {
+      outcomes[i] = { ok: false, error }; // a result that cannot be stored fails its own step only
+    }
+  }
+  const workflowRunId = items[0]?.ref.workflowRunId;
+  if (going.length > 0 && workflowRunId !== undefined) {
+    if (items.some((it) => it.ref.workflowRunId !== workflowRunId))
+      throw new InvalidArgumentError('a group of step completions must be of one workflow run');
+    try {
+      const made = await withTransaction(pool, async (client) => {
+        const run = await lockWorkflowRun(client, t, workflowRunId);
+        const out: (ReadyStepRun[] | null)[] = [];
+        for (const { i, json } of going)
+          out.push(await completeLocked(client, t, items[i]!.graph, run, items[i]!.ref, json));
+        return out;
+      });
+      for (const [k, { i }] of going.entries()) outcomes[i] = { ok: true, made: made[k]! };
+    } catch {
+      const alone = await Promise.allSettled(
+        going.map(({ i }) => completeStep(pool, t, items[i]!.graph, items[i]!.ref, items[i]!.result)),
+      );
+      for (const [k, { i }] of going.entries()) {
+        const r = alone[k]!;
+        outcomes[i] = r.status === 'fulfilled' ? { ok: true, made: r.value } : { ok: false, error: r.reason };
+      }
+    }
+  }
+  return outcomes.map((o) => o!);
 }
 
 /**

@@ -5,6 +5,7 @@ import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import type { JobRegistry } from '../jobs/job-registry.js';
 import { RunExecutor } from '../jobs/run-executor.js';
 import { RunLedgerBatches } from '../jobs/run-ledger-batches.js';
+import { WorkflowLedgerBatches } from '../jobs/workflow-ledger-batches.js';
 import type { Ledger } from '../ledger/ledger.js';
 import type { ResolvedReplicaOptions } from './replica-defaults.js';
 
@@ -38,7 +39,7 @@ export class RunWorker {
       logger: o.logger,
       redeliver: (run, delayMs) => delivery.redeliverAfter(run, delayMs),
       limits: ledger.runs,
-      workflows: ledger.workflows,
+      workflows: new WorkflowLedgerBatches(ledger.workflows),
       deliverSteps: (runs) => delivery.handOver(runs, (ids) => ledger.fires.markEnqueued(ids)),
     });
   }
