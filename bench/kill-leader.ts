@@ -123,11 +123,13 @@ function parseOptions(argv: string[]): Options {
   const backend = values.backend as Backend;
   if (!['postgres', 'redis', 'etcd'].includes(backend))
     throw new Error(`kill-leader: --backend must be postgres, redis or etcd, got "${values.backend}"`);
-  const systems = values.systems.split(',').map((s) => s.trim()) as SystemName[];
+  const systems = (
+    values.systems.trim() === 'all' ? [...SYSTEMS] : values.systems.split(',').map((s) => s.trim())
+  ) as SystemName[];
   const unknown = systems.filter((s) => !SYSTEMS.includes(s));
   if (unknown.length > 0 || systems.length === 0)
     throw new Error(
-      `kill-leader: --systems takes a comma list of ${SYSTEMS.join(', ')}; unknown: ${unknown.join(', ')}`,
+      `kill-leader: --systems takes all or a comma list of ${SYSTEMS.join(', ')}; unknown: ${unknown.join(', ')}`,
     );
   return {
     durationMs: positive('duration', values.duration, 5) * 1000,

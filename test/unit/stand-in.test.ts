@@ -190,6 +190,33 @@ describe('StandIn (driven clock)', () => {
     );
   });
 
+  it('gives a burst of slots due together more grace, so a leader still committing its first chunk is not raced', async () => {
+    const jobs = Array.from({ length: 1000 }, () => ({}));
+    const t = setup(jobs, { learns: true, graceMs: 500 });
+    const commit = (from: number, to: number, s: number) =>
+      t.ledger.commitFires(
+        jobs.slice(from, to).map((_, i) => ({
+          job: `job${from + i}`,
+          scheduledAt: new Date(T0 + s * 1000),
+          trigger: 'schedule' as const,
+        })),
+        { fenceResource: FENCE, token: 7n, replicaId: 'a', stillLeading: () => true },
+      );
+    await t.standIn.start();
+    await t.clock.advance(900); // 1 s and 2 s: all on time
+    await commit(0, 1000, 1);
+    await t.clock.advance(1_000);
+    await commit(0, 1000, 2);
+    await t.clock.advance(1_080); // 3.08 s
+    assert.equal(t.standIn.graceMs, FLOOR_MS);
+    await commit(0, 250, 3); // the leader's first chunk, 80 ms late: a lone slot would have been raced at 50 ms
+    await t.clock.advance(120); // 3.2 s
+    await commit(250, 1000, 3); // and the rest, 200 ms late
+    await t.clock.advance(600);
+    assert.equal(t.ledger.runs.filter((r) => r.trigger === 'standin').length, 0);
+    assert.equal(t.ledger.runs.length, 3000);
+  });
+
   it('rests while its own replica leads, and while no leader has ever raised the fence', async () => {
     const t = setup([{}]);
     t.promoteFollower();
