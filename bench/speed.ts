@@ -113,6 +113,10 @@ function cronAt(instants: number[]): string {
  * running a worker with concurrency 10. Commit lateness from the fire loop; enqueued from BullMQ's
  * job timestamp; handler start from inside the handler.
  */
+/** From this many runs due at once, the live heap is sampled while they drain (see lateness). */
+const LIVE_HEAP_FROM_LOAD = 100_000;
+const LIVE_HEAP_EVERY_MS = 2000;
+
 async function lateness(load: number, replicas: number) {
   const db = await createTestDatabase();
   const bursts = load <= 100 ? 5 : load <= 1000 ? 3 : 1;
@@ -155,12 +159,25 @@ async function lateness(load: number, replicas: number) {
     for (const node of nodes) await node.start();
     const deadline = instants.at(-1)! + 60_000 + load * 5;
     // Memory while the backlog drains: the largest RSS and heap seen (this process runs every replica).
+    // heapUsed counts garbage not yet collected; what the process holds is the heap after a full
+    // collection: taken once before the burst and every LIVE_HEAP_EVERY_MS of the drain, at the
+    // largest loads only (each collection pauses the loop, which would skew the smaller loads' lateness).
+    const gc = (globalThis as { gc?: () => void }).gc;
+    const sampleLive = gc !== undefined && load >= LIVE_HEAP_FROM_LOAD;
+    const live = () => (gc!(), process.memoryUsage().heapUsed);
+    const liveBefore = sampleLive ? live() : 0;
+    let liveMax = 0;
+    let liveAt = Date.now();
     let rssMax = 0;
     let heapMax = 0;
     while (handlerLate.length < expected && Date.now() < deadline) {
       const m = process.memoryUsage();
       rssMax = Math.max(rssMax, m.rss);
       heapMax = Math.max(heapMax, m.heapUsed);
+      if (sampleLive && handlerLate.length > 0 && Date.now() - liveAt >= LIVE_HEAP_EVERY_MS) {
+        liveMax = Math.max(liveMax, live());
+        liveAt = Date.now();
+      }
       await new Promise((r) => setTimeout(r, 50));
     }
     const queued = await queue.getJobs(['completed', 'active', 'waiting', 'delayed'], 0, -1);
@@ -186,9 +203,25 @@ async function lateness(load: number, replicas: number) {
       console.log(
         `drain: ${fmt(drainRate, 0)} handler starts/s over ${fmt(drainSeconds, 1)} s; ` +
           `largest RSS ${fmt(rssMax / 2 ** 20, 0)} MB, heap ${fmt(heapMax / 2 ** 20, 0)} MB` +
+          (sampleLive
+            ? `; live heap (after a full GC) ${fmt(liveBefore / 2 ** 20, 0)} MB before the burst, at most ` +
+              `${fmt(liveMax / 2 ** 20, 0)} MB while it drained (${fmt((liveMax - liveBefore) / expected, 0)} B per run due)`
+            : '') +
           (h.n < expected ? `; only ${h.n} of ${expected} started before the deadline` : ''),
       );
-    return { load, bursts, replicas, expected, commit: c, enqueued: e, handlerStart: h, drainRate, rssMax, heapMax };
+    return {
+      load,
+      bursts,
+      replicas,
+      expected,
+      commit: c,
+      enqueued: e,
+      handlerStart: h,
+      drainRate,
+      rssMax,
+      heapMax,
+      ...(sampleLive ? { liveHeapBefore: liveBefore, liveHeapMax: liveMax } : {}),
+    };
   } finally {
     for (const node of nodes) await node.stop();
     await queue.obliterate({ force: true }).catch(() => {});
