@@ -47,6 +47,8 @@ export type FireLoopLedger = Pick<
 export const COMMIT_RETRY_MS = 250;
 /** Fires per commit transaction in a large tick; the next chunk commits while BullMQ takes this one. */
 export const COMMIT_CHUNK = 250;
+/** Chunks being handed to the queue at once; the next commit waits for the oldest (bounded memory). */
+const HAND_OVERS_IN_FLIGHT = 4;
 
 /** What the fire loop needs of the elector: a narrow seam, so tests can hand it a plain object. */
 export interface Leadership {
@@ -263,9 +265,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   async trigger(jobName: string): Promise<CommittedFire> {
     const job = this.o.registry.require(jobName);
     if (!this.running || !this.o.leadership.lease()) throw new NotLeaderError('only the leader can trigger a job');
-    const [fire] = await this.commitAndEnqueue([
-      { job: job.name, scheduledAt: new Date(this.o.clock.now()), trigger: 'manual' },
-    ]);
+    const [fire] = await this.commitAndEnqueue(
+      [{ job: job.name, scheduledAt: new Date(this.o.clock.now()), trigger: 'manual' }],
+      [],
+      { keep: true },
+    );
     if (!fire) throw new NotLeaderError('the fire was not committed: leadership ended before the commit');
     return fire;
   }
@@ -402,9 +406,15 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
    * Every chunk carries the same leader token through the fence and the unique key (I1, I3).
    * Throws when a commit fails for any reason but a stale token (the caller replans the whole tick;
    * chunks already committed come back as duplicates, never twice); a stale token steps down and
-   * returns what was committed before it.
+   * returns what was committed before it. At most HAND_OVERS_IN_FLIGHT chunks are being handed to
+   * the queue at once, and the fires committed are returned only when `keep` asks for them, so a
+   * tick of 100,000 fires holds a few chunks in memory, not all of them.
    */
-  private async commitAndEnqueue(requests: FireRequest[], missed: MissedRangeRecord[] = []): Promise<CommittedFire[]> {
+  private async commitAndEnqueue(
+    requests: FireRequest[],
+    missed: MissedRangeRecord[] = [],
+    o: { keep?: boolean } = {},
+  ): Promise<CommittedFire[]> {
     const lease = this.o.leadership.lease();
     if (!lease) return [];
     const { fires: shaped, skips } = await this.applyPolicies(requests);
@@ -437,9 +447,10 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
           this.o.leadership.stepDown(`fence refused token ${lease.token}: ${err.message}`);
           return committed;
         }
-        committed.push(...result.committed);
+        if (o.keep) committed.push(...result.committed);
         if (i === 0) for (const m of missed) this.emit('occurrences:missed', m.job, m.reason, m.count);
         handOvers.push(this.afterCommit(result, skips));
+        if (handOvers.length >= HAND_OVERS_IN_FLIGHT) await handOvers.shift(); // never rejects
       }
     } finally {
       await Promise.all(handOvers);
