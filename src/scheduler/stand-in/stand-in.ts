@@ -197,17 +197,18 @@ export class StandIn implements Reschedulable {
     const leaderAlive = this.learn(onTime, last);
     const missing = onTime.filter((c) => this.nextAfterLast(c, last.get(slotOwner(c.job))?.slot));
     const ceiling = this.grace.ceiling;
-    const later = leaderAlive ? missing.filter((c) => !c.deferred && now - c.slot < ceiling) : [];
+    const later = new Set(leaderAlive ? missing.filter((c) => !c.deferred && now - c.slot < ceiling) : []);
     for (const c of later) this.queue.push({ at: c.slot + ceiling, job: c.job, slot: c.slot, deferred: true });
-    if (later.length > 0) this.arm();
-    const overdue = missing.filter((c) => !later.includes(c));
+    if (later.size > 0) this.arm();
+    const overdue = missing.filter((c) => !later.has(c));
     if (overdue.length === 0 || this.o.isLeading()) return;
     await this.commit(overdue.map((c) => ({ job: c.job, scheduledAt: new Date(c.slot), trigger: 'standin' })));
   }
 
   /**
    * Learn the leader's commit lateness from the checked slots it fired on time (not a stand-in's
-   * commits, nor a new leader's catch-up), and answer whether it committed any of them: alive, if perhaps behind.
+   * commits, nor a new leader's catch-up), and answer whether it committed any of them: alive,
+   * if perhaps behind.
    */
   private learn(checks: readonly Check[], last: Map<string, LastCommit>): boolean {
     let alive = false;
