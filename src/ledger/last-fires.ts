@@ -75,21 +75,22 @@ export async function lastCommitsOf(
     ...statements(t).commitsOf,
     values: [[...jobs], ids],
   });
-  for (const r of res.rows) {
-    const owner = slotOwner(r.job);
-    const seen = out.get(owner);
-    if (!seen || seen.slot < r.last_scheduled_at)
-      out.set(owner, { slot: r.last_scheduled_at, trigger: r.trigger, committedAt: r.created_at });
-  }
+  for (const [owner, r] of newestByOwner(res.rows))
+    out.set(owner, { slot: r.last_scheduled_at, trigger: r.trigger, committedAt: r.created_at });
   return out;
 }
 
 function byOwner(rows: Row[]): Map<string, Date> {
-  const out = new Map<string, Date>();
+  return new Map([...newestByOwner(rows)].map(([owner, r]) => [owner, r.last_scheduled_at]));
+}
+
+/** Each slot owner's row with the newest last_scheduled_at (a runtime schedule has one per handler name). */
+function newestByOwner<R extends Row>(rows: readonly R[]): Map<string, R> {
+  const out = new Map<string, R>();
   for (const r of rows) {
     const owner = slotOwner(r.job);
     const seen = out.get(owner);
-    if (!seen || seen < r.last_scheduled_at) out.set(owner, r.last_scheduled_at);
+    if (!seen || seen.last_scheduled_at < r.last_scheduled_at) out.set(owner, r);
   }
   return out;
 }

@@ -7,8 +7,9 @@
  *
  * Rules, so a stand-in fire means the same as the leader's:
  * - only a slot overdue by the grace (learned from the leader's own commit lateness, at most the
- *   replica's standInGraceMs: stand-in-grace.ts), and only the next slot after the job's last committed one (never leaving a hole the next
- *   leader's catch-up could not see): one indexed read of cw_job_state per check;
+ *   replica's standInGraceMs: stand-in-grace.ts), and only the next slot after the job's last
+ *   committed one (never leaving a hole the next leader's catch-up could not see): one indexed
+ *   read of cw_job_state per check;
  * - a slot the leader is behind on while it commits others of the same check (a burst, a slow
  *   ledger: it is alive) waits the whole standInGraceMs before it is raced;
  * - only while the slot is still on time for its job (within its misfire grace): older slots are
@@ -110,9 +111,10 @@ export class StandIn implements Reschedulable {
     if (this.running || this.o.graceMs <= 0) return;
     this.running = true;
     const now = this.o.clock.now();
+    const grace = this.grace.current();
     const loaded = await forEachSliced(
       this.o.registry.list(),
-      (job) => this.pushNext(job.name, now),
+      (job) => this.pushNext(job.name, now, grace),
       () => this.running,
     );
     if (loaded) this.arm();
@@ -133,11 +135,12 @@ export class StandIn implements Reschedulable {
    */
   reschedule(jobs: readonly string[], sinceMs: (job: string) => number): Promise<void> {
     if (!this.running) return Promise.resolve();
-    const floor = this.o.clock.now() - this.grace.current();
+    const grace = this.grace.current();
+    const floor = this.o.clock.now() - grace;
     for (const job of new Set(jobs)) {
       const waiting = this.nextSlot.get(job);
       this.nextSlot.delete(job);
-      this.pushNext(job, Math.min(Math.max(sinceMs(job), floor), (waiting ?? Infinity) - 1));
+      this.pushNext(job, Math.min(Math.max(sinceMs(job), floor), (waiting ?? Infinity) - 1), grace);
     }
     this.arm();
     return Promise.resolve();
@@ -153,7 +156,8 @@ export class StandIn implements Reschedulable {
     return this.checking;
   }
 
-  private pushNext(name: string, afterMs: number): void {
+  /** Queue the job's next slot after `afterMs`, to be checked `graceMs` after it (read once per caller, not per job). */
+  private pushNext(name: string, afterMs: number, graceMs: number): void {
     const job = this.o.registry.get(name);
     const slot = job && job.overlap !== 'replace' ? job.schedule.nextAfter(afterMs) : null;
     if (slot === null) {
@@ -162,7 +166,7 @@ export class StandIn implements Reschedulable {
     }
     if (this.nextSlot.get(name) === slot) return; // already queued
     this.nextSlot.set(name, slot);
-    this.queue.push({ at: slot + this.grace.current(), job: name, slot });
+    this.queue.push({ at: slot + graceMs, job: name, slot });
   }
 
   private arm(): void {
@@ -176,8 +180,9 @@ export class StandIn implements Reschedulable {
     if (!this.running) return;
     const now = this.o.clock.now();
     const live = this.liveChecks(this.queue.popDue(now));
+    const learned = this.grace.current();
     // A burst of slots due at once takes the leader longer to commit (its first chunk too): more grace.
-    const grace = Math.min(this.grace.ceiling, this.grace.current() + live.length * BURST_MS_PER_SLOT);
+    const grace = Math.min(this.grace.ceiling, learned + live.length * BURST_MS_PER_SLOT);
     const due: Check[] = [];
     for (const c of live) {
       // Queued under a shorter grace than the one learned since: look again then.
@@ -185,7 +190,7 @@ export class StandIn implements Reschedulable {
       else due.push(c);
     }
     // Each job moves on to its next slot after the newest one that is already overdue.
-    for (const c of due) if (!c.deferred) this.pushNext(c.job, Math.max(c.slot, now - grace));
+    for (const c of due) if (!c.deferred) this.pushNext(c.job, Math.max(c.slot, now - grace), learned);
     this.arm();
     if (due.length === 0 || this.o.isLeading()) return;
     const onTime = due.filter((c) => {
