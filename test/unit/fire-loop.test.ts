@@ -6,7 +6,7 @@ import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import type { DeliverableRun, RunDelivery } from '../../src/scheduler/firing/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
-import { COMMIT_CHUNK, COMMIT_RETRY_MS, FireLoop } from '../../src/scheduler/firing/fire-loop.js';
+import { COMMIT_CHUNK, COMMIT_RETRY_MS, FireLoop, PLAN_CHUNK } from '../../src/scheduler/firing/fire-loop.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
@@ -207,6 +207,48 @@ describe('FireLoop (driven clock)', () => {
     const delivered = t.delivery.enqueued.map((r) => r.runId);
     assert.equal(delivered.length, 1200, 'every run delivered');
     assert.equal(new Set(delivered).size, 1200, 'none delivered twice');
+  });
+
+  it('a tick plans PLAN_CHUNK due jobs at a time: a failed commit in a later plan retries only that plan and the unplanned rest', async () => {
+    const jobs = PLAN_CHUNK * 2 + 500;
+    const t = setup(Array.from({ length: jobs }, () => ({})));
+    await t.lead();
+    const commit = t.ledger.commitFires.bind(t.ledger);
+    const pausesRead = t.ledger.pauses.bind(t.ledger);
+    let policyReads = 0;
+    t.ledger.pauses = () => {
+      policyReads++;
+      return pausesRead();
+    };
+    const firstOfSecondPlan = PLAN_CHUNK / COMMIT_CHUNK + 1;
+    let calls = 0;
+    t.ledger.commitFires = async (fires, leader, missed) => {
+      // The first commit of the tick's second plan fails: the first plan's jobs are handled already.
+      if (++calls === firstOfSecondPlan) throw new Error('Connection terminated unexpectedly');
+      return commit(fires, leader, missed);
+    };
+    await t.clock.advance(500); // to the 1 s tick (the clock starts at 0.5 s)
+    assert.equal(policyReads, 2, 'one policy read per plan up to the failure (a single plan reads once)');
+    await t.clock.advance(COMMIT_RETRY_MS); // the retry
+    const asked = t.ledger.commitLog.reduce((n, c) => n + c.fires.length, 0);
+    assert.equal(
+      asked,
+      jobs, // the failed commit threw before the ledger saw it
+      'the first plan is not asked again (a tick planned whole would ask all of it again as duplicates)',
+    );
+    assert.equal(
+      t.ledger.commitLog.filter((c) => c.outcome === 'committed').reduce((n, c) => n + c.fires.length, 0),
+      jobs,
+    );
+    for (const i of [0, PLAN_CHUNK - 1, PLAN_CHUNK, jobs - 1])
+      assert.deepEqual(
+        t.ledger.of(`job${i}`).map((r) => iso(r.scheduledAt.getTime())),
+        [iso(T0 + 1000)],
+        `job${i}`,
+      );
+    const delivered = t.delivery.enqueued.map((r) => r.runId);
+    assert.equal(new Set(delivered).size, jobs, 'every run delivered once');
+    assert.equal(delivered.length, jobs);
   });
 
   it('overlap "queue": one run waits behind the active one and is delivered when it finishes', async () => {

@@ -21,3 +21,18 @@ it('pops entries in time order and popDue takes exactly the due ones', () => {
   assert.equal(last, 999);
   assert.equal(q.pop(), undefined);
 });
+
+it('popDue with a limit takes the earliest due entries and leaves the rest due', () => {
+  const q = new FireQueue();
+  for (let at = 0; at < 50; at++) q.push({ at: 49 - at, job: `j${at}`, after: 0 });
+  assert.deepEqual(
+    q.popDue(30, 10).map((e) => e.at),
+    [0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+  );
+  assert.deepEqual(
+    q.popDue(30, 100).map((e) => e.at),
+    Array.from({ length: 21 }, (_, i) => 10 + i),
+  );
+  assert.equal(q.size, 19);
+  assert.deepEqual(q.popDue(30, 5), []);
+});

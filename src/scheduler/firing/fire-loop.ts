@@ -49,6 +49,11 @@ export const COMMIT_RETRY_MS = 250;
 export const COMMIT_CHUNK = 250;
 /** Chunks being handed to the queue at once; the next commit waits for the oldest (bounded memory). */
 const HAND_OVERS_IN_FLIGHT = 4;
+/**
+ * Due entries a tick plans at a time: its memory is a few chunks' plans and fires, whatever is due.
+ * Eight commit chunks, so the chunk boundary (new policy reads) is rare next to the commits.
+ */
+export const PLAN_CHUNK = 8 * COMMIT_CHUNK;
 
 /** What the fire loop needs of the elector: a narrow seam, so tests can hand it a plain object. */
 export interface Leadership {
@@ -321,21 +326,44 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   }
 
   /**
-   * Pop the due entries, plan each job from its entry's `after` (the last instant handled), commit,
-   * and only once the commit is through move each entry on to (now, next]. If the commit fails
-   * (database blip, connection reset), nothing of the batch counts as handled: each entry goes back
-   * with its old `after`, due again after a short backoff, so the retry replans the failed instants
-   * together with any that fell due meanwhile, under the misfire policy (invariant I2). Missed
-   * instants are reported when the batch commits, so a retry does not report them twice.
+   * Fire what is due, PLAN_CHUNK entries at a time: pop them, plan each job from its entry's `after`
+   * (the last instant handled), commit, and only once the commit is through move each entry on to
+   * (now, next]. If a commit fails (database blip, connection reset), nothing of that chunk counts
+   * as handled: its entries, and the due entries not yet planned, go back with their old `after`,
+   * due again after a short backoff, so the retry replans the failed instants together with any
+   * that fell due meanwhile, under the misfire policy (invariant I2). Chunks committed before the
+   * failure stay handled. Missed instants are reported when their chunk commits, so a retry does
+   * not report them twice. In chunks so that a tick of 100,000 due holds a few thousand plans, not
+   * 100,000; the hand-overs to the queue go on across chunks (at most HAND_OVERS_IN_FLIGHT).
    */
   private async fireDue(): Promise<void> {
     if (!this.running) return;
     const tenure = this.tenure;
     const now = this.o.clock.now();
+    const handOvers: Promise<void>[] = [];
+    try {
+      for (;;) {
+        const due = this.queue.popDue(now, PLAN_CHUNK);
+        if (due.length === 0) break;
+        if (!(await this.fireChunk(due, now, tenure, handOvers))) return;
+      }
+    } finally {
+      await Promise.all(handOvers); // never rejects
+    }
+    this.arm();
+  }
+
+  /** Plan, commit and move on one chunk of due entries; false when the tick must end here. */
+  private async fireChunk(
+    due: readonly FireEntry[],
+    now: number,
+    tenure: number,
+    handOvers: Promise<void>[],
+  ): Promise<boolean> {
     const planned: { entry: FireEntry; job: ScheduledJob; plan: CatchUpPlan }[] = [];
     const requests: FireRequest[] = [];
     const missed: MissedRangeRecord[] = [];
-    for (const entry of this.queue.popDue(now)) {
+    for (const entry of due) {
       const job = this.o.registry.get(entry.job);
       if (!job) continue;
       // Late or several times due (a blocked loop, a wall clock jump, a failed commit): the misfire
@@ -346,37 +374,39 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       for (const at of plan.fire)
         requests.push({ job: job.name, scheduledAt: new Date(at), trigger: fireTrigger(job, at, now, 'schedule') });
     }
-    this.arm(); // the other jobs keep their timer while this batch commits
+    this.arm(); // the other jobs keep their timer while this chunk commits
     try {
-      if (requests.length > 0 || missed.length > 0) await this.commitAndEnqueue(requests, missed);
+      if (requests.length > 0 || missed.length > 0) await this.commitAndEnqueue(requests, missed, { handOvers });
     } catch (err) {
       const current = this.running && this.tenure === tenure;
       const failedAt = this.o.clock.now();
       this.o.logger.error(
         {
           err,
-          jobs: planned.map((p) => p.job.name),
+          jobs: planned.length,
+          firstJob: planned[0]?.job.name,
           fires: requests.length,
           first: requests[0]?.scheduledAt.toISOString(),
           retryInMs: current ? COMMIT_RETRY_MS : undefined,
         },
         current ? 'fire commit failed; retrying (the fires are kept)' : 'fire commit failed after leadership ended',
       );
-      if (!current) return;
-      for (const { entry, job } of planned) {
-        const next = job.schedule.nextAfter(now) ?? Infinity;
+      if (!current) return false;
+      // This chunk and the due entries not yet planned: the ledger just failed, so all wait the backoff.
+      for (const entry of [...planned.map((p) => p.entry), ...this.queue.popDue(now)]) {
+        const next = this.o.registry.get(entry.job)?.schedule.nextAfter(now) ?? Infinity;
         this.queue.push({ at: Math.min(next, failedAt + COMMIT_RETRY_MS), job: entry.job, after: entry.after });
       }
       this.arm();
-      return;
+      return false;
     }
-    if (!this.running || this.tenure !== tenure) return;
+    if (!this.running || this.tenure !== tenure) return false;
     for (const { job, plan } of planned) {
       this.reportMissed(job, plan, `fired late; misfire policy "${job.misfire}"`);
       const next = job.schedule.nextAfter(now);
       if (next !== null) this.queue.push({ at: next, job: job.name, after: now });
     }
-    this.arm();
+    return true;
   }
 
   private reportMissed(job: ScheduledJob, plan: CatchUpPlan, reason: string): void {
@@ -407,19 +437,21 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
    * Throws when a commit fails for any reason but a stale token (the caller replans the whole tick;
    * chunks already committed come back as duplicates, never twice); a stale token steps down and
    * returns what was committed before it. At most HAND_OVERS_IN_FLIGHT chunks are being handed to
-   * the queue at once, and the fires committed are returned only when `keep` asks for them, so a
-   * tick of 100,000 fires holds a few chunks in memory, not all of them.
+   * the queue at once (counting the caller's `handOvers`, which it awaits itself), and the fires
+   * committed are returned only when `keep` asks for them, so a large commit holds a few chunks in
+   * memory, not all of them.
    */
   private async commitAndEnqueue(
     requests: FireRequest[],
     missed: MissedRangeRecord[] = [],
-    o: { keep?: boolean } = {},
+    o: { keep?: boolean; handOvers?: Promise<void>[] } = {},
   ): Promise<CommittedFire[]> {
     const lease = this.o.leadership.lease();
     if (!lease) return [];
     const { fires: shaped, skips } = await this.applyPolicies(requests);
     const committed: CommittedFire[] = [];
-    const handOvers: Promise<void>[] = [];
+    // The caller's hand-overs when it commits several plans in a row (they go on across its calls).
+    const handOvers = o.handOvers ?? [];
     try {
       // The missed ranges go with the first chunk (a chunk of no fires when nothing fires at all).
       for (let i = 0; i < Math.max(shaped.length, missed.length > 0 ? 1 : 0); i += COMMIT_CHUNK) {
@@ -453,7 +485,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         if (handOvers.length >= HAND_OVERS_IN_FLIGHT) await handOvers.shift(); // never rejects
       }
     } finally {
-      await Promise.all(handOvers);
+      if (!o.handOvers) await Promise.all(handOvers);
     }
     return committed;
   }

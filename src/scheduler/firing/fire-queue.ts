@@ -58,10 +58,10 @@ export class FireQueue<E extends { at: number } = FireEntry> {
     return top;
   }
 
-  /** Remove and return every entry due at or before `now`. */
-  popDue(now: number): E[] {
+  /** Remove and return the entries due at or before `now`, earliest first, at most `limit` of them. */
+  popDue(now: number, limit = Infinity): E[] {
     const due: E[] = [];
-    while (this.heap.length > 0 && this.heap[0]!.at <= now) due.push(this.pop()!);
+    while (due.length < limit && this.heap.length > 0 && this.heap[0]!.at <= now) due.push(this.pop()!);
     return due;
   }
 
