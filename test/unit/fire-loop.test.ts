@@ -1,6 +1,8 @@
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { ManualClock } from '../support/manual-clock.js';
 import { defineJob, type JobOptions } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
@@ -8,6 +10,8 @@ import type { DeliverableRun, RunDelivery } from '../../src/scheduler/firing/run
 import type { Lease } from '../../src/locks/lease.js';
 import { COMMIT_CHUNK, COMMIT_RETRY_MS, FireLoop, PLAN_CHUNK } from '../../src/scheduler/firing/fire-loop.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
+
+setFlagsFromString('--expose-gc'); // a test below proves memory is let go
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 0);
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -249,6 +253,26 @@ describe('FireLoop (driven clock)', () => {
     const delivered = t.delivery.enqueued.map((r) => r.runId);
     assert.equal(new Set(delivered).size, jobs, 'every run delivered once');
     assert.equal(delivered.length, jobs);
+  });
+
+  it('a tenure does not keep what it planned at election (its eras, catch-up) while it leads', async () => {
+    const gc = runInNewContext('gc') as () => void; // --expose-gc, set below before the context was made
+    const t = setup(Array.from({ length: 100 }, () => ({})));
+    let eras: WeakRef<object> | undefined;
+    const open = t.ledger.openNewEras.bind(t.ledger);
+    t.ledger.openNewEras = (list, leader) => {
+      eras ??= new WeakRef(list);
+      return open(list, leader);
+    };
+    await t.lead();
+    assert.ok(eras, 'the election opened eras for the new schedules');
+    await new Promise((r) => setImmediate(r));
+    gc();
+    assert.equal(eras.deref(), undefined, 'the election-time list of eras was let go, the tenure still on');
+    assert.equal(t.abort.signal.aborted, false);
+    await t.clock.advance(1000);
+    assert.equal(t.ledger.of('job0').length, 1, 'the tenure fires on');
+    t.abort.abort();
   });
 
   it('overlap "queue": one run waits behind the active one and is delivered when it finishes', async () => {

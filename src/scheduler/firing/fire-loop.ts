@@ -121,7 +121,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   async lead(signal: AbortSignal): Promise<void> {
     this.running = true;
     this.tenure++;
-    signal.addEventListener('abort', () => this.stop(), { once: true });
+    this.stopOn(signal);
     // First act of a tenure: raise the fence to our token, so a previous leader that does not yet
     // know it lost is refused from now on, not only after our first fire.
     const lease = this.o.leadership.lease();
@@ -179,6 +179,15 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     this.arm();
     this.scheduleOutbox();
     this.emit('loop:armed', this.queue.size);
+  }
+
+  /**
+   * Stop when the tenure's signal aborts. A method of its own so that the listener, which lives as
+   * long as the tenure, closes over nothing of lead(): a closure there would share lead()'s context
+   * and keep its election-time arrays (one era and catch-up plan per schedule) for the whole tenure.
+   */
+  private stopOn(signal: AbortSignal): void {
+    signal.addEventListener('abort', () => this.stop(), { once: true });
   }
 
   /**
