@@ -78,3 +78,31 @@ export class MicroBatcher<I, O> {
     }
   }
 }
+
+/**
+ * Answer a batch group by group: `key` splits the items (keeping their order within a group),
+ * `flushGroup` answers one group's items in order, and the answers come back in the batch's order.
+ * The groups go side by side when `parallel` (each holds its own connection), else one by one.
+ */
+export async function flushByGroup<I, O, K>(
+  items: readonly I[],
+  key: (item: I) => K,
+  flushGroup: (group: I[]) => Promise<O[]>,
+  o: { parallel: boolean },
+): Promise<O[]> {
+  const groups = new Map<K, number[]>();
+  for (const [i, item] of items.entries()) {
+    const k = key(item);
+    const same = groups.get(k);
+    if (same) same.push(i);
+    else groups.set(k, [i]);
+  }
+  const out = new Array<O>(items.length);
+  const answer = async (indexes: number[]) => {
+    const answers = await flushGroup(indexes.map((i) => items[i]!));
+    for (const [n, i] of indexes.entries()) out[i] = answers[n]!;
+  };
+  if (o.parallel) await Promise.all([...groups.values()].map(answer));
+  else for (const indexes of groups.values()) await answer(indexes);
+  return out;
+}

@@ -17,7 +17,7 @@ import type {
   TransactionResult,
 } from '../ledger/run-ledger.js';
 import type { Queryable } from '../ledger/transaction.js';
-import { MicroBatcher } from './micro-batcher.js';
+import { MicroBatcher, flushByGroup } from './micro-batcher.js';
 
 export interface RunLedgerBatchesOptions {
   /** Most runs per claim or finish statement. Default 100. */
@@ -46,15 +46,16 @@ export class RunLedgerBatches {
     this.claims = new MicroBatcher(
       async (items) => {
         // One worker per replica, so one claimer per batch; a mix is split by worker.
-        const results = new Array<ClaimResult>(items.length);
-        for (const worker of new Set(items.map((i) => i.worker))) {
-          const mine = items.flatMap((item, i) => (item.worker === worker ? [i] : []));
-          const claimed = await this.ledger.claimMany(
-            mine.map((i) => items[i]!.runId),
-            worker,
-          );
-          for (const [k, i] of mine.entries()) results[i] = claimed[k]!;
-        }
+        const results = await flushByGroup(
+          items,
+          (item) => item.worker,
+          (group) =>
+            this.ledger.claimMany(
+              group.map((item) => item.runId),
+              group[0]!.worker,
+            ),
+          { parallel: false },
+        );
         return results.map((value) => ({ ok: true, value }));
       },
       { maxBatch, maxInFlight: 2 },

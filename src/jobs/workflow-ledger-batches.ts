@@ -5,15 +5,9 @@
  * Each completion still gets its own answer (the runs it made, or null when refused). Everything
  * else goes straight to the ledger.
  */
-import type {
-  ReadyStepRun,
-  StepCompletion,
-  StepCompletionOutcome,
-  StepRunRef,
-  WorkflowLedger,
-} from '../ledger/workflow-ledger.js';
+import type { ReadyStepRun, StepCompletion, StepRunRef, WorkflowLedger } from '../ledger/workflow-ledger.js';
 import type { WorkflowGraph } from '../ledger/workflow-graph.js';
-import { MicroBatcher } from './micro-batcher.js';
+import { MicroBatcher, flushByGroup } from './micro-batcher.js';
 import type { WorkerWorkflowLedger } from './workflow-step.js';
 
 type BatchableWorkflowLedger = WorkerWorkflowLedger & Pick<WorkflowLedger, 'completeMany'>;
@@ -28,20 +22,13 @@ export class WorkflowLedgerBatches implements WorkerWorkflowLedger {
     this.completions = new MicroBatcher(
       async (items) => {
         // One transaction per workflow run among them, the runs' transactions side by side.
-        const byRun = new Map<bigint, number[]>();
-        for (const [i, item] of items.entries()) {
-          const same = byRun.get(item.ref.workflowRunId);
-          if (same) same.push(i);
-          else byRun.set(item.ref.workflowRunId, [i]);
-        }
-        const out = new Array<StepCompletionOutcome>(items.length);
-        await Promise.all(
-          [...byRun.values()].map(async (indexes) => {
-            const outcomes = await this.ledger.completeMany(indexes.map((i) => items[i]!));
-            for (const [k, i] of indexes.entries()) out[i] = outcomes[k]!;
-          }),
+        const outcomes = await flushByGroup(
+          items,
+          (item) => item.ref.workflowRunId,
+          (group) => this.ledger.completeMany(group),
+          { parallel: true },
         );
-        return out.map((o) => (o.ok ? { ok: true, value: o.made } : { ok: false, error: o.error }));
+        return outcomes.map((o) => (o.ok ? { ok: true, value: o.made } : { ok: false, error: o.error }));
       },
       { maxBatch: MAX_GROUP, maxInFlight: 2 },
     );
