@@ -88,8 +88,8 @@ export class BullmqWorker {
     this.handlers = new RunSlots(concurrency);
     // Claimed one round ahead: the next runs' claim commits while the current ones run.
     this.slots = new RunSlots(4 * concurrency);
-    // Every run claimed ahead waits on this signal for a handler slot.
-    setMaxListeners(0, this.closing.signal);
+    // Every run claimed ahead waits on this signal for a handler slot; every attempt follows shutdown.
+    setMaxListeners(0, this.closing.signal, this.shutdown.signal);
   }
 
   async start(): Promise<void> {

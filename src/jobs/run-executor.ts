@@ -321,6 +321,7 @@ export class RunExecutor {
       return settled;
     } finally {
       this.running.delete(runId.toString());
+      attempt.release();
     }
   }
 
