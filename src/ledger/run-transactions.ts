@@ -14,7 +14,7 @@
 import type pg from 'pg';
 import { StaleTokenError } from '../errors.js';
 import type { Tables } from '../db/tables.js';
-import { REFUSED_COMPLETION, completeGroupStatement } from './run-finishes.js';
+import { REFUSED_COMPLETION, completeGroupSql } from './run-finishes.js';
 import { sqlInt, withTransaction, type Queryable } from './transaction.js';
 
 export type TransactionResult<T> = { status: 'committed'; value: T } | { status: 'skipped' };
@@ -44,7 +44,7 @@ export async function commitOne<T>(
   fn: (tx: pg.PoolClient) => Promise<T>,
 ): Promise<TransactionResult<T>> {
   const result = await commitOneThen(pool, t, claim, fn, async (client, _value, commitWith) =>
-    (await completeAndCommit(client, t, [claim], commitWith)) ? true : null,
+    (await completeAndCommit(t, [claim], commitWith)) ? true : null,
   );
   return result.status === 'committed' ? { status: 'committed', value: result.value } : result;
 }
@@ -132,7 +132,6 @@ export async function commitGroup(
       // whose check then finds what did commit.
       if (
         !(await completeAndCommit(
-          client,
           t,
           going.map((i) => items[i]!.claim),
           commitWith,
@@ -169,13 +168,12 @@ export function checkStatement(t: Tables, claims: readonly TransactingAttempt[])
 
 /** The group's completion and COMMIT in one round trip; false when any completion was refused. */
 async function completeAndCommit(
-  client: Queryable,
   t: Tables,
   claims: readonly TransactingAttempt[],
   commitWith: (sql: string) => Promise<unknown>,
 ): Promise<boolean> {
   try {
-    await commitWith(await completeGroupStatement(client, t, claims));
+    await commitWith(completeGroupSql(t, claims));
     return true;
   } catch (err) {
     if (err instanceof Error && err.message.includes(REFUSED_COMPLETION)) return false;

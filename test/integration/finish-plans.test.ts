@@ -1,0 +1,97 @@
+/**
+ * The finishes find their attempt rows by the attempts' primary key however the table grew since
+ * the connection first ran them (real PostgreSQL, plans read with auto_explain). A statement
+ * prepared once per connection kept the plan made while cw_run_attempts was small: a sequential
+ * scan of the whole table at every completion, growing with the table until an ANALYZE.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { Ledger } from '../../src/ledger/ledger.js';
+import type { Claim } from '../../src/ledger/run-ledger.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+describe('finish and group completion plans (real PostgreSQL)', () => {
+  let db: TestDatabase;
+  let pool: pg.Pool;
+  let ledger: Ledger;
+  const plans: string[] = [];
+  const stamp = { fenceResource: 'scheduler/plans', token: 1n, replicaId: 'test', stillLeading: () => true };
+  let slot = Date.UTC(2026, 0, 1);
+
+  before(async () => {
+    db = await createTestDatabase();
+    // One connection, so every statement meets what that connection cached before.
+    pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    pool.on('connect', (client) => {
+      client.on('notice', (n) => plans.push(n.message ?? ''));
+      void client.query(
+        "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; " +
+          'SET client_min_messages = log',
+      );
+    });
+    ledger = new Ledger(pool, db.schema);
+  });
+  after(async () => {
+    await pool.end();
+    await db.drop();
+  });
+
+  const claimTen = async (): Promise<Claim[]> => {
+    const fires = Array.from({ length: 10 }, () => ({
+      job: 'plans',
+      scheduledAt: new Date((slot += 1000)),
+      trigger: 'schedule' as const,
+    }));
+    const { committed } = await ledger.fires.commitFires(fires, stamp);
+    return (
+      await ledger.runs.claimMany(
+        committed.map((f) => f.runId),
+        'w1',
+      )
+    ).map((r) => (r as { claim: Claim }).claim);
+  };
+  const finishTen = async () => {
+    const claims = await claimTen();
+    const accepted = await ledger.runs.finishMany(
+      claims.map((c) => ({ runId: c.runId, token: c.token, attempt: c.attempt, outcome: 'completed' as const })),
+    );
+    assert.deepEqual(accepted, Array(10).fill(true));
+  };
+  const completeTenInOneTransaction = async () => {
+    const claims = await claimTen();
+    const outcomes = await ledger.runs.completeGroupInTransaction(
+      claims.map((claim) => ({ claim, fn: async () => 'done' })),
+    );
+    assert.ok(outcomes.every((o) => o.ok && o.result.status === 'committed'));
+  };
+  /** The plan of the newest statement that updated cw_run_attempts (auto_explain logs it after it ran). */
+  const attemptPlan = () => plans.findLast((p) => /Update on cw_run_attempts/.test(p)) ?? '';
+
+  it('after the attempts table grew, a finish and a group completion still look their attempts up by key', async () => {
+    // Enough calls while the table is small for a prepared statement to settle on a cached plan.
+    for (let i = 0; i < 8; i++) {
+      await finishTen();
+      await completeTenInOneTransaction();
+    }
+    // The table grows: 30,000 attempt rows (a day of a busy job), no ANALYZE since.
+    const [{ id } = { id: '' }] = (
+      await pool.query<{ id: string }>(`SELECT min(id)::text AS id FROM "${db.schema}".cw_runs`)
+    ).rows;
+    await pool.query(
+      `INSERT INTO "${db.schema}".cw_run_attempts (run_id, attempt, token, worker, state, finished_at)
+       SELECT $1::bigint, g, g, 'w0', 'completed', now() FROM generate_series(100, 30099) g`,
+      [id],
+    );
+    plans.length = 0;
+    await finishTen();
+    const finish = attemptPlan();
+    assert.match(finish, /Update on cw_run_attempts/);
+    assert.doesNotMatch(finish, /Seq Scan on cw_run_attempts/, finish);
+    plans.length = 0;
+    await completeTenInOneTransaction();
+    const group = attemptPlan();
+    assert.match(group, /Update on cw_run_attempts/);
+    assert.doesNotMatch(group, /Seq Scan on cw_run_attempts/, group);
+  });
+});
