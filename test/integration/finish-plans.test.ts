@@ -66,7 +66,7 @@ describe('finish and group completion plans (real PostgreSQL)', () => {
     assert.ok(outcomes.every((o) => o.ok && o.result.status === 'committed'));
   };
   /** The plan of the newest statement that updated cw_run_attempts (auto_explain logs it after it ran). */
-  const attemptPlan = () => plans.findLast((p) => /Update on cw_run_attempts/.test(p)) ?? '';
+  const attemptPlan = () => plans.filter((p) => /Update on cw_run_attempts/.test(p)).at(-1) ?? '';
 
   it('after the attempts table grew, a finish and a group completion still look their attempts up by key', async () => {
     // Enough calls while the table is small for a prepared statement to settle on a cached plan.
