@@ -255,6 +255,51 @@ describe('FireLoop (driven clock)', () => {
     assert.equal(delivered.length, jobs);
   });
 
+  it('an election catches up PLAN_CHUNK jobs a commit plan; a failed chunk ends the tenure and the next leader goes on from it, none twice', async () => {
+    const jobs = PLAN_CHUNK * 2 + 500;
+    const t = setup(Array.from({ length: jobs }, () => ({ misfire: 'all' as const, catchUpWindowMs: 5000 })));
+    for (let i = 0; i < jobs; i++)
+      t.ledger.runs.push({
+        id: BigInt(1_000_000 + i),
+        job: `job${i}`,
+        scheduledAt: new Date(T0 - 3000),
+        trigger: 'schedule',
+        leaderToken: 1n,
+        state: 'completed',
+        enqueued: true,
+      });
+    const pausesRead = t.ledger.pauses.bind(t.ledger);
+    let policyReads = 0;
+    t.ledger.pauses = () => {
+      policyReads++;
+      return pausesRead();
+    };
+    const commit = t.ledger.commitFires.bind(t.ledger);
+    let calls = 0;
+    const firstOfSecondPlan = (PLAN_CHUNK * 3) / COMMIT_CHUNK + 1; // three catch-up slots a job
+    t.ledger.commitFires = async (fires, leader, missed) => {
+      if (++calls === firstOfSecondPlan) throw new Error('Connection terminated unexpectedly');
+      return commit(fires, leader, missed);
+    };
+    await assert.rejects(t.lead(), /Connection terminated/);
+    assert.equal(policyReads, 2, 'one policy read per plan up to the failure');
+    const caughtUp = (i: number) => t.ledger.of(`job${i}`).filter((r) => r.trigger === 'catchup').length;
+    assert.equal(caughtUp(0), 3, 'the first plan committed before the failure');
+    assert.equal(caughtUp(PLAN_CHUNK), 0, 'the failed plan committed nothing');
+
+    // The next tenure reads the first plan's catch-ups as last fires and goes on with the rest.
+    policyReads = 0;
+    await t.loop.lead(new AbortController().signal);
+    assert.equal(policyReads, 2, 'the rest: two plans');
+    for (const i of [0, PLAN_CHUNK - 1, PLAN_CHUNK, jobs - 1]) assert.equal(caughtUp(i), 3, `job${i}`);
+    assert.equal(
+      t.ledger.commitLog.filter((c) => c.outcome === 'committed').reduce((n, c) => n + c.fires.length, 0),
+      jobs * 3,
+      'every catch-up slot asked once',
+    );
+    t.loop.stop();
+  });
+
   it('a tenure does not keep what it planned at election (its eras, catch-up) while it leads', async () => {
     const gc = runInNewContext('gc') as () => void; // --expose-gc, set below before the context was made
     const t = setup(Array.from({ length: 100 }, () => ({})));

@@ -135,15 +135,37 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
       return;
     }
     const now = this.o.clock.now();
-    const [lastFired, eras] = await Promise.all([this.o.ledger.lastFired(), this.o.ledger.openEras()]);
-    if (signal.aborted) return;
-    const catchUp: FireRequest[] = [];
-    const missed: MissedRangeRecord[] = [];
-    const newEras: OpenEra[] = [];
-    const plans: { job: ScheduledJob; plan: CatchUpPlan }[] = [];
     const tenure = this.tenure;
-    // In slices: with a million schedules this loop takes seconds, and the lease must keep renewing.
-    const current = await forEachSliced(
+    const start = await this.planTenure(now, () => this.running && this.tenure === tenure && !signal.aborted);
+    if (!start) return;
+    // The eras first: a catch-up's runs and missed ranges are read against the schedule they were
+    // planned by. Spliced out, so they are not held while the catch-up commits.
+    if (!(await this.openEras(start.newEras.splice(0), lease))) return;
+    // A failure here ends the tenure (the elector steps down): the chunks committed before it are
+    // the new last fires, so the next leader catches up from where this one stopped.
+    if (start.behind.length > 0) await this.catchUp(start.behind, now);
+    if (!this.running) return;
+    this.arm();
+    this.scheduleOutbox();
+    this.emit('loop:armed', this.queue.size);
+  }
+
+  /**
+   * A tenure's start, read from the ledger: the schedule eras to open, each job's next entry in the
+   * queue, and the jobs with slots due since their last fire (to catch up or account for). In a
+   * method of its own so that what it reads (a last fire and an era per schedule) is let go once
+   * planned, not held while the catch-up commits. In slices: with a million schedules this loop
+   * takes seconds, and the lease must keep renewing.
+   */
+  private async planTenure(
+    now: number,
+    current: () => boolean,
+  ): Promise<{ newEras: OpenEra[]; behind: { job: ScheduledJob; last: number }[] } | undefined> {
+    const [lastFired, eras] = await Promise.all([this.o.ledger.lastFired(), this.o.ledger.openEras()]);
+    if (!current()) return undefined;
+    const newEras: OpenEra[] = [];
+    const behind: { job: ScheduledJob; last: number }[] = [];
+    const planned = await forEachSliced(
       this.o.registry.list(),
       (job) => {
         // By slot owner: a runtime schedule whose handler changed goes on from its own last slot.
@@ -151,34 +173,43 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         const era = eraAtTenureStart(job, eras.get(slotOwner(job.name)), lastFire, now);
         if (era.open) newEras.push(era.open);
         const last = era.planFrom;
-        const plan = planJobCatchUp(job, last, now);
-        if (plan.missedCount > 0) {
-          plans.push({ job, plan });
-          missed.push(...missedRecords(job, plan, last, now));
-        }
-        for (const at of plan.fire) catchUp.push({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' });
+        // Behind: some instant fell due in (last, now]; planJobCatchUp decides what it becomes.
+        const due = last === null || last >= now ? null : job.schedule.nextAfter(last);
+        if (last !== null && due !== null && due <= now) behind.push({ job, last });
         const next = job.schedule.nextAfter(Math.max(now, last ?? now));
         if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
       },
-      () => this.running && this.tenure === tenure && !signal.aborted,
+      current,
     );
-    if (!current) return;
-    // The eras first: a catch-up's runs and missed ranges are read against the schedule they were planned by.
-    if (!(await this.openEras(newEras, lease))) return;
-    if (catchUp.length > 0 || missed.length > 0) {
-      this.o.logger.info(
-        { fires: catchUp.length, missed: missed.length },
-        'catching up fires missed during the election',
-      );
-      // A failure here ends the tenure (the elector steps down): nothing was committed, so
-      // cw_job_state still says where the next leader has to catch up from.
-      await this.commitAndEnqueue(catchUp, missed);
+    return planned ? { newEras, behind } : undefined;
+  }
+
+  /**
+   * Catch up the jobs that fell behind while no one led, PLAN_CHUNK jobs a commit plan (as a tick
+   * does), each slot under its misfire policy; the missed ones are reported once their chunk
+   * committed. Throws when a commit fails.
+   */
+  private async catchUp(behind: readonly { job: ScheduledJob; last: number }[], now: number): Promise<void> {
+    this.o.logger.info({ jobs: behind.length }, 'catching up fires missed during the election');
+    const handOvers: Promise<void>[] = [];
+    try {
+      for (let i = 0; i < behind.length && this.running; i += PLAN_CHUNK) {
+        const plans = behind.slice(i, i + PLAN_CHUNK).map(({ job, last }) => ({
+          job,
+          last,
+          plan: planJobCatchUp(job, last, now),
+        }));
+        const requests: FireRequest[] = plans.flatMap(({ job, plan }) =>
+          plan.fire.map((at) => ({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' as const })),
+        );
+        const missed = plans.flatMap(({ job, plan, last }) => missedRecords(job, plan, last, now));
+        if (requests.length > 0 || missed.length > 0) await this.commitAndEnqueue(requests, missed, { handOvers });
+        for (const { job, plan } of plans)
+          this.reportMissed(job, plan, `misfire policy "${job.misfire}" after election`);
+      }
+    } finally {
+      await Promise.all(handOvers); // never rejects
     }
-    for (const { job, plan } of plans) this.reportMissed(job, plan, `misfire policy "${job.misfire}" after election`);
-    if (!this.running) return;
-    this.arm();
-    this.scheduleOutbox();
-    this.emit('loop:armed', this.queue.size);
   }
 
   /**
