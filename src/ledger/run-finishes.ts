@@ -60,20 +60,11 @@ export function completeGroupSql(
   t: Tables,
   runs: readonly { runId: bigint; token: bigint; attempt: number }[],
 ): string {
-  const ints = (xs: readonly (bigint | number)[], type: string) => `('{${xs.map(sqlInt).join(',')}}'::${type}[])`;
+  const list = (xs: readonly (bigint | number)[]) => `'{${xs.map(sqlInt).join(',')}}'`;
   const args: Record<string, string> = {
-    $1: ints(
-      runs.map((r) => r.runId),
-      'bigint',
-    ),
-    $2: ints(
-      runs.map((r) => r.token),
-      'bigint',
-    ),
-    $3: ints(
-      runs.map((r) => r.attempt),
-      'int',
-    ),
+    $1: `(${list(runs.map((r) => r.runId))}::bigint[])`,
+    $2: `(${list(runs.map((r) => r.token))}::bigint[])`,
+    $3: `(${list(runs.map((r) => r.attempt))}::int[])`,
   };
   return statements(t).completeGroup.replace(/\$[123]\b/g, (p) => args[p]!);
 }

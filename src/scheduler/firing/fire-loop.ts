@@ -160,11 +160,11 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
   private async planTenure(
     now: number,
     current: () => boolean,
-  ): Promise<{ newEras: OpenEra[]; behind: { job: ScheduledJob; last: number }[] } | undefined> {
+  ): Promise<{ newEras: OpenEra[]; behind: { job: ScheduledJob; after: number }[] } | undefined> {
     const [lastFired, eras] = await Promise.all([this.o.ledger.lastFired(), this.o.ledger.openEras()]);
     if (!current()) return undefined;
     const newEras: OpenEra[] = [];
-    const behind: { job: ScheduledJob; last: number }[] = [];
+    const behind: { job: ScheduledJob; after: number }[] = [];
     const planned = await forEachSliced(
       this.o.registry.list(),
       (job) => {
@@ -175,7 +175,7 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
         const last = era.planFrom;
         // Behind: some instant fell due in (last, now]; planJobCatchUp decides what it becomes.
         const due = last === null || last >= now ? null : job.schedule.nextAfter(last);
-        if (last !== null && due !== null && due <= now) behind.push({ job, last });
+        if (last !== null && due !== null && due <= now) behind.push({ job, after: last });
         const next = job.schedule.nextAfter(Math.max(now, last ?? now));
         if (next !== null) this.queue.push({ at: next, job: job.name, after: Math.max(now, last ?? now) });
       },
@@ -189,20 +189,12 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
    * does), each slot under its misfire policy; the missed ones are reported once their chunk
    * committed. Throws when a commit fails.
    */
-  private async catchUp(behind: readonly { job: ScheduledJob; last: number }[], now: number): Promise<void> {
+  private async catchUp(behind: readonly { job: ScheduledJob; after: number }[], now: number): Promise<void> {
     this.o.logger.info({ jobs: behind.length }, 'catching up fires missed during the election');
     const handOvers: Promise<void>[] = [];
     try {
       for (let i = 0; i < behind.length && this.running; i += PLAN_CHUNK) {
-        const plans = behind.slice(i, i + PLAN_CHUNK).map(({ job, last }) => ({
-          job,
-          last,
-          plan: planJobCatchUp(job, last, now),
-        }));
-        const requests: FireRequest[] = plans.flatMap(({ job, plan }) =>
-          plan.fire.map((at) => ({ job: job.name, scheduledAt: new Date(at), trigger: 'catchup' as const })),
-        );
-        const missed = plans.flatMap(({ job, plan, last }) => missedRecords(job, plan, last, now));
+        const { plans, requests, missed } = planFires(behind.slice(i, i + PLAN_CHUNK), now, () => 'catchup');
         if (requests.length > 0 || missed.length > 0) await this.commitAndEnqueue(requests, missed, { handOvers });
         for (const { job, plan } of plans)
           this.reportMissed(job, plan, `misfire policy "${job.misfire}" after election`);
@@ -400,20 +392,17 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     tenure: number,
     handOvers: Promise<void>[],
   ): Promise<boolean> {
-    const planned: { entry: FireEntry; job: ScheduledJob; plan: CatchUpPlan }[] = [];
-    const requests: FireRequest[] = [];
-    const missed: MissedRangeRecord[] = [];
-    for (const entry of due) {
+    // Late or several times due (a blocked loop, a wall clock jump, a failed commit): the misfire
+    // policy decides.
+    const known = due.flatMap((entry) => {
       const job = this.o.registry.get(entry.job);
-      if (!job) continue;
-      // Late or several times due (a blocked loop, a wall clock jump, a failed commit): the misfire
-      // policy decides.
-      const plan = planJobCatchUp(job, entry.after, now);
-      planned.push({ entry, job, plan });
-      missed.push(...missedRecords(job, plan, entry.after, now));
-      for (const at of plan.fire)
-        requests.push({ job: job.name, scheduledAt: new Date(at), trigger: fireTrigger(job, at, now, 'schedule') });
-    }
+      return job ? [{ entry, job, after: entry.after }] : [];
+    });
+    const {
+      plans: planned,
+      requests,
+      missed,
+    } = planFires(known, now, (job, at) => fireTrigger(job, at, now, 'schedule'));
     this.arm(); // the other jobs keep their timer while this chunk commits
     try {
       if (requests.length > 0 || missed.length > 0) await this.commitAndEnqueue(requests, missed, { handOvers });
@@ -651,6 +640,26 @@ export class FireLoop extends EventEmitter<FireLoopEvents> {
     }
     return { fires: out, skips };
   }
+}
+
+/**
+ * Plan each job from `after` (the last instant it handled) under its misfire policy: the plans, the
+ * fire requests (trigger by `trigger`) and the missed ranges. Shared by a tick and an election's
+ * catch-up, which differ only in the trigger.
+ */
+function planFires<T extends { job: ScheduledJob; after: number | null }>(
+  items: readonly T[],
+  now: number,
+  trigger: (job: ScheduledJob, at: number) => FireTrigger,
+): { plans: (T & { plan: CatchUpPlan })[]; requests: FireRequest[]; missed: MissedRangeRecord[] } {
+  const plans = items.map((item) => ({ ...item, plan: planJobCatchUp(item.job, item.after, now) }));
+  const requests: FireRequest[] = [];
+  const missed: MissedRangeRecord[] = [];
+  for (const { job, after, plan } of plans) {
+    missed.push(...missedRecords(job, plan, after, now));
+    for (const at of plan.fire) requests.push({ job: job.name, scheduledAt: new Date(at), trigger: trigger(job, at) });
+  }
+  return { plans, requests, missed };
 }
 
 /** The committed fires the fire path hands to the queue itself (held ones wait in the outbox). */
