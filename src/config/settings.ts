@@ -200,7 +200,7 @@ export const settings = {
   concurrency: {
     ...bounded(replicaSettings.concurrency),
     arg: 'n',
-    description: 'runs this replica executes at once',
+    description: 'handlers this replica runs at once (a run waiting on its group commit lends its slot)',
   },
   workerLockMs: {
     ...bounded(replicaSettings.lockDurationMs),

@@ -5,14 +5,22 @@
  */
 import type { Logger } from 'pino';
 import { AbortedError, InvalidArgumentError } from '../errors.js';
-import type { Claim, RunLedger } from '../ledger/run-ledger.js';
+import type pg from 'pg';
+import type { Claim, RunLedger, TransactionResult } from '../ledger/run-ledger.js';
 import { slotToken } from '../ledger/slot-token.js';
 import type { JobDefinition } from './define-job.js';
 import type { JobContext, TransactionClient } from './job-context.js';
 import { ledgerCall } from './ledger-call.js';
+import type { SlotLoan } from './slot-loan.js';
 
-/** The ledger operations an attempt's context uses. */
-export type AttemptLedger = Pick<RunLedger, 'fenceRun' | 'completeInTransaction'>;
+/** The ledger operations an attempt's context uses (a group-committing ledger takes the slot loan). */
+export type AttemptLedger = Pick<RunLedger, 'fenceRun'> & {
+  completeInTransaction<T>(
+    claim: Claim,
+    fn: (tx: pg.PoolClient) => Promise<T>,
+    loan?: SlotLoan,
+  ): Promise<TransactionResult<T>>;
+};
 
 /** What ctx.transaction did in this attempt. */
 export type TransactionMark = 'none' | 'committed' | 'skipped';
@@ -41,6 +49,8 @@ export class Attempt {
     private readonly ledger: AttemptLedger,
     readonly log: Logger,
     private readonly shutdown: AbortSignal | undefined,
+    /** The worker's handler slot, lent while ctx.transaction waits on its group's COMMIT. */
+    private readonly loan?: SlotLoan,
   ) {
     // Linked by hand, not with AbortSignal.any: on Node 20 each AbortSignal.any call leaves an entry
     // in its sources for good, so the replica's shutdown signal, shared by every attempt, grew by
@@ -131,7 +141,7 @@ export class Attempt {
     this.transactionCalled = true;
     this.refuseIfAbandoned();
     const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () =>
-      this.ledger.completeInTransaction(claim, fn),
+      this.ledger.completeInTransaction(claim, fn, this.loan),
     );
     if (result.status === 'skipped') {
       this.transaction = 'skipped';

@@ -23,7 +23,7 @@ export interface BullmqWorkerOptions {
   namespace: string;
   executor: RunExecutor;
   logger: Logger;
-  /** Runs this replica executes at once (its handler slots). Default 10. */
+  /** Handlers this replica runs at once (its handler slots; see slot-loan.ts). Default 10. */
   concurrency?: number;
   /** Runs per delivery the fire path makes (so enough deliveries are fetched to fill the slots). */
   deliveryBatch?: number;
@@ -88,8 +88,9 @@ export class BullmqWorker {
     this.handlers = new RunSlots(concurrency);
     // Claimed one round ahead: the next runs' claim commits while the current ones run.
     this.slots = new RunSlots(4 * concurrency);
-    // Every run claimed ahead waits on this signal for a handler slot; every attempt follows shutdown.
-    setMaxListeners(0, this.closing.signal, this.shutdown.signal);
+    // Every run claimed ahead waits on this signal for a handler slot; every attempt follows
+    // shutdown and abandon (more than `concurrency` of them while slots are lent, slot-loan.ts).
+    setMaxListeners(0, this.closing.signal, this.shutdown.signal, this.abandon.signal);
   }
 
   async start(): Promise<void> {
@@ -169,7 +170,9 @@ export class BullmqWorker {
   private deliver(runId: bigint, traceparent: string | undefined, deferrals: number): Promise<void> {
     let claimed!: () => void;
     const claimDone = new Promise<void>((resolve) => (claimed = resolve));
-    let handling = false;
+    let handling = false; // this run holds a handler slot
+    let lentOut = false; // its slot is lent while its ctx.transaction waits on a group commit
+    let handlerDone = false;
     const run = this.o.executor
       .execute(runId, {
         signal: this.shutdown.signal,
@@ -178,8 +181,26 @@ export class BullmqWorker {
         onClaimed: claimed,
         startWhen: async () => (handling = (await this.handlers.take(1, this.closing.signal)) === 1),
         onHandlerDone: () => {
+          handlerDone = true;
           if (handling) this.handlers.give();
           handling = false;
+        },
+        slotLoan: {
+          lend: () => {
+            if (!handling) return;
+            handling = false;
+            lentOut = true;
+            this.handlers.give();
+          },
+          // Not given up on closing: the handler is mid-run and must get its answer to finish.
+          takeBack: async () => {
+            if (!lentOut) return;
+            lentOut = false;
+            const n = await this.handlers.take(1, undefined, { ahead: true });
+            // Abandoned on shutdown while its transaction was committing: its slot goes straight back.
+            if (handlerDone) this.handlers.give(n);
+            else handling = n === 1;
+          },
         },
       })
       .then(

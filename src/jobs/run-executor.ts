@@ -22,6 +22,7 @@ import type { JobDefinition } from './define-job.js';
 import { FlowControl, type Admission, type FlowLedger, type Redeliver } from './flow-control.js';
 import type { RegisteredStep } from './job-registry.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
+import type { SlotLoan } from './slot-loan.js';
 
 export { idempotencyKey } from './attempt.js';
 export { INTERRUPTED } from './settlement.js';
@@ -126,6 +127,8 @@ export interface ExecuteOptions {
   startWhen?: () => Promise<boolean>;
   /** Called when the handler is over, before its outcome is recorded (its slot serves the next run). */
   onHandlerDone?: () => void;
+  /** The handler's slot, lent while its ctx.transaction waits on a group commit (slot-loan.ts). */
+  slotLoan?: SlotLoan;
 }
 
 /**
@@ -287,7 +290,7 @@ export class RunExecutor {
     const runnable = step
       ? await stepRunnable(step, claim, { runs: this.o.ledger, workflows: this.workflows() })
       : jobRunnable(job!, claim, this.o.ledger);
-    const attempt = new Attempt(claim, runnable.job, runnable.ledger, log, options.signal);
+    const attempt = new Attempt(claim, runnable.job, runnable.ledger, log, options.signal, options.slotLoan);
     this.running.set(runId.toString(), attempt);
     try {
       const outcome = await attempt.run(options.abandon).finally(() => options.onHandlerDone?.());

@@ -12,14 +12,28 @@ import type {
   FinishDetails,
   FinishRequest,
   GroupItem,
+  GroupOutcome,
   Outcome,
   RunLedger,
   TransactionResult,
 } from '../ledger/run-ledger.js';
 import type { Queryable } from '../ledger/transaction.js';
 import { MicroBatcher, flushByGroup } from './micro-batcher.js';
+import type { SlotLoan } from './slot-loan.js';
+import { systemClock, type Clock } from '../clock.js';
+
+/**
+ * A run whose group commit had its callbacks done within this long of its ctx.transaction call
+ * lends its handler slot while the group commits (slot-loan.ts). Taking the slot back waits for
+ * the run that borrowed it to finish or lend in turn, about as long as one group's callbacks: worth
+ * a few ms for a COMMIT of a few ms, not a second. (Measured, run-path write: callbacks 2-3 ms,
+ * completion and COMMIT 2-3 ms.)
+ */
+export const LEND_WITHIN_MS = 20;
 
 export interface RunLedgerBatchesOptions {
+  /** For the lending rule's time (LEND_WITHIN_MS). */
+  clock?: Clock;
   /** Most runs per claim or finish statement. Default 100. */
   maxBatch?: number;
   /** Most ctx.transaction callbacks per group commit. Default 32; 1 turns group commit off. */
@@ -36,12 +50,14 @@ type BatchableLedger = Pick<
 export class RunLedgerBatches {
   private readonly claims: MicroBatcher<{ runId: bigint; worker: string }, ClaimResult>;
   private readonly finishes: MicroBatcher<FinishRequest, boolean>;
-  private readonly transactions: MicroBatcher<GroupItem, TransactionResult<unknown>> | undefined;
+  private readonly clock: Clock;
+  private readonly transactions: MicroBatcher<GroupItem, Exclude<GroupOutcome, { kind: 'failed' }>> | undefined;
 
   constructor(
     private readonly ledger: BatchableLedger,
     o: RunLedgerBatchesOptions = {},
   ) {
+    this.clock = o.clock ?? systemClock;
     const maxBatch = o.maxBatch ?? 100;
     this.claims = new MicroBatcher(
       async (items) => {
@@ -70,7 +86,7 @@ export class RunLedgerBatches {
         ? new MicroBatcher(
             async (items) =>
               (await this.ledger.completeGroupInTransaction(items)).map((o) =>
-                o.ok ? { ok: true, value: o.result } : { ok: false, error: o.error },
+                o.kind === 'failed' ? { ok: false, error: o.error } : { ok: true, value: o },
               ),
             { maxBatch: maxGroup, maxInFlight: o.groupsInFlight ?? 2 },
           )
@@ -92,9 +108,41 @@ export class RunLedgerBatches {
     });
   }
 
-  completeInTransaction<T>(claim: Claim, fn: (tx: pg.PoolClient) => Promise<T>): Promise<TransactionResult<T>> {
+  /**
+   * ctx.transaction in a group commit. With `loan`, the handler's slot is lent out from the moment
+   * the group's callbacks are done until its answer, and taken back before the handler goes on (see
+   * slot-loan.ts). A run the group rolled back is redone alone here, outside the batch, once its
+   * slot is back: waiting for a slot inside a batch would hold a group open on runs that cannot start.
+   */
+  async completeInTransaction<T>(
+    claim: Claim,
+    fn: (tx: pg.PoolClient) => Promise<T>,
+    loan?: SlotLoan,
+  ): Promise<TransactionResult<T>> {
     if (!this.transactions) return this.ledger.completeInTransaction(claim, fn);
-    return this.transactions.submit({ claim, fn }) as Promise<TransactionResult<T>>;
+    let lent = false;
+    const takeBack = async () => {
+      if (!lent) return;
+      lent = false;
+      await loan!.takeBack();
+    };
+    const item: GroupItem = { claim, fn };
+    const calledAt = this.clock.monotonic();
+    if (loan)
+      item.onCallbacksDone = () => {
+        // A slow group does not lend: its runs would wait about as long again for a slot to free.
+        if (this.clock.monotonic() - calledAt > LEND_WITHIN_MS) return;
+        lent = true;
+        loan.lend();
+      };
+    let outcome: GroupOutcome;
+    try {
+      outcome = await this.transactions.submit(item);
+    } finally {
+      await takeBack();
+    }
+    if (outcome.kind === 'redo') return this.ledger.completeInTransaction(claim, fn);
+    return outcome.result as TransactionResult<T>;
   }
 
   fenceRun(resource: string, claim: Claim, db?: Queryable): Promise<void> {

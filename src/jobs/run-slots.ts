@@ -6,7 +6,7 @@
  */
 export class RunSlots {
   private free: number;
-  private readonly waiting: { want: number; grant: (n: number) => void }[] = [];
+  private readonly waiting: { want: number; ahead: boolean; grant: (n: number) => void }[] = [];
 
   constructor(readonly size: number) {
     if (!Number.isInteger(size) || size < 1) throw new RangeError(`slots must be a positive integer, got ${size}`);
@@ -20,11 +20,12 @@ export class RunSlots {
 
   /**
    * Take between 1 and `want` slots, as many as are free once it is this caller's turn; 0 once
-   * `signal` aborts while waiting (nothing taken).
+   * `signal` aborts while waiting (nothing taken). `ahead`: this caller goes before those already
+   * in line (a run taking back the slot it lent goes before runs that have not started).
    */
-  take(want: number, signal?: AbortSignal): Promise<number> {
+  take(want: number, signal?: AbortSignal, o: { ahead?: boolean } = {}): Promise<number> {
     if (want < 1 || signal?.aborted) return Promise.resolve(0);
-    if (this.waiting.length === 0 && this.free > 0) return Promise.resolve(this.grant(want));
+    if ((this.waiting.length === 0 || o.ahead) && this.free > 0) return Promise.resolve(this.grant(want));
     return new Promise((resolve) => {
       const onAbort = () => {
         const i = this.waiting.indexOf(entry);
@@ -34,12 +35,16 @@ export class RunSlots {
       };
       const entry = {
         want,
+        ahead: o.ahead === true,
         grant: (n: number) => {
           signal?.removeEventListener('abort', onAbort);
           resolve(n);
         },
       };
-      this.waiting.push(entry);
+      // Ahead: after the others ahead, before the rest (each group in the order it came).
+      const at = o.ahead ? this.waiting.findIndex((w) => !w.ahead) : -1;
+      if (at >= 0) this.waiting.splice(at, 0, entry);
+      else this.waiting.push(entry);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
   }

@@ -91,26 +91,27 @@ export class RunLedger {
     return result;
   }
 
-  /** ctx.transaction for several runs in one transaction (group commit); see run-transactions.ts. */
+  /**
+   * ctx.transaction for several runs in one transaction (group commit); see run-transactions.ts.
+   * A run the group rolled back comes out 'redo': run it again with completeInTransaction.
+   */
   async completeGroupInTransaction(items: readonly GroupItem[]): Promise<GroupOutcome[]> {
     if (items.length === 1) {
       const [item] = items;
       try {
-        return [{ ok: true, result: await this.completeInTransaction(item!.claim as Claim, item!.fn) }];
+        return [{ kind: 'done', result: await this.completeInTransaction(item!.claim as Claim, item!.fn) }];
       } catch (error) {
-        return [{ ok: false, error }];
+        return [{ kind: 'failed', error }];
       }
     }
-    const outcomes = await commitGroup(this.pool, this.t, items, (item) =>
-      commitOne(this.pool, this.t, item.claim, item.fn),
-    );
+    const outcomes = await commitGroup(this.pool, this.t, items);
     outcomes.forEach((o, i) => {
-      if (o.ok && o.result.status === 'committed') this.witness.finished(items[i]!.claim);
+      if (o.kind === 'done' && o.result.status === 'committed') this.witness.finished(items[i]!.claim);
     });
-    // Runs found completed already (by the group's check, or when redone alone) did nothing.
+    // Runs the group's check found completed already did nothing.
     const skipped = items
       .map((item, i) => ({ item, o: outcomes[i]! }))
-      .filter(({ o }) => o.ok && o.result.status === 'skipped')
+      .filter(({ o }) => o.kind === 'done' && o.result.status === 'skipped')
       .map(({ item }) => item.claim);
     await Promise.all(skipped.map((c) => this.recordSkippedAttempt(c, 'run already completed by an earlier attempt')));
     return outcomes;

@@ -29,10 +29,21 @@ export interface TransactingAttempt {
 export interface GroupItem<T = unknown> {
   claim: TransactingAttempt;
   fn: (tx: pg.PoolClient) => Promise<T>;
+  /**
+   * Called once every callback of the group has returned and only the completion and COMMIT are
+   * left: the run's handler cannot go on before the group's answer (the worker lends its slot).
+   */
+  onCallbacksDone?: () => void;
 }
 
-/** One item's result: its TransactionResult, or the error its own transaction ended with. */
-export type GroupOutcome<T = unknown> = { ok: true; result: TransactionResult<T> } | { ok: false; error: unknown };
+/**
+ * One item's result: its TransactionResult; or the error its own transaction ended with; or
+ * 'redo': the group rolled back (another run's callback failed, a completion was refused, the
+ * COMMIT's outcome is unknown) and this run's callback must be run again in a transaction of its
+ * own, whose check then finds what did commit.
+ */
+export type GroupOutcome<T = unknown> =
+  { kind: 'done'; result: TransactionResult<T> } | { kind: 'failed'; error: unknown } | { kind: 'redo' };
 
 type RunRow = { id: string; state: string; claim_token: string | null };
 
@@ -93,15 +104,11 @@ export async function commitOneThen<T, R>(
 }
 
 /**
- * ctx.transaction for several runs in one transaction (see the top of the file). `redoAlone` runs
- * one item in a transaction of its own: used for every run of a group that rolled back.
+ * ctx.transaction for several runs in one transaction (see the top of the file). Every run of a
+ * group that rolled back comes out 'redo', for the caller to run alone (with commitOne) once its
+ * handler may run code again.
  */
-export async function commitGroup(
-  pool: pg.Pool,
-  t: Tables,
-  items: readonly GroupItem[],
-  redoAlone: (item: GroupItem) => Promise<TransactionResult<unknown>>,
-): Promise<GroupOutcome[]> {
+export async function commitGroup(pool: pg.Pool, t: Tables, items: readonly GroupItem[]): Promise<GroupOutcome[]> {
   const outcomes = new Array<GroupOutcome | undefined>(items.length);
   const going: number[] = [];
   const committed = await withTransaction(
@@ -111,10 +118,13 @@ export async function commitGroup(
       for (const [i, item] of items.entries()) {
         const row = rows.get(item.claim.runId.toString());
         if (!row || row.state === 'completed') {
-          outcomes[i] = { ok: true, result: { status: 'skipped' } };
+          outcomes[i] = { kind: 'done', result: { status: 'skipped' } };
         } else if (row.claim_token === null || BigInt(row.claim_token) !== item.claim.token) {
           const newest = row.claim_token === null ? null : BigInt(row.claim_token);
-          outcomes[i] = { ok: false, error: new StaleTokenError(`run ${item.claim.runId}`, item.claim.token, newest) };
+          outcomes[i] = {
+            kind: 'failed',
+            error: new StaleTokenError(`run ${item.claim.runId}`, item.claim.token, newest),
+          };
         } else going.push(i);
       }
       if (going.length === 0) {
@@ -128,6 +138,7 @@ export async function commitGroup(
         await rollback().catch(() => undefined);
         return false;
       }
+      for (const i of going) items[i]!.onCallbacksDone?.();
       // Refused, or any error (a deadlock, a lost connection: an unknown outcome): redo alone,
       // whose check then finds what did commit.
       if (
@@ -141,7 +152,7 @@ export async function commitGroup(
         return false;
       }
       for (const [k, i] of going.entries())
-        outcomes[i] = { ok: true, result: { status: 'committed', value: values[k] } };
+        outcomes[i] = { kind: 'done', result: { status: 'committed', value: values[k] } };
       return true;
     },
     checkStatement(
@@ -149,14 +160,8 @@ export async function commitGroup(
       items.map((i) => i.claim),
     ),
   );
-  if (!committed) {
-    // Each run again in a transaction of its own: a run's effect commits only with its own completion.
-    const alone = await Promise.allSettled(going.map((i) => redoAlone(items[i]!)));
-    for (const [k, i] of going.entries()) {
-      const r = alone[k]!;
-      outcomes[i] = r.status === 'fulfilled' ? { ok: true, result: r.value } : { ok: false, error: r.reason };
-    }
-  }
+  // Each run again in a transaction of its own: a run's effect commits only with its own completion.
+  if (!committed) for (const i of going) outcomes[i] = { kind: 'redo' };
   return outcomes.map((o) => o!);
 }
 

@@ -63,7 +63,7 @@ describe('finish and group completion plans (real PostgreSQL)', () => {
     const outcomes = await ledger.runs.completeGroupInTransaction(
       claims.map((claim) => ({ claim, fn: async () => 'done' })),
     );
-    assert.ok(outcomes.every((o) => o.ok && o.result.status === 'committed'));
+    assert.ok(outcomes.every((o) => o.kind === 'done' && o.result.status === 'committed'));
   };
   /** The plan of the newest statement that updated cw_run_attempts (auto_explain logs it after it ran). */
   const attemptPlan = () => plans.filter((p) => /Update on cw_run_attempts/.test(p)).at(-1) ?? '';

@@ -1,0 +1,260 @@
+/**
+ * A handler slot lent while its run's ctx.transaction waits on its group's COMMIT (slot-loan.ts):
+ * lent only once the group's callbacks are done, taken back before the handler goes on, and
+ * before a callback the group rolled back is run again; through a real BullMQ worker, no more
+ * than `concurrency` handlers run code at once while more runs than that are in hand. Real
+ * PostgreSQL and Redis.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
+import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
+import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
+import { defineJob } from '../../src/jobs/define-job.js';
+import { JobRegistry } from '../../src/jobs/job-registry.js';
+import { RunExecutor } from '../../src/jobs/run-executor.js';
+import { LEND_WITHIN_MS, RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
+import type { SlotLoan } from '../../src/jobs/slot-loan.js';
+import { StaleTokenError } from '../../src/errors.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import type { Claim } from '../../src/ledger/run-ledger.js';
+import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
+import { SHARED_REDIS_URL } from './failover-scenario.js';
+
+const logger = pino({ level: 'silent' });
+
+describe('handler slots lent during a group commit (real PostgreSQL, Redis, BullMQ)', () => {
+  const env = effectsSuite();
+  let slot = 0;
+
+  async function claimed(ledger: Ledger, n: number): Promise<Claim[]> {
+    const claims: Claim[] = [];
+    for (let i = 0; i < n; i++) {
+      const run = await commitTestRun(ledger, 'effect', {
+        scheduledAt: new Date(Date.UTC(2033, 0, 1, 0, slot++)),
+        trigger: 'schedule',
+      });
+      const c = await ledger.runs.claim(run.runId, 'w');
+      assert.equal(c.status, 'claimed');
+      if (c.status === 'claimed') claims.push(c.claim);
+    }
+    return claims;
+  }
+
+  /** A loan that writes what happens to it into `events`. */
+  const loanFor = (i: number, events: string[]): SlotLoan => ({
+    lend: () => void events.push(`lend ${i}`),
+    takeBack: async () => {
+      await sleep(5); // a slot that frees a little later: the answer must wait for it
+      events.push(`back ${i}`);
+    },
+  });
+
+  const effectsOf = async (claims: Claim[]) =>
+    (
+      await env.db.pool.query<{ run_id: string; n: number }>(
+        'SELECT run_id::text, count(*)::int AS n FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id ORDER BY run_id',
+        [claims.map((c) => c.runId.toString())],
+      )
+    ).rows;
+
+  it('a grouped run lends its slot once every callback of its group is done, and has it back before it answers', async () => {
+    const ledger = new Ledger(env.db.pool);
+    const batches = new RunLedgerBatches(ledger.runs);
+    const claims = await claimed(ledger, 4);
+    const events: string[] = [];
+    const results = await Promise.all(
+      claims.map((claim, i) =>
+        batches
+          .completeInTransaction(
+            claim,
+            async (tx) => {
+              events.push(`fn ${i}`);
+              await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
+                claim.runId.toString(),
+                claim.attempt,
+                claim.token.toString(),
+              ]);
+            },
+            loanFor(i, events),
+          )
+          .then((r) => {
+            events.push(`answer ${i}`);
+            return r.status;
+          }),
+      ),
+    );
+    assert.deepEqual(results, ['committed', 'committed', 'committed', 'committed']);
+    // One group: every callback ran before any slot was lent.
+    assert.deepEqual(events.slice(0, 8), ['fn 0', 'fn 1', 'fn 2', 'fn 3', 'lend 0', 'lend 1', 'lend 2', 'lend 3']);
+    for (let i = 0; i < 4; i++)
+      assert.ok(
+        events.indexOf(`back ${i}`) < events.indexOf(`answer ${i}`),
+        `run ${i} answered before its slot was back`,
+      );
+    assert.deepEqual(
+      await effectsOf(claims),
+      claims.map((c) => ({ run_id: c.runId.toString(), n: 1 })),
+    );
+  });
+
+  it('a group slower than LEND_WITHIN_MS lends nothing: its runs would wait as long again for their slots', async () => {
+    const ledger = new Ledger(env.db.pool);
+    const batches = new RunLedgerBatches(ledger.runs);
+    const claims = await claimed(ledger, 3);
+    const events: string[] = [];
+    const results = await Promise.all(
+      claims.map((claim, i) =>
+        batches.completeInTransaction(
+          claim,
+          async (tx) => {
+            events.push(`fn ${i}`);
+            await sleep(LEND_WITHIN_MS); // three of these: the group's callbacks take 3 × LEND_WITHIN_MS
+            await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
+              claim.runId.toString(),
+              claim.attempt,
+              claim.token.toString(),
+            ]);
+          },
+          loanFor(i, events),
+        ),
+      ),
+    );
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ['committed', 'committed', 'committed'],
+    );
+    assert.deepEqual(events, ['fn 0', 'fn 1', 'fn 2'], 'no slot lent, none taken back');
+  });
+
+  it('a run whose group rolled back runs its callback again only once its slot is back, and its effect commits once', async () => {
+    const ledger = new Ledger(env.db.pool);
+    const batches = new RunLedgerBatches(ledger.runs);
+    const claims = await claimed(ledger, 3);
+    const events: string[] = [];
+    let taken = false;
+    const outcomes = await Promise.allSettled(
+      claims.map((claim, i) =>
+        batches.completeInTransaction(
+          claim,
+          async (tx) => {
+            events.push(`fn ${i}`);
+            if (!taken) {
+              // Another replica takes run 2 over while the group runs: its completion is refused,
+              // so the whole group rolls back.
+              taken = true;
+              await env.db.pool.query('UPDATE cw_runs SET claim_token = claim_token + 1000 WHERE id = $1', [
+                claims[2]!.runId.toString(),
+              ]);
+            }
+            await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
+              claim.runId.toString(),
+              claim.attempt,
+              claim.token.toString(),
+            ]);
+          },
+          loanFor(i, events),
+        ),
+      ),
+    );
+    assert.deepEqual(
+      outcomes.slice(0, 2).map((o) => o.status === 'fulfilled' && o.value.status),
+      ['committed', 'committed'],
+    );
+    assert.equal(outcomes[2]!.status, 'rejected');
+    assert.ok((outcomes[2] as PromiseRejectedResult).reason instanceof StaleTokenError);
+    for (const i of [0, 1]) {
+      const second = events.lastIndexOf(`fn ${i}`);
+      assert.notEqual(second, events.indexOf(`fn ${i}`), `run ${i} was redone alone`);
+      assert.ok(events.indexOf(`back ${i}`) < second, `run ${i}'s callback ran again before its slot was back`);
+    }
+    assert.equal(events.filter((e) => e === 'fn 2').length, 1, 'the stale run is not called again');
+    assert.deepEqual(await effectsOf(claims), [
+      { run_id: claims[0]!.runId.toString(), n: 1 },
+      { run_id: claims[1]!.runId.toString(), n: 1 },
+    ]);
+  });
+
+  it(
+    'through a BullMQ worker: more runs than its concurrency in hand, never more than its concurrency running code, each effect once',
+    { timeout: 60_000 },
+    async () => {
+      const concurrency = 3;
+      const runs = 60;
+      let running = 0; // handlers in their own code (not waiting on their transaction's group)
+      let mostRunning = 0;
+      let inHand = 0; // handlers started and not over
+      let mostInHand = 0;
+      const enter = () => {
+        running++;
+        mostRunning = Math.max(mostRunning, running);
+      };
+      const registry = new JobRegistry([
+        defineJob({
+          name: 'effect',
+          schedule: '0 0 1 1 *',
+          handler: async (ctx) => {
+            inHand++;
+            mostInHand = Math.max(mostInHand, inHand);
+            enter();
+            await sleep(2);
+            running--;
+            await ctx.transaction(async (tx) => {
+              enter();
+              await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
+                ctx.runId,
+                ctx.attempt,
+                ctx.fencingToken.toString(),
+              ]);
+              running--;
+            });
+            enter();
+            await sleep(10); // long enough to overlap others, were the slot not back
+            running--;
+            inHand--;
+          },
+        }),
+      ]);
+      const ledger = new Ledger(env.db.pool);
+      const namespace = `sl${randomUUID().slice(0, 8)}`;
+      const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
+      const ids: bigint[] = [];
+      for (let i = 0; i < runs; i++) {
+        const run = await commitTestRun(ledger, 'effect', {
+          scheduledAt: new Date(Date.UTC(2034, 0, 1, 0, slot++)),
+          trigger: 'schedule',
+        });
+        ids.push(run.runId);
+        await delivery.enqueue([run]);
+      }
+      const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
+      const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
+      await worker.start();
+      const done = async () =>
+        (
+          await env.db.pool.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND state = 'completed'",
+            [ids.map(String)],
+          )
+        ).rows[0]!.n;
+      try {
+        const deadline = Date.now() + 45_000;
+        while ((await done()) < runs && Date.now() < deadline) await sleep(50);
+      } finally {
+        await worker.close(1000);
+        await delivery.queue.obliterate({ force: true }).catch(() => undefined);
+        await delivery.close();
+      }
+      assert.equal(await done(), runs);
+      const effects = await env.db.pool.query<{ n: number; runs: number }>(
+        'SELECT count(*)::int AS n, count(DISTINCT run_id)::int AS runs FROM effects WHERE run_id = ANY($1::bigint[])',
+        [ids.map(String)],
+      );
+      assert.deepEqual(effects.rows[0], { n: runs, runs }, 'one effect per run');
+      assert.ok(mostRunning <= concurrency, `${mostRunning} handlers ran code at once (concurrency ${concurrency})`);
+      assert.ok(mostInHand > concurrency, `slots were lent: at most ${mostInHand} handlers in hand at once`);
+    },
+  );
+});

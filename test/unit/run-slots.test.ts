@@ -1,0 +1,35 @@
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { RunSlots } from '../../src/jobs/run-slots.js';
+
+describe('RunSlots', () => {
+  it('hands freed slots to callers in line in order, those taking `ahead` first (in their own order)', async () => {
+    const slots = new RunSlots(1);
+    assert.equal(await slots.take(1), 1);
+    const order: string[] = [];
+    const wait = (name: string, ahead: boolean) =>
+      slots.take(1, undefined, { ahead }).then((n) => {
+        order.push(`${name}:${n}`);
+      });
+    const all = [wait('fresh 1', false), wait('back 1', true), wait('fresh 2', false), wait('back 2', true)];
+    for (let i = 0; i < 4; i++) {
+      slots.give();
+      await new Promise((r) => setImmediate(r));
+    }
+    await Promise.all(all);
+    assert.deepEqual(order, ['back 1:1', 'back 2:1', 'fresh 1:1', 'fresh 2:1']);
+    assert.equal(slots.busy, 1);
+  });
+
+  it('takes a free slot at once whatever the line, and gives up waiting when its signal aborts', async () => {
+    const slots = new RunSlots(2);
+    assert.equal(await slots.take(5), 2, 'as many as are free');
+    const stop = new AbortController();
+    const waiting = slots.take(1, stop.signal);
+    stop.abort();
+    assert.equal(await waiting, 0);
+    slots.give(2);
+    assert.equal(slots.busy, 0, 'the aborted caller took nothing');
+    assert.equal(await slots.take(1, undefined, { ahead: true }), 1);
+  });
+});
