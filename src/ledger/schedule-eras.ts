@@ -3,10 +3,11 @@
  * the instant it took effect. A leader opens eras when it starts leading (and when runtime
  * schedules change), only for jobs whose schedule differs from their open era's or that have none:
  * rare writes, never one per fire. Opening closes the job's open era at the new one's start, under
- * the scheduler's fence (a stale leader, say an older code version's, cannot flip an era back).
+ * the scheduler's fence (a stale leader, say an older code version's, cannot flip an era back);
+ * an era whose schedule is the open one's already is not opened again.
  */
 import type pg from 'pg';
-import type { ScheduleIdentity } from '../cron/schedule-era.js';
+import { sameSchedule, type ScheduleIdentity } from '../cron/schedule-era.js';
 import { StaleTokenError } from '../errors.js';
 import type { Tables } from '../db/tables.js';
 import { fenceToken } from './fences.js';
@@ -100,7 +101,19 @@ export async function openNewEras(
       throw new StaleTokenError(leader.fenceResource, leader.token, await fenceToken(client, t, leader.fenceResource));
     // In chunks: the first tenure after an upgrade opens an era for every job (a million of them).
     for (let i = 0; i < sorted.length; i += ERA_CHUNK) {
-      const chunk = sorted.slice(i, i + ERA_CHUNK);
+      // Read again under the fence: a leader that read the open eras before the one it succeeds
+      // wrote its last (a schedule updated as the leadership changed) would otherwise open an era
+      // of a schedule already open, and split one era in two.
+      const open = await openEras(
+        client,
+        t,
+        sorted.slice(i, i + ERA_CHUNK).map((e) => e.job),
+      );
+      const chunk = sorted.slice(i, i + ERA_CHUNK).filter((e) => {
+        const current = open.get(e.job);
+        return !current || !sameSchedule(current, e);
+      });
+      if (chunk.length === 0) continue;
       await client.query({ ...s.close, values: [chunk.map((e) => e.job), chunk.map((e) => e.from)] });
       const json = JSON.stringify(
         chunk.map((e) => ({

@@ -317,6 +317,43 @@ describe('occurrences (real PostgreSQL, driven clock)', () => {
     );
   });
 
+  it('a leader that read the eras before its predecessor opened the same schedule opens nothing: one era, not two', async () => {
+    const T0 = Date.UTC(2026, 1, 10);
+    const resource = newFence();
+    const era = (expression: string, fromMs: number) => ({
+      job: 'raced',
+      expression,
+      timezone: 'UTC',
+      dst: 'first/shift',
+      from: new Date(T0 + fromMs),
+    });
+    await ledger.fires.advanceFence(resource, 1n);
+    await ledger.fires.openNewEras([era('* * * * * *', 0)], { fenceResource: resource, token: 1n, replicaId: 'r1' });
+    // The schedule is updated as the leadership changes: the old leader opens its era...
+    await ledger.fires.openNewEras([era('*/2 * * * * *', 3 * S)], {
+      fenceResource: resource,
+      token: 1n,
+      replicaId: 'r1',
+    });
+    // ...and the next, which read the open eras before that, asks for the same schedule's era.
+    await ledger.fires.advanceFence(resource, 2n);
+    await ledger.fires.openNewEras([era('*/2 * * * * *', 5 * S)], {
+      fenceResource: resource,
+      token: 2n,
+      replicaId: 'r2',
+    });
+    const eras = await db.pool.query(
+      `SELECT expression, from_at, to_at FROM cw_schedule_eras WHERE job = 'raced' ORDER BY from_at`,
+    );
+    assert.deepEqual(
+      eras.rows.map((e) => [e.expression, e.from_at.getTime() - T0, e.to_at === null ? null : e.to_at.getTime() - T0]),
+      [
+        ['* * * * * *', 0, 3 * S],
+        ['*/2 * * * * *', 3 * S, null],
+      ],
+    );
+  });
+
   it('the first tenure opens an era for every job, more than one statement holds (6,000 jobs)', async () => {
     const T0 = Date.UTC(2026, 1, 11);
     const clock = new ManualClock(T0 + 500);
