@@ -20,6 +20,7 @@ import type { SlotLoan } from '../../src/jobs/slot-loan.js';
 import { StaleTokenError } from '../../src/errors.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
+import type { Queryable } from '../../src/ledger/transaction.js';
 import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
@@ -52,6 +53,14 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
     },
   });
 
+  /** The run's effect, written in its transaction. */
+  const insertEffect = (tx: Queryable, claim: Claim) =>
+    tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
+      claim.runId.toString(),
+      claim.attempt,
+      claim.token.toString(),
+    ]);
+
   const effectsOf = async (claims: Claim[]) =>
     (
       await env.db.pool.query<{ run_id: string; n: number }>(
@@ -72,11 +81,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
             claim,
             async (tx) => {
               events.push(`fn ${i}`);
-              await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
-                claim.runId.toString(),
-                claim.attempt,
-                claim.token.toString(),
-              ]);
+              await insertEffect(tx, claim);
             },
             loanFor(i, events),
           )
@@ -112,11 +117,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
           async (tx) => {
             events.push(`fn ${i}`);
             await sleep(LEND_WITHIN_MS); // three of these: the group's callbacks take 3 × LEND_WITHIN_MS
-            await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
-              claim.runId.toString(),
-              claim.attempt,
-              claim.token.toString(),
-            ]);
+            await insertEffect(tx, claim);
           },
           loanFor(i, events),
         ),
@@ -149,11 +150,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
                 claims[2]!.runId.toString(),
               ]);
             }
-            await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
-              claim.runId.toString(),
-              claim.attempt,
-              claim.token.toString(),
-            ]);
+            await insertEffect(tx, claim);
           },
           loanFor(i, events),
         ),
