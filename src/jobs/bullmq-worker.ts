@@ -13,6 +13,9 @@ import { handBackDelayMs } from './retry-backoff.js';
 import { RunSlots } from './run-slots.js';
 import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
 
+/** Runs a worker holds (claimed ahead, running, being recorded) per handler slot. */
+const RUNS_IN_HAND_PER_SLOT = 8;
+
 /** How often a run whose row was held at the claim is tried again here before the sweep's turn. */
 const LOCKED_TRIES = 6;
 
@@ -52,7 +55,7 @@ export interface BullmqWorkerOptions {
 
 /**
  * Executes runs delivered by BullMQ on this replica, and listens for claims and cancels. A
- * delivery (one BullMQ job) carries one run or a batch: the worker claims its runs as handler slots
+ * delivery (one BullMQ job) carries one run or a batch: the worker claims its runs as slots in hand
  * come free, in one statement per group of free slots, and the BullMQ job is done once every run of
  * it is claimed or found done; from then on a run is the ledger's business (its claim, its outcome,
  * its retry), not the queue's.
@@ -86,8 +89,11 @@ export class BullmqWorker {
     this.warn = limitedWarn(o.logger, () => this.clock.monotonic());
     const concurrency = o.concurrency ?? 10;
     this.handlers = new RunSlots(concurrency);
-    // Claimed one round ahead: the next runs' claim commits while the current ones run.
-    this.slots = new RunSlots(4 * concurrency);
+    // Runs in hand: claimed ahead, so the next runs' claims commit while the current ones run, and
+    // claims and finishes go many runs a statement. Measured (speed bench, 10,000 due, empty
+    // handlers, concurrency 10): 4x drained 2,890 runs/s, 8x 3,410-3,750, 16x 3,710; a worker that
+    // dies strands up to this many claimed runs until its liveness window ends.
+    this.slots = new RunSlots(RUNS_IN_HAND_PER_SLOT * concurrency);
     // Every run claimed ahead waits on this signal for a handler slot; every attempt follows
     // shutdown and abandon (more than `concurrency` of them while slots are lent, slot-loan.ts).
     setMaxListeners(0, this.closing.signal, this.shutdown.signal, this.abandon.signal);

@@ -1,8 +1,9 @@
 /**
- * The worker's handler slots (its concurrency). A delivery takes as many slots as it has runs and
- * are free (at least one, waiting in line when none is), claims that many runs, and gives each slot
- * back when its run is over: runs are claimed only when they can start (River's producer fetches
- * as many jobs as it has free slots).
+ * Counted slots: a worker's handler slots (its concurrency) and its runs in hand (a few per handler
+ * slot). A delivery takes as many slots in hand as it has runs and are free (at least one, waiting
+ * in line when none is), claims that many runs, and gives each slot back when its run is over:
+ * runs are claimed only as far ahead as the worker will start them (River's producer fetches as
+ * many jobs as it has free slots).
  */
 export class RunSlots {
   private free: number;
