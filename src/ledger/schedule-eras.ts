@@ -104,12 +104,13 @@ export async function openNewEras(
       // Read again under the fence: a leader that read the open eras before the one it succeeds
       // wrote its last (a schedule updated as the leadership changed) would otherwise open an era
       // of a schedule already open, and split one era in two.
+      const asked = sorted.slice(i, i + ERA_CHUNK);
       const open = await openEras(
         client,
         t,
-        sorted.slice(i, i + ERA_CHUNK).map((e) => e.job),
+        asked.map((e) => e.job),
       );
-      const chunk = sorted.slice(i, i + ERA_CHUNK).filter((e) => {
+      const chunk = asked.filter((e) => {
         const current = open.get(e.job);
         return !current || !sameSchedule(current, e);
       });

@@ -7,6 +7,7 @@
  */
 import { StaleTokenError } from '../../src/errors.js';
 import { slotOwner } from '../../src/cron/job-names.js';
+import { sameSchedule } from '../../src/cron/schedule-era.js';
 import type { FireLoopLedger } from '../../src/scheduler/firing/fire-loop.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { CommittedFire, FireBatchResult, FireRequest } from '../../src/ledger/fire-batch.js';
@@ -60,7 +61,10 @@ export class MemoryLedger implements FireLoopLedger {
   async openNewEras(eras: readonly OpenEra[], leader: { fenceResource: string; token: bigint }): Promise<void> {
     this.checkFence(leader.fenceResource, leader.token);
     for (const era of eras) {
-      for (const e of this.eras) if (e.job === era.job && e.to === null) e.to = era.from;
+      // As the ledger does: a schedule already open is not opened again.
+      const open = this.eras.find((e) => e.job === era.job && e.to === null);
+      if (open && sameSchedule(open, era)) continue;
+      if (open) open.to = era.from;
       this.eras.push({ ...era, to: null });
     }
   }
