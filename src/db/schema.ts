@@ -86,7 +86,11 @@ export const runs = pgTable(
     leaderToken: token('leader_token').notNull(),
     leaderId: text('leader_id').notNull(),
     state: text('state').$type<RunState>().notNull().default('pending'),
-    /** Set once the run is handed to BullMQ; NULL rows are the outbox. */
+    /**
+     * Set once the run is handed to BullMQ; NULL rows are the outbox (with cw_hand_overs). A fire
+     * the leader hands over straight from its commit gets it at the commit, with a cw_hand_overs row
+     * until the queue took it.
+     */
     enqueuedAt: tstz('enqueued_at'),
     /** Execution token of the newest claim; older attempts are stale. */
     claimToken: token('claim_token'),
@@ -366,6 +370,16 @@ export const workers = pgTable('cw_workers', {
   worker: text('worker').primaryKey(),
   beatAt: tstz('beat_at').notNull().defaultNow(),
   startedAt: tstz('started_at').notNull().defaultNow(),
+});
+
+/**
+ * Runs a fire commit released to the queue whose hand-over is not yet confirmed: inserted with the
+ * run, deleted once BullMQ took it. What the leader's outbox sweep hands over again after a crash
+ * or a queue outage. A narrow row of its own, so the confirmation is the delete of one small row,
+ * not a second version of the run's wide row and of each of its indexes.
+ */
+export const handOvers = pgTable('cw_hand_overs', {
+  runId: bigint('run_id', { mode: 'bigint' }).primaryKey(),
 });
 
 /** One row per won election (a tenure): the failover history, with its last renew and its release. */

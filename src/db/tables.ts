@@ -70,6 +70,8 @@ export interface Tables {
   readonly jobState: string;
   readonly members: string;
   readonly workers: string;
+  /** Fires released to the queue at their commit, until the queue took them (the outbox's other half). */
+  readonly handOvers: string;
   readonly workflowSteps: string;
   readonly limitSlots: string;
   readonly rateStarts: string;
@@ -124,6 +126,7 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       jobState: q('cw_job_state'),
       members: q('cw_members'),
       workers: q('cw_workers'),
+      handOvers: q('cw_hand_overs'),
       workflowSteps: q('cw_workflow_steps'),
       limitSlots: q('cw_limit_slots'),
       rateStarts: q('cw_rate_starts'),

@@ -24,13 +24,15 @@ const statements = perSchema((t) => ({
   /**
    * Up to $2 handed-over runs waiting for a worker (pending, or retrying past their backoff) and not
    * looked at for $1 ms, oldest first, marked as looked at; a run waiting for a concurrency slot
-   * only once one is free for it (run-limits.ts).
+   * only once one is free for it (run-limits.ts). A run whose hand-over is unconfirmed (a
+   * cw_hand_overs row) is the outbox's.
    */
   toCheck: namedStatement(
     'deliveries_to_check',
     `WITH due AS (
        SELECT id FROM ${t.runs} r0
        WHERE ${UNFINISHED} AND state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL AND ${mayDeliverSql(t, 'r0')}
+         AND NOT EXISTS (SELECT 1 FROM ${t.handOvers} h WHERE h.run_id = r0.id)
          AND COALESCE(delivery_checked_at, enqueued_at) < now() - $1::bigint * interval '1 millisecond'
          AND (available_at IS NULL OR available_at < now() - $1::bigint * interval '1 millisecond')
        ORDER BY COALESCE(delivery_checked_at, enqueued_at) LIMIT $2

@@ -121,6 +121,7 @@ export function fireRecords(fires: FireRequest[]): string {
       scheduled_at: f.scheduledAt.toISOString(),
       trigger: f.trigger,
       state: f.state ?? 'pending',
+      hold: f.hold ?? false,
       error: f.error ?? null,
       schedule_version: f.schedule?.version ?? null,
       payload: f.payload ?? null,

@@ -38,7 +38,9 @@ const statements = perSchema((t) => ({
    * fires and move each job's last scheduled fire forward (never back; manual triggers do not
    * count). $1 fires (fireRecords, in lock order), $2 token, $3 replica id, $4 fence resource.
    * Locks in the order every fire commit takes them: the fence row, the runs' keys in the fires'
-   * order, the job state rows by job.
+   * order, the job state rows by job. A run the fire path hands over at once (pending, not held) is
+   * released to the queue here (enqueued_at) with a cw_hand_overs row, which the hand-over deletes:
+   * so confirming it writes one narrow row, not a second version of the run (outbox.ts).
    */
   fenceAndInsert: namedStatement(
     'fence_and_insert_fires',
@@ -49,17 +51,20 @@ const statements = perSchema((t) => ({
        RETURNING token),
      fire AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb) AS f(ord int, job text, scheduled_at timestamptz, trigger text,
-         state text, error text, schedule_version int, payload jsonb)),
+         state text, hold boolean, error text, schedule_version int, payload jsonb)),
      inserted AS (
        INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
          schedule_version, payload)
        SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
-              CASE WHEN f.state = 'skipped' THEN now() END,
+              CASE WHEN f.state = 'skipped' OR NOT f.hold THEN now() END,
               CASE WHEN f.state = 'skipped' THEN now() END,
               f.error, f.schedule_version, f.payload
        FROM fire f WHERE EXISTS (SELECT 1 FROM fence) ORDER BY f.ord
        ON CONFLICT DO NOTHING
-       RETURNING id, job, scheduled_at, trigger, state),
+       RETURNING id, job, scheduled_at, trigger, state, enqueued_at),
+     released AS (
+       INSERT INTO ${t.handOvers} (run_id)
+       SELECT id FROM inserted WHERE state = 'pending' AND enqueued_at IS NOT NULL),
      job_state AS (
        INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
        SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence)

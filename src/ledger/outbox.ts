@@ -12,15 +12,28 @@ import { sqlInt, type Queryable } from './transaction.js';
 
 const statements = perSchema((t) => ({
   /**
-   * Up to $1 pending runs not handed over, oldest first. A run of a job in $2 (overlap 'queue')
-   * waits while a handed-over run of its job is still active, and behind every earlier active run
-   * of its job, so the runs waiting in a queue (overlapQueueMax > 1) go one at a time, in order.
+   * Up to $1 pending runs not handed over, oldest first: those never released to the queue
+   * (enqueued_at NULL) and those a fire commit released whose hand-over was not confirmed (a
+   * cw_hand_overs row: the leader died or the queue failed between COMMIT and addBulk). A run of a
+   * job in $2 (overlap 'queue') waits while a handed-over run of its job is still active, and
+   * behind every earlier active run of its job, so the runs waiting in a queue (overlapQueueMax >
+   * 1) go one at a time, in order. Hand-over rows of runs no longer pending (a worker got the run
+   * though the confirmation was lost; retention deleted it) are dropped on the way.
    */
   unenqueued: namedStatement(
     'outbox_unenqueued',
-    `SELECT r.id, r.job, r.scheduled_at, r.trigger, r.available_at FROM ${t.runs} r
-     WHERE r.enqueued_at IS NULL AND r.state = 'pending' AND (r.trigger <> 'once' OR r.scheduled_at <= now())
-       AND NOT (r.job = ANY($2::text[]) AND EXISTS (
+    `WITH gone AS (
+       DELETE FROM ${t.handOvers} h
+       WHERE NOT EXISTS (SELECT 1 FROM ${t.runs} r WHERE r.id = h.run_id AND r.state = 'pending')),
+     waiting AS (
+       SELECT r.id, r.job, r.scheduled_at, r.trigger, r.available_at, r.created_at FROM ${t.runs} r
+       WHERE r.enqueued_at IS NULL AND r.state = 'pending' AND (r.trigger <> 'once' OR r.scheduled_at <= now())
+       UNION ALL
+       SELECT r.id, r.job, r.scheduled_at, r.trigger, r.available_at, r.created_at
+       FROM ${t.handOvers} h JOIN ${t.runs} r ON r.id = h.run_id
+       WHERE r.enqueued_at IS NOT NULL AND r.state = 'pending')
+     SELECT r.id, r.job, r.scheduled_at, r.trigger, r.available_at FROM waiting r
+     WHERE NOT (r.job = ANY($2::text[]) AND EXISTS (
          SELECT 1 FROM ${t.runs} a WHERE a.job = r.job AND a.id <> r.id
            AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.${UNFINISHED} AND a.state IN ${ACTIVE_SQL}))
      ORDER BY r.created_at, r.id LIMIT $1`,
@@ -56,17 +69,21 @@ export async function unenqueued(
 }
 
 /**
- * Mark runs handed to the queue. Only a hint for the outbox: if a crash loses it, the outbox
- * enqueues the runs again and the queue drops the repeat (job id per run). So it commits without
- * waiting for the WAL flush (synchronous_commit off, this transaction only), in one round trip:
- * two statements in one simple query, which cannot carry parameters, hence no named statement
- * and the ids written out as integers.
+ * Mark runs handed to the queue: set when released (enqueued_at), and their hand-over rows gone.
+ * Only a hint for the outbox: if a crash loses it, the outbox enqueues the runs again and the
+ * queue drops the repeat (job id per run), or the worker's claim finds the run taken. So it
+ * commits without waiting for the WAL flush (synchronous_commit off, this transaction only), in
+ * one round trip: several statements in one simple query, which cannot carry parameters, hence no
+ * named statement and the ids written out as integers. A fire commit released its runs already
+ * (fire-commit.ts): for them only the narrow rows go, and the run rows are not even looked up.
  */
 export async function markEnqueued(pool: pg.Pool, t: Tables, runIds: bigint[]): Promise<void> {
   if (runIds.length === 0) return;
+  const ids = `'{${runIds.map(sqlInt).join(',')}}'::bigint[]`;
   await pool.query(
     `SET LOCAL synchronous_commit TO off;
+     WITH released AS (DELETE FROM ${t.handOvers} WHERE run_id = ANY(${ids}) RETURNING run_id)
      UPDATE ${t.runs} SET enqueued_at = now()
-     WHERE id = ANY('{${runIds.map(sqlInt).join(',')}}'::bigint[]) AND enqueued_at IS NULL`,
+     WHERE id IN (SELECT unnest(${ids}) EXCEPT SELECT run_id FROM released) AND enqueued_at IS NULL`,
   );
 }

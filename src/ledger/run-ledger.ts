@@ -199,8 +199,12 @@ export class RunLedger {
 
   /** node-cron coordinator: the task of `job` at `scheduledAt` ran in-process; settle its pending run. */
   async completeUnclaimed(job: string, scheduledAt: Date): Promise<void> {
+    // Its fire commit released it to the queue (a cw_hand_overs row); it ran here instead.
     await this.pool.query(
-      `UPDATE ${this.t.runs} SET state = 'completed', finished_at = now() WHERE job = $1 AND scheduled_at = $2 AND state = 'pending'`,
+      `WITH done AS (
+         UPDATE ${this.t.runs} SET state = 'completed', finished_at = now()
+         WHERE job = $1 AND scheduled_at = $2 AND state = 'pending' RETURNING id)
+       DELETE FROM ${this.t.handOvers} h USING done WHERE h.run_id = done.id`,
       [job, scheduledAt],
     );
   }

@@ -58,10 +58,11 @@ describe('live ledger check (real PostgreSQL)', () => {
       [id.toString(), minutes],
     );
   /** A fire committed by the leader of `job`'s shard (each shard has its own fence). */
-  const commit = async (job: string, s: number, token = 5n) =>
+  /** A committed run; `hold`: held back by its overlap policy (overlap 'queue'), not released to the queue. */
+  const commit = async (job: string, s: number, token = 5n, hold = false) =>
     (
       await ledger.fires.commitFires(
-        [{ job, scheduledAt: at(s), trigger: 'schedule' }],
+        [{ job, scheduledAt: at(s), trigger: 'schedule', hold }],
         leader(token, `scheduler/shard-${shardOf(job, shards)}`),
       )
     ).committed[0]!.runId;
@@ -254,7 +255,7 @@ describe('live ledger check (real PostgreSQL)', () => {
     // Overlap 'queue': not handed over while an earlier run of its job is active.
     const first = await commit('queued', 0);
     await ledger.runs.claim(first, 'alive');
-    const second = await commit('queued', 1);
+    const second = await commit('queued', 1, 5n, true);
     await age(second, 10);
     // A one-off run for an hour from now.
     await sql(

@@ -387,6 +387,43 @@ describe('Ledger (real PostgreSQL)', () => {
     await ledger.runs.finish(claim, 'completed');
     assert.deepEqual(await ofQ(), [committed[1]!.runId], 'released once the job is idle');
   });
+  it('a fire commit releases its runs with a hand-over row: the outbox has them until the hand-over is confirmed, the delivery sweep leaves them to it', async () => {
+    const { committed } = await ledger.fires.commitFires(
+      [
+        { job: 'h', scheduledAt: at(30), trigger: 'schedule' },
+        { job: 'h', scheduledAt: at(31), trigger: 'schedule' },
+        { job: 'h', scheduledAt: at(32), trigger: 'schedule' },
+      ],
+      leader(7n),
+    );
+    const [confirmed, lost, taken] = committed.map((f) => f.runId);
+    const ofH = async () => (await ledger.fires.unenqueued(100, [])).filter((r) => r.job === 'h').map((r) => r.runId);
+    const handOverRows = async () =>
+      (
+        await db.pool.query<{ run_id: string }>(
+          'SELECT run_id FROM cw_hand_overs WHERE run_id = ANY($1::bigint[]) ORDER BY run_id',
+          [committed.map((f) => f.runId.toString())],
+        )
+      ).rows.map((r) => BigInt(r.run_id));
+    const released = await db.pool.query(
+      'SELECT count(*)::int AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND enqueued_at IS NOT NULL',
+      [committed.map((f) => f.runId.toString())],
+    );
+    assert.equal(released.rows[0].n, 3, 'released to the queue at the commit');
+    assert.deepEqual(await handOverRows(), [confirmed, lost, taken]);
+    assert.deepEqual(await ofH(), [confirmed, lost, taken], 'unconfirmed: the outbox would hand them over again');
+    await ledger.fires.markEnqueued([confirmed!]);
+    // A worker took `taken` though its confirmation was lost (a crash after addBulk).
+    await ledger.runs.claim(taken!, 'w');
+    assert.deepEqual(await ofH(), [lost], 'confirmed and claimed runs are not handed over again');
+    assert.deepEqual(await handOverRows(), [lost], "the claimed run's row is dropped by the outbox read");
+    await db.pool.query("UPDATE cw_runs SET enqueued_at = now() - interval '1 hour' WHERE job = 'h'");
+    const swept = (await ledger.fires.deliveriesToCheck(1000, 100))
+      .map((r) => r.runId)
+      .filter((id) => id === lost || id === confirmed);
+    assert.deepEqual(swept, [confirmed], "the run still in the outbox is not also the delivery sweep's");
+  });
+
   it("overlap 'replace' from a stale leader: the fence refuses the batch and the active run is untouched", async () => {
     const { committed } = await ledger.fires.commitFires(
       [{ job: 'r', scheduledAt: at(20), trigger: 'schedule' }],

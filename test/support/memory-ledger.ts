@@ -21,7 +21,10 @@ export interface MemoryRun {
   trigger: string;
   leaderToken: bigint;
   state: string;
+  /** enqueued_at set: released to the queue (at its commit, or once handed over). */
   enqueued: boolean;
+  /** A cw_hand_overs row: released at its commit, the queue's taking it not yet confirmed. */
+  handOver?: boolean;
   error?: string;
   /** When it was committed (the `now` hook's clock): what a stand-in learns the leader's lateness from. */
   createdAt?: number;
@@ -132,7 +135,8 @@ export class MemoryLedger implements FireLoopLedger {
         trigger: f.trigger,
         leaderToken: leader.token,
         state,
-        enqueued: state === 'skipped',
+        enqueued: state === 'skipped' || !f.hold,
+        handOver: state === 'pending' && !f.hold,
         error: f.error,
         createdAt: this.now(),
       };
@@ -235,12 +239,12 @@ export class MemoryLedger implements FireLoopLedger {
   }
 
   async markEnqueued(runIds: bigint[]): Promise<void> {
-    for (const r of this.runs) if (runIds.includes(r.id)) r.enqueued = true;
+    for (const r of this.runs) if (runIds.includes(r.id)) Object.assign(r, { enqueued: true, handOver: false });
   }
 
   async unenqueued(limit: number, queuedJobs: string[]): Promise<CommittedFire[]> {
     return this.runs
-      .filter((r) => !r.enqueued && r.state === 'pending')
+      .filter((r) => (!r.enqueued || r.handOver) && r.state === 'pending')
       .filter(
         (r) =>
           !(
