@@ -7,7 +7,7 @@ import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
+import { FireLoop, type FireLoopOptions } from '../../src/scheduler/firing/fire-loop.js';
 import type { DeliverableRun } from '../../src/scheduler/firing/run-delivery.js';
 import type { Lease } from '../../src/locks/lease.js';
 import { ManualClock } from '../support/manual-clock.js';
@@ -89,6 +89,86 @@ describe('outbox and fire path (real PostgreSQL and BullMQ)', () => {
     } finally {
       sweeping = false;
       tenure.abort();
+      await real.queue.obliterate({ force: true }).catch(() => {});
+      await real.close();
+      await redis.quit();
+      await db.drop();
+    }
+  });
+
+  it('a leader that dies between its commit and the hand-over: the next leader hands each run over once', async () => {
+    const db = await createTestDatabase();
+    const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
+    const jobs = 50;
+    const registry = new JobRegistry(
+      Array.from({ length: jobs }, (_, i) => defineJob({ name: `k${i}`, schedule: '* * * * * *', handler: () => {} })),
+    );
+    const ledger = new Ledger(db.pool);
+    const real = new BullmqDelivery({
+      connection: redis,
+      namespace: `hd${randomUUID().slice(0, 8)}`,
+      registry,
+      ledger,
+    });
+    const base = Date.UTC(2026, 0, 1);
+    const clock = new ManualClock(base - 500);
+    const leaderOf = (token: bigint, delivery: FireLoopOptions['delivery']) => {
+      const lease: Lease = {
+        name: 'l',
+        holder: `r${token}`,
+        token,
+        ttlMs: 10_000,
+        safetyMarginMs: 1000,
+        deadline: Infinity,
+      };
+      return new FireLoop({
+        registry,
+        ledger: ledger.fires,
+        delivery,
+        leadership: { lease: () => lease, stepDown: () => {} },
+        clock,
+        logger: pino({ level: 'silent' }),
+        replicaId: `r${token}`,
+        fenceResource: 'scheduler/test',
+        outboxIntervalMs: 3_600_000, // swept by hand
+      });
+    };
+    // The first leader commits, then freezes in addBulk and is gone (kill -9): its hand-over never ends.
+    const frozen = leaderOf(1n, { enqueue: () => new Promise<void>(() => {}), cancel: async () => {} });
+    const handed = new Map<bigint, number>();
+    const second = leaderOf(2n, {
+      enqueue: async (runs: DeliverableRun[]) => {
+        for (const r of runs) handed.set(r.runId, (handed.get(r.runId) ?? 0) + 1);
+        await real.enqueue(runs);
+      },
+      cancel: (ids: bigint[]) => real.cancel(ids),
+    });
+    const first = new AbortController();
+    const next = new AbortController();
+    const count = async (sql: string) => (await db.pool.query<{ n: number }>(sql)).rows[0]!.n;
+    try {
+      await frozen.lead(first.signal);
+      await clock.advance(1000);
+      void frozen.tick();
+      for (let i = 0; i < 200 && (await count('SELECT count(*)::int AS n FROM cw_runs')) < jobs; i++)
+        await new Promise((r) => setTimeout(r, 10));
+      assert.equal(
+        await count('SELECT count(*)::int AS n FROM cw_hand_overs'),
+        jobs,
+        'committed, hand-over unconfirmed',
+      );
+      first.abort();
+      await second.lead(next.signal);
+      assert.equal(await second.sweepOutbox(), jobs, "the next leader's outbox hands the runs over");
+      assert.equal(await second.sweepOutbox(), 0, 'and only once');
+      assert.equal(handed.size, jobs);
+      assert.deepEqual([...new Set(handed.values())], [1], 'each run handed over once');
+      assert.equal(await count('SELECT count(*)::int AS n FROM cw_hand_overs'), 0, 'every hand-over confirmed');
+      const queued = (await real.queue.getJobs(['waiting'])).flatMap((j) => j.data.runIds ?? [j.data.runId]);
+      assert.deepEqual(queued.sort(), [...handed.keys()].map(String).sort(), 'BullMQ holds each run once');
+    } finally {
+      first.abort();
+      next.abort();
       await real.queue.obliterate({ force: true }).catch(() => {});
       await real.close();
       await redis.quit();
