@@ -95,7 +95,10 @@ interface RunRow {
 
 const RUN_COLUMNS = (t: Tables) => `r.id::text, r.job, r.scheduled_at,
   (extract(epoch FROM r.scheduled_at) * 1000000)::bigint::text AS sched_us, r.trigger, r.leader_token::text,
-  r.leader_id, r.state, r.created_at, r.enqueued_at, r.started_at, r.finished_at, r.attempts, r.completed_attempt,
+  r.leader_id, r.state, r.created_at,
+  -- Released at its commit, but not handed over until the queue took it (its cw_hand_overs row gone).
+  CASE WHEN EXISTS (SELECT 1 FROM ${t.handOvers} h WHERE h.run_id = r.id) THEN NULL ELSE r.enqueued_at END AS enqueued_at,
+  r.started_at, r.finished_at, r.attempts, r.completed_attempt,
   r.skipped_attempts, r.error, (extract(epoch FROM r.started_at - r.scheduled_at) * 1000)::float8 AS lateness_ms,
   last.duration_ms, last.worker, r.schedule_version, r.once_key, r.kind, r.workflow_run_id::text, r.step, r.item
   FROM ${t.runs} r LEFT JOIN LATERAL (
@@ -179,6 +182,7 @@ export interface AttemptDetail {
 }
 
 export interface RunDetail extends RunSummary {
+  /** When the run was handed to the queue; null while it waits in the outbox (held, or not yet taken). */
   enqueuedAt: string | null;
   completedAttempt: number | null;
   /** From the scheduled instant to the leader's commit of the fire. */

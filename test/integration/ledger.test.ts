@@ -10,6 +10,8 @@ import { idempotencyKey } from '../../src/jobs/run-executor.js';
 import { StaleTokenError, SupersededError } from '../../src/errors.js';
 import { slotToken } from '../../src/ledger/slot-token.js';
 import { MAX_ERROR_MESSAGE, MAX_ERROR_STACK } from '../../src/ledger/stored-text.js';
+import { runDetail } from '../../src/ledger/run-reads.js';
+import { tablesIn } from '../../src/db/tables.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 describe('Ledger (real PostgreSQL)', () => {
@@ -412,7 +414,10 @@ describe('Ledger (real PostgreSQL)', () => {
     assert.equal(released.rows[0].n, 3, 'released to the queue at the commit');
     assert.deepEqual(await handOverRows(), [confirmed, lost, taken]);
     assert.deepEqual(await ofH(), [confirmed, lost, taken], 'unconfirmed: the outbox would hand them over again');
+    const shown = async (id: bigint) => (await runDetail(db.pool, tablesIn(db.schema), id))!.enqueuedAt;
+    assert.equal(await shown(confirmed!), null, 'the admin view shows no hand-over before the queue took the run');
     await ledger.fires.markEnqueued([confirmed!]);
+    assert.notEqual(await shown(confirmed!), null, 'and shows it once the queue did');
     // A worker took `taken` though its confirmation was lost (a crash after addBulk).
     await ledger.runs.claim(taken!, 'w');
     assert.deepEqual(await ofH(), [lost], 'confirmed and claimed runs are not handed over again');
