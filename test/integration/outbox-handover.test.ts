@@ -14,52 +14,69 @@ import { ManualClock } from '../support/manual-clock.js';
 import { createTestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
-describe('outbox and fire path (real PostgreSQL and BullMQ)', () => {
-  it('the outbox never re-enqueues a run the fire path is handing over: 1,500 due per tick, sweeping all along', async () => {
-    const db = await createTestDatabase();
-    const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
-    const jobs = 1500;
-    const ticks = 3;
-    const registry = new JobRegistry(
-      Array.from({ length: jobs }, (_, i) => defineJob({ name: `j${i}`, schedule: '* * * * * *', handler: () => {} })),
-    );
-    const ledger = new Ledger(db.pool);
-    const real = new BullmqDelivery({
-      connection: redis,
-      namespace: `ho${randomUUID().slice(0, 8)}`,
-      registry,
-      ledger,
-    });
-    // The real delivery, counting how often each run is handed to BullMQ.
-    const handed = new Map<bigint, number>();
-    const delivery = {
-      enqueue: async (runs: DeliverableRun[]) => {
-        for (const r of runs) handed.set(r.runId, (handed.get(r.runId) ?? 0) + 1);
-        await real.enqueue(runs);
-      },
-      cancel: (ids: bigint[]) => real.cancel(ids),
-    };
-    const base = Date.UTC(2026, 0, 1);
-    const clock = new ManualClock(base - 500);
+/** A ledger, BullMQ and the fire loops of `jobs` jobs due every second, on a driven clock. */
+async function harness(jobs: number, prefix: string) {
+  const db = await createTestDatabase();
+  const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
+  const registry = new JobRegistry(
+    Array.from({ length: jobs }, (_, i) =>
+      defineJob({ name: `${prefix}${i}`, schedule: '* * * * * *', handler: () => {} }),
+    ),
+  );
+  const ledger = new Ledger(db.pool);
+  const real = new BullmqDelivery({
+    connection: redis,
+    namespace: `${prefix}${randomUUID().slice(0, 8)}`,
+    registry,
+    ledger,
+  });
+  const clock = new ManualClock(Date.UTC(2026, 0, 1) - 500);
+  // The real delivery, counting how often each run is handed to BullMQ.
+  const handed = new Map<bigint, number>();
+  const counted: FireLoopOptions['delivery'] = {
+    enqueue: async (runs: DeliverableRun[]) => {
+      for (const r of runs) handed.set(r.runId, (handed.get(r.runId) ?? 0) + 1);
+      await real.enqueue(runs);
+    },
+    cancel: (ids: bigint[]) => real.cancel(ids),
+  };
+  /** The fire loop of a leader holding `token`; the outbox is swept by hand. */
+  const leader = (token: bigint, delivery = counted) => {
     const lease: Lease = {
       name: 'l',
-      holder: 'me',
-      token: 1n,
+      holder: `r${token}`,
+      token,
       ttlMs: 10_000,
       safetyMarginMs: 1000,
       deadline: Infinity,
     };
-    const loop = new FireLoop({
+    return new FireLoop({
       registry,
       ledger: ledger.fires,
       delivery,
       leadership: { lease: () => lease, stepDown: () => {} },
       clock,
       logger: pino({ level: 'silent' }),
-      replicaId: 'me',
+      replicaId: `r${token}`,
       fenceResource: 'scheduler/test',
-      outboxIntervalMs: 3_600_000, // the test sweeps by hand, back to back
+      outboxIntervalMs: 3_600_000,
     });
+  };
+  const close = async () => {
+    await real.queue.obliterate({ force: true }).catch(() => {});
+    await real.close();
+    await redis.quit();
+    await db.drop();
+  };
+  return { db, ledger, real, clock, handed, leader, close };
+}
+
+describe('outbox and fire path (real PostgreSQL and BullMQ)', () => {
+  it('the outbox never re-enqueues a run the fire path is handing over: 1,500 due per tick, sweeping all along', async () => {
+    const jobs = 1500;
+    const ticks = 3;
+    const h = await harness(jobs, 'j');
+    const loop = h.leader(1n);
     const tenure = new AbortController();
     let sweeping = true;
     let sweeps = 0;
@@ -74,81 +91,37 @@ describe('outbox and fire path (real PostgreSQL and BullMQ)', () => {
         }
       })();
       for (let t = 0; t < ticks; t++) {
-        await clock.advance(1000);
+        await h.clock.advance(1000);
         await loop.tick();
       }
       sweeping = false;
       await sweeper;
       assert.ok(sweeps >= ticks, `the outbox swept while the fire path handed over (${sweeps} sweeps)`);
-      assert.equal(handed.size, jobs * ticks, 'every fire was handed to BullMQ');
-      const twice = [...handed].filter(([, n]) => n > 1).length;
+      assert.equal(h.handed.size, jobs * ticks, 'every fire was handed to BullMQ');
+      const twice = [...h.handed].filter(([, n]) => n > 1).length;
       assert.equal(twice, 0, `${twice} runs were handed to BullMQ more than once`);
       assert.equal(swept, 0, 'the outbox re-enqueued nothing');
-      const left = await ledger.fires.unenqueued(10, []);
+      const left = await h.ledger.fires.unenqueued(10, []);
       assert.deepEqual(left, [], 'no committed run is left unenqueued');
     } finally {
       sweeping = false;
       tenure.abort();
-      await real.queue.obliterate({ force: true }).catch(() => {});
-      await real.close();
-      await redis.quit();
-      await db.drop();
+      await h.close();
     }
   });
 
   it('a leader that dies between its commit and the hand-over: the next leader hands each run over once', async () => {
-    const db = await createTestDatabase();
-    const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
     const jobs = 50;
-    const registry = new JobRegistry(
-      Array.from({ length: jobs }, (_, i) => defineJob({ name: `k${i}`, schedule: '* * * * * *', handler: () => {} })),
-    );
-    const ledger = new Ledger(db.pool);
-    const real = new BullmqDelivery({
-      connection: redis,
-      namespace: `hd${randomUUID().slice(0, 8)}`,
-      registry,
-      ledger,
-    });
-    const base = Date.UTC(2026, 0, 1);
-    const clock = new ManualClock(base - 500);
-    const leaderOf = (token: bigint, delivery: FireLoopOptions['delivery']) => {
-      const lease: Lease = {
-        name: 'l',
-        holder: `r${token}`,
-        token,
-        ttlMs: 10_000,
-        safetyMarginMs: 1000,
-        deadline: Infinity,
-      };
-      return new FireLoop({
-        registry,
-        ledger: ledger.fires,
-        delivery,
-        leadership: { lease: () => lease, stepDown: () => {} },
-        clock,
-        logger: pino({ level: 'silent' }),
-        replicaId: `r${token}`,
-        fenceResource: 'scheduler/test',
-        outboxIntervalMs: 3_600_000, // swept by hand
-      });
-    };
+    const h = await harness(jobs, 'k');
     // The first leader commits, then freezes in addBulk and is gone (kill -9): its hand-over never ends.
-    const frozen = leaderOf(1n, { enqueue: () => new Promise<void>(() => {}), cancel: async () => {} });
-    const handed = new Map<bigint, number>();
-    const second = leaderOf(2n, {
-      enqueue: async (runs: DeliverableRun[]) => {
-        for (const r of runs) handed.set(r.runId, (handed.get(r.runId) ?? 0) + 1);
-        await real.enqueue(runs);
-      },
-      cancel: (ids: bigint[]) => real.cancel(ids),
-    });
+    const frozen = h.leader(1n, { enqueue: () => new Promise<void>(() => {}), cancel: async () => {} });
+    const second = h.leader(2n);
     const first = new AbortController();
     const next = new AbortController();
-    const count = async (sql: string) => (await db.pool.query<{ n: number }>(sql)).rows[0]!.n;
+    const count = async (sql: string) => (await h.db.pool.query<{ n: number }>(sql)).rows[0]!.n;
     try {
       await frozen.lead(first.signal);
-      await clock.advance(1000);
+      await h.clock.advance(1000);
       void frozen.tick();
       for (let i = 0; i < 200 && (await count('SELECT count(*)::int AS n FROM cw_runs')) < jobs; i++)
         await new Promise((r) => setTimeout(r, 10));
@@ -161,18 +134,15 @@ describe('outbox and fire path (real PostgreSQL and BullMQ)', () => {
       await second.lead(next.signal);
       assert.equal(await second.sweepOutbox(), jobs, "the next leader's outbox hands the runs over");
       assert.equal(await second.sweepOutbox(), 0, 'and only once');
-      assert.equal(handed.size, jobs);
-      assert.deepEqual([...new Set(handed.values())], [1], 'each run handed over once');
+      assert.equal(h.handed.size, jobs);
+      assert.deepEqual([...new Set(h.handed.values())], [1], 'each run handed over once');
       assert.equal(await count('SELECT count(*)::int AS n FROM cw_hand_overs'), 0, 'every hand-over confirmed');
-      const queued = (await real.queue.getJobs(['waiting'])).flatMap((j) => j.data.runIds ?? [j.data.runId]);
-      assert.deepEqual(queued.sort(), [...handed.keys()].map(String).sort(), 'BullMQ holds each run once');
+      const queued = (await h.real.queue.getJobs(['waiting'])).flatMap((j) => j.data.runIds ?? [j.data.runId]);
+      assert.deepEqual(queued.sort(), [...h.handed.keys()].map(String).sort(), 'BullMQ holds each run once');
     } finally {
       first.abort();
       next.abort();
-      await real.queue.obliterate({ force: true }).catch(() => {});
-      await real.close();
-      await redis.quit();
-      await db.drop();
+      await h.close();
     }
   });
 });
