@@ -47,15 +47,23 @@ const statements = perSchema((t) => ({
      WHERE workflow_run_id = $1 AND step = ANY($2::text[]) AND state IN ('completed', 'superseded')
      ORDER BY step, COALESCE(item, -1)`,
   ),
+  /**
+   * Insert step $6's runs, released to the queue with a cw_hand_overs row each (as a fire commit
+   * releases its runs, fire-commit.ts): the completing worker hands them over once its transaction
+   * commits, and confirming that deletes the narrow rows instead of rewriting the runs' rows.
+   */
   insertRuns: namedStatement(
     'insert_step_runs',
-    `INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, kind, workflow_run_id, step,
-       item, payload, created_at, available_at)
-     SELECT $1, $2, 'step', $3, $4, 'pending', 'step', $5, $6, i.item, i.payload, clock_timestamp(),
-       CASE WHEN $8::bigint > 0 THEN now() + $8::bigint * interval '1 millisecond' END
-     FROM unnest($7::int[], $9::jsonb[]) AS i(item, payload)
-     ON CONFLICT (workflow_run_id, step, COALESCE(item, -1)) WHERE workflow_run_id IS NOT NULL DO NOTHING
-     RETURNING id, available_at`,
+    `WITH made AS (
+       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, kind, workflow_run_id, step,
+         item, payload, created_at, available_at, enqueued_at)
+       SELECT $1, $2, 'step', $3, $4, 'pending', 'step', $5, $6, i.item, i.payload, clock_timestamp(),
+         CASE WHEN $8::bigint > 0 THEN now() + $8::bigint * interval '1 millisecond' END, now()
+       FROM unnest($7::int[], $9::jsonb[]) AS i(item, payload)
+       ON CONFLICT (workflow_run_id, step, COALESCE(item, -1)) WHERE workflow_run_id IS NOT NULL DO NOTHING
+       RETURNING id, available_at),
+     released AS (INSERT INTO ${t.handOvers} (run_id) SELECT id FROM made)
+     SELECT id, available_at FROM made`,
   ),
   ready: namedStatement(
     'workflow_step_ready',
