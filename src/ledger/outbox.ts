@@ -21,8 +21,9 @@ const HAND_OVERS_READ = 2000;
 const statements = perSchema((t) => ({
   /**
    * Up to $1 pending runs not handed over, oldest first: those never released to the queue
-   * (enqueued_at NULL) and those a fire commit released whose hand-over was not confirmed (a
-   * cw_hand_overs row: the leader died or the queue failed between COMMIT and addBulk). A run of a
+   * (enqueued_at NULL) and those a fire commit or a step completion released whose hand-over was
+   * not confirmed (a cw_hand_overs row: the committer died or the queue failed between COMMIT and
+   * addBulk). A run of a
    * job in $2 (overlap 'queue') waits while a handed-over run of its job is still active, and
    * behind every earlier active run of its job, so the runs waiting in a queue (overlapQueueMax >
    * 1) go one at a time, in order. Hand-over rows of runs no longer pending (a worker got the run

@@ -31,7 +31,10 @@ export function effectsSuite(): { readonly db: TestDatabase; readonly redis: Red
   return env;
 }
 
-/** Commit one run of `job` as a leader with token 1 would (fenced, unique key). */
+/**
+ * Commit one run of `job` as a leader with token 1 would (fenced, unique key), and confirm its
+ * hand-over as the leader does once BullMQ took it: the test delivers it to a worker itself.
+ */
 export async function commitTestRun(
   ledger: Pick<Ledger, 'fires'>,
   job: string,
@@ -47,6 +50,7 @@ export async function commitTestRun(
     },
   );
   if (!committed[0]) throw new Error(`the test run of ${job} was not committed (already there?)`);
+  await ledger.fires.markEnqueued([committed[0].runId]);
   return committed[0];
 }
 
