@@ -87,9 +87,9 @@ export const runs = pgTable(
     leaderId: text('leader_id').notNull(),
     state: text('state').$type<RunState>().notNull().default('pending'),
     /**
-     * Set once the run is handed to BullMQ; NULL rows are the outbox (with cw_hand_overs). A fire
-     * the leader hands over straight from its commit gets it at the commit, with a cw_hand_overs row
-     * until the queue took it.
+     * Set once the run is handed to BullMQ; NULL rows are the outbox (with cw_hand_overs). A run
+     * handed over straight from its commit (a fire, a step run) gets it at the commit, with a
+     * cw_hand_overs row until the queue took it.
      */
     enqueuedAt: tstz('enqueued_at'),
     /** Execution token of the newest claim; older attempts are stale. */
@@ -373,8 +373,8 @@ export const workers = pgTable('cw_workers', {
 });
 
 /**
- * Runs a fire commit released to the queue whose hand-over is not yet confirmed: inserted with the
- * run, deleted once BullMQ took it. What the leader's outbox sweep hands over again after a crash
+ * Runs a fire commit or a step completion released to the queue whose hand-over is not yet
+ * confirmed: inserted with the run, deleted once BullMQ took it. What the leader's outbox sweep hands over again after a crash
  * or a queue outage. A narrow row of its own, so the confirmation is the delete of one small row,
  * not a second version of the run's wide row and of each of its indexes.
  */

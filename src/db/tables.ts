@@ -70,7 +70,7 @@ export interface Tables {
   readonly jobState: string;
   readonly members: string;
   readonly workers: string;
-  /** Fires released to the queue at their commit, until the queue took them (the outbox's other half). */
+  /** Runs released to the queue at their commit, until the queue took them (the outbox's other half). */
   readonly handOvers: string;
   readonly workflowSteps: string;
   readonly limitSlots: string;

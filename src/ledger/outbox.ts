@@ -23,13 +23,13 @@ const statements = perSchema((t) => ({
    * Up to $1 pending runs not handed over, oldest first: those never released to the queue
    * (enqueued_at NULL) and those a fire commit or a step completion released whose hand-over was
    * not confirmed (a cw_hand_overs row: the committer died or the queue failed between COMMIT and
-   * addBulk). A run of a
-   * job in $2 (overlap 'queue') waits while a handed-over run of its job is still active, and
-   * behind every earlier active run of its job, so the runs waiting in a queue (overlapQueueMax >
-   * 1) go one at a time, in order. Hand-over rows of runs no longer pending (a worker got the run
-   * though the confirmation was lost; retention deleted it) are dropped on the way. From the
-   * hand-over rows (a few chunks in flight) to their runs by id, never the other way: the runs
-   * may be a backlog of 100,000 pending (LIMIT 1 keeps the planner from a hash join over them).
+   * addBulk). A run of a job in $2 (overlap 'queue') waits while a handed-over run of its job is
+   * still active, and behind every earlier active run of its job, so the runs waiting in a queue
+   * (overlapQueueMax > 1) go one at a time, in order. Hand-over rows of runs no longer pending (a
+   * worker got the run though the confirmation was lost; retention deleted it) are dropped on the
+   * way. From the hand-over rows (a few chunks in flight) to their runs by id, never the other
+   * way: the runs may be a backlog of 100,000 pending (LIMIT 1 keeps the planner from a hash join
+   * over them).
    */
   unenqueued: namedStatement(
     'outbox_unenqueued',
