@@ -244,6 +244,8 @@ export async function oursRound(s: Servers, w: Workload, n: number, base = Date.
     }));
     const res = await ledger.fires.commitFires(fires, stamp);
     await delivery.enqueue(res.committed);
+    // As the fire loop does once BullMQ took them: the runs' hand-over rows go (before the clock runs).
+    await ledger.fires.markEnqueued(res.committed.map((f) => f.runId));
   }
   const logger = pino({ level: 'silent' });
   const executor = new RunExecutor({

@@ -374,9 +374,9 @@ export const workers = pgTable('cw_workers', {
 
 /**
  * Runs a fire commit or a step completion released to the queue whose hand-over is not yet
- * confirmed: inserted with the run, deleted once BullMQ took it. What the leader's outbox sweep hands over again after a crash
- * or a queue outage. A narrow row of its own, so the confirmation is the delete of one small row,
- * not a second version of the run's wide row and of each of its indexes.
+ * confirmed: inserted with the run, deleted once BullMQ took it. What the leader's outbox sweep
+ * hands over again after a crash or a queue outage. A narrow row of its own, so the confirmation is
+ * the delete of one small row, not a second version of the run's wide row and of each of its indexes.
  */
 export const handOvers = pgTable('cw_hand_overs', {
   runId: bigint('run_id', { mode: 'bigint' }).primaryKey(),
