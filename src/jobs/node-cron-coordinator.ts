@@ -6,6 +6,7 @@ import { systemClock, type Clock } from '../clock.js';
 import { InvalidArgumentError, StaleTokenError } from '../errors.js';
 import type { Lease, LeaseBackend } from '../locks/lease.js';
 import { Ledger } from '../ledger/ledger.js';
+import { DEFAULT_LEASE_TTL_MS } from '../ledger/commit-stamps.js';
 
 export interface NodeCronCoordinatorOptions {
   backend: LeaseBackend;
@@ -48,7 +49,8 @@ export class NodeCronCoordinator implements RunCoordinator {
     this.ledger = new Ledger(o.pool, o.schema);
     this.holder = o.holder ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
     this.leaseName = o.leaseName ?? 'node-cron';
-    this.ttlMs = o.ttlMs ?? 10_000;
+    this.ttlMs = o.ttlMs ?? DEFAULT_LEASE_TTL_MS;
+    this.ledger.useLeaseTtl(this.ttlMs);
     this.clock = o.clock ?? systemClock;
   }
 

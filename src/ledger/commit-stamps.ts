@@ -4,6 +4,13 @@
  * (schedule-ledger.ts) each carry one; the types live here so none of them imports another.
  */
 
+/**
+ * The lease TTL's default (replica-defaults.ts), and the ledger's until a replica sets its own
+ * (Ledger.useLeaseTtl): how long a worker may stay silent before its claims are taken for dead, and
+ * how long a transaction holding the scheduler's fence may sit idle (transaction.ts, fenceHoldLimit).
+ */
+export const DEFAULT_LEASE_TTL_MS = 10_000;
+
 /** The leader: its fence and token, and whether it still leads. */
 export interface LeaderStamp {
   fenceResource: string;

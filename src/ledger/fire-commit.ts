@@ -30,7 +30,7 @@ import { namedStatement, perSchema } from './named-statement.js';
 import { coalesceSkipped } from './coalesced-fires.js';
 import { recordMissedRanges, type MissedRangeRecord } from './missed-ranges.js';
 import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
-import { withTransaction } from './transaction.js';
+import { fenceHoldLimit, withTransaction } from './transaction.js';
 
 const statements = perSchema((t) => ({
   /**
@@ -99,22 +99,27 @@ export async function commitFires(
   t: Tables,
   requested: FireRequest[],
   leader: LeaderStamp,
-  missed: readonly MissedRangeRecord[] = [],
+  missed: readonly MissedRangeRecord[],
+  fenceIdleLimitMs: number,
 ): Promise<FireBatchResult> {
   if (requested.length === 0 && missed.length === 0) return noFires();
-  return withTransaction(pool, async (client, rollback) => {
-    // Runtime schedule fires are checked against the version in effect first (none: no round trip).
-    const fires = inLockOrder(await currentScheduleVersions(client, t, requested));
-    const inserted = await fenceAndInsert(client, t, fires, leader);
-    const cancelled = await cancelReplaced(client, t, fires, inserted);
-    const { rows, held } = await coalesceSkipped(client, t, fires, inserted);
-    await recordMissedRanges(client, t, missed, leader);
-    if (!leader.stillLeading()) {
-      await rollback();
-      return noFires();
-    }
-    return withOutdated(batchResult(withHeld(fires, held), rows, cancelled), requested.length, fires.length);
-  });
+  return withTransaction(
+    pool,
+    async (client, rollback) => {
+      // Runtime schedule fires are checked against the version in effect first (none: no round trip).
+      const fires = inLockOrder(await currentScheduleVersions(client, t, requested));
+      const inserted = await fenceAndInsert(client, t, fires, leader);
+      const cancelled = await cancelReplaced(client, t, fires, inserted);
+      const { rows, held } = await coalesceSkipped(client, t, fires, inserted);
+      await recordMissedRanges(client, t, missed, leader);
+      if (!leader.stillLeading()) {
+        await rollback();
+        return noFires();
+      }
+      return withOutdated(batchResult(withHeld(fires, held), rows, cancelled), requested.length, fires.length);
+    },
+    fenceHoldLimit(fenceIdleLimitMs),
+  );
 }
 
 /** The fires inserted; StaleTokenError when the fence refused the token (nothing was written). */

@@ -8,7 +8,7 @@
 import type pg from 'pg';
 import type { Tables } from '../db/tables.js';
 import { activeJobs } from './active-runs.js';
-import type { LeaderStamp, StandInStamp } from './commit-stamps.js';
+import { DEFAULT_LEASE_TTL_MS, type LeaderStamp, type StandInStamp } from './commit-stamps.js';
 import { deliveriesToCheck, type HandedOverRun } from './delivery-sweep.js';
 import { advanceFence, fenceToken } from './fences.js';
 import type { CommittedFire, FireBatchResult, FireRequest } from './fire-batch.js';
@@ -41,6 +41,9 @@ export type { OpenEra } from './schedule-eras.js';
 export type { LastCommit } from './last-fires.js';
 
 export class FireLedger {
+  /** How long a transaction holding the scheduler's fence may sit idle (transaction.ts, fenceHoldLimit). */
+  fenceIdleLimitMs = DEFAULT_LEASE_TTL_MS;
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly t: Tables,
@@ -61,7 +64,7 @@ export class FireLedger {
     leader: LeaderStamp,
     missed?: readonly MissedRangeRecord[],
   ): Promise<FireBatchResult> {
-    return commitFires(this.pool, this.t, requested, leader, missed);
+    return commitFires(this.pool, this.t, requested, leader, missed ?? [], this.fenceIdleLimitMs);
   }
 
   /** Every job's open schedule era (or `jobs`'), by job. */
@@ -74,12 +77,12 @@ export class FireLedger {
     eras: readonly OpenEra[],
     leader: { fenceResource: string; token: bigint; replicaId: string },
   ): Promise<void> {
-    return openNewEras(this.pool, this.t, eras, leader);
+    return openNewEras(this.pool, this.t, eras, leader, this.fenceIdleLimitMs);
   }
 
   /** A follower's commit of overdue slots the leader did not commit. */
   commitStandInFires(requested: FireRequest[], standIn: StandInStamp): Promise<FireBatchResult> {
-    return commitStandInFires(this.pool, this.t, requested, standIn);
+    return commitStandInFires(this.pool, this.t, requested, standIn, this.fenceIdleLimitMs);
   }
 
   /** Each job's newest scheduled fire, keyed by slotOwner(job) (a runtime schedule's under any handler). */
@@ -133,7 +136,7 @@ export class FireLedger {
 
   /** Leader only: lift expired pauses under the scheduler's fence. */
   expirePauses(nowMs: number, fence: { resource: string; token: bigint }): Promise<JobPause[]> {
-    return expirePauses(this.pool, this.t, nowMs, fence);
+    return expirePauses(this.pool, this.t, nowMs, fence, this.fenceIdleLimitMs);
   }
 
   cancelRunsOfUndefinedJobs(
@@ -154,7 +157,7 @@ export class FireLedger {
 
   /** Retry a failed or cancelled run under the leader's fence. */
   retryRun(runId: bigint, leader: LeaderStamp): Promise<RetriedRun | undefined> {
-    return retryRun(this.pool, this.t, runId, leader);
+    return retryRun(this.pool, this.t, runId, leader, this.fenceIdleLimitMs);
   }
 
   recordElection(leaseName: string, leader: string, token: bigint, backend: string): Promise<bigint> {

@@ -35,6 +35,17 @@ export class Ledger {
     this.workflows = new WorkflowLedger(pool, this.tables);
   }
 
+  /**
+   * The replica's lease TTL: a worker silent this long is taken for dead (its runs go to others),
+   * and a transaction holding the scheduler's fence is ended after sitting idle this long, so a
+   * frozen replica cannot keep the next leader waiting on the fence row (transaction.ts).
+   */
+  useLeaseTtl(ms: number): void {
+    this.runs.claimerLiveWithinMs = ms;
+    this.fires.fenceIdleLimitMs = ms;
+    this.schedules.fenceIdleLimitMs = ms;
+  }
+
   get schema(): string {
     return this.tables.schema;
   }

@@ -10,7 +10,7 @@
 import type pg from 'pg';
 import { advanceFence } from './fences.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { withTransaction, type Queryable } from './transaction.js';
+import { fenceHoldLimit, withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
 
 export interface JobPause {
@@ -112,15 +112,20 @@ export async function expirePauses(
   t: Tables,
   nowMs: number,
   fence: { resource: string; token: bigint },
+  fenceIdleLimitMs: number,
 ): Promise<JobPause[]> {
-  return withTransaction(pool, async (client) => {
-    await advanceFence(client, t, fence.resource, fence.token);
-    const res = await client.query<PauseRow>({
-      ...statements(t).expire,
-      values: [new Date(nowMs).toISOString()],
-    });
-    return res.rows.map(toPause);
-  });
+  return withTransaction(
+    pool,
+    async (client) => {
+      await advanceFence(client, t, fence.resource, fence.token);
+      const res = await client.query<PauseRow>({
+        ...statements(t).expire,
+        values: [new Date(nowMs).toISOString()],
+      });
+      return res.rows.map(toPause);
+    },
+    fenceHoldLimit(fenceIdleLimitMs),
+  );
 }
 
 /** True when `pause` still holds the slot scheduled at `scheduledAt` (slots at or after `until` fire). */

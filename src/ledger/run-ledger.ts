@@ -6,6 +6,7 @@
  * Each operation takes many runs at once; src/jobs/run-ledger-batches.ts gathers concurrent calls.
  */
 import type pg from 'pg';
+import { DEFAULT_LEASE_TTL_MS } from './commit-stamps.js';
 import { fenceRun } from './fences.js';
 import { claimRuns, recordSkippedDeliveries, type Claim, type ClaimResult } from './run-claims.js';
 import { finishRuns, type FinishRequest, type Outcome } from './run-finishes.js';
@@ -38,9 +39,6 @@ export type { GroupItem, GroupOutcome, TransactionResult } from './run-transacti
 export type { SlotRequest, SlotResult, WaitingAttempt } from './run-limits.js';
 export type { RateRequest, RateResult } from './run-rate-limits.js';
 
-/** A worker that beat within this is alive (its runs are its own). Default: the default lease TTL. */
-export const DEFAULT_CLAIMER_LIVE_WITHIN_MS = 10_000;
-
 /** What an attempt may ask besides its outcome. */
 export interface FinishDetails {
   /** The handler failed this attempt: counted against the job's retries. */
@@ -51,7 +49,7 @@ export interface FinishDetails {
 
 export class RunLedger {
   /** A claimer whose cw_workers row beat within this is alive; see worker-liveness.ts. */
-  claimerLiveWithinMs = DEFAULT_CLAIMER_LIVE_WITHIN_MS;
+  claimerLiveWithinMs = DEFAULT_LEASE_TTL_MS;
   /** The claims this replica saw commit lately, which its heartbeat holds the ledger to. */
   readonly witness = new CommitWitness();
 

@@ -9,7 +9,7 @@ import { RunNotFoundError, RunNotRetryableError } from '../errors.js';
 import { advanceFence } from './fences.js';
 import type { LeaderStamp } from './commit-stamps.js';
 import { sqlStateList } from './run-states.js';
-import { withTransaction } from './transaction.js';
+import { fenceHoldLimit, withTransaction } from './transaction.js';
 import type { Tables } from '../db/tables.js';
 import type pg from 'pg';
 
@@ -37,29 +37,34 @@ export async function retryRun(
   t: Tables,
   runId: bigint,
   leader: LeaderStamp,
+  fenceIdleLimitMs: number,
 ): Promise<RetriedRun | undefined> {
-  return withTransaction(pool, async (client, rollback) => {
-    await advanceFence(client, t, leader.fenceResource, leader.token);
-    const res = await client.query<{ job: string; scheduled_at: Date; previous: string }>(
-      `UPDATE ${t.runs} r SET state = 'pending', finished_at = NULL, error = NULL, enqueued_at = now(),
+  return withTransaction(
+    pool,
+    async (client, rollback) => {
+      await advanceFence(client, t, leader.fenceResource, leader.token);
+      const res = await client.query<{ job: string; scheduled_at: Date; previous: string }>(
+        `UPDATE ${t.runs} r SET state = 'pending', finished_at = NULL, error = NULL, enqueued_at = now(),
          delivery_checked_at = NULL
        FROM (SELECT id, state AS previous FROM ${t.runs} WHERE id = $1 FOR UPDATE) old
        WHERE r.id = old.id AND r.state IN ${sqlStateList(RETRYABLE_STATES)}
        RETURNING r.job, r.scheduled_at, old.previous`,
-      [runId.toString()],
-    );
-    const row = res.rows[0];
-    if (!row) {
-      const now = await client.query<{ state: string }>(`SELECT state FROM ${t.runs} WHERE id = $1`, [
-        runId.toString(),
-      ]);
-      const state = now.rows[0]?.state;
-      throw state === undefined ? new RunNotFoundError(runId) : new RunNotRetryableError(runId, state);
-    }
-    if (!leader.stillLeading()) {
-      await rollback();
-      return undefined;
-    }
-    return { runId, job: row.job, scheduledAt: row.scheduled_at, previousState: row.previous };
-  });
+        [runId.toString()],
+      );
+      const row = res.rows[0];
+      if (!row) {
+        const now = await client.query<{ state: string }>(`SELECT state FROM ${t.runs} WHERE id = $1`, [
+          runId.toString(),
+        ]);
+        const state = now.rows[0]?.state;
+        throw state === undefined ? new RunNotFoundError(runId) : new RunNotRetryableError(runId, state);
+      }
+      if (!leader.stillLeading()) {
+        await rollback();
+        return undefined;
+      }
+      return { runId, job: row.job, scheduledAt: row.scheduled_at, previousState: row.previous };
+    },
+    fenceHoldLimit(fenceIdleLimitMs),
+  );
 }

@@ -12,7 +12,7 @@ import { StaleTokenError } from '../errors.js';
 import type { Tables } from '../db/tables.js';
 import { fenceToken } from './fences.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { withTransaction, type Queryable } from './transaction.js';
+import { fenceHoldLimit, withTransaction, type Queryable } from './transaction.js';
 
 export interface OpenEra extends ScheduleIdentity {
   job: string;
@@ -91,43 +91,52 @@ export async function openNewEras(
   t: Tables,
   eras: readonly OpenEra[],
   leader: { fenceResource: string; token: bigint; replicaId: string },
+  fenceIdleLimitMs: number,
 ): Promise<void> {
   if (eras.length === 0) return;
   const sorted = [...eras].sort((a, b) => (a.job < b.job ? -1 : a.job > b.job ? 1 : 0));
   const s = statements(t);
-  await withTransaction(pool, async (client) => {
-    const fenced = await client.query({ ...s.fence, values: [leader.fenceResource, leader.token.toString()] });
-    if (fenced.rowCount === 0)
-      throw new StaleTokenError(leader.fenceResource, leader.token, await fenceToken(client, t, leader.fenceResource));
-    // In chunks: the first tenure after an upgrade opens an era for every job (a million of them).
-    for (let i = 0; i < sorted.length; i += ERA_CHUNK) {
-      // Read again under the fence: a leader that read the open eras before the one it succeeds
-      // wrote its last (a schedule updated as the leadership changed) would otherwise open an era
-      // of a schedule already open, and split one era in two.
-      const asked = sorted.slice(i, i + ERA_CHUNK);
-      const open = await openEras(
-        client,
-        t,
-        asked.map((e) => e.job),
-      );
-      const chunk = asked.filter((e) => {
-        const current = open.get(e.job);
-        return !current || !sameSchedule(current, e);
-      });
-      if (chunk.length === 0) continue;
-      await client.query({ ...s.close, values: [chunk.map((e) => e.job), chunk.map((e) => e.from)] });
-      const json = JSON.stringify(
-        chunk.map((e) => ({
-          job: e.job,
-          expression: e.expression,
-          timezone: e.timezone,
-          dst: e.dst,
-          from_at: e.from.toISOString(),
-        })),
-      );
-      await client.query({ ...s.insert, values: [json, leader.token.toString(), leader.replicaId] });
-    }
-  });
+  await withTransaction(
+    pool,
+    async (client) => {
+      const fenced = await client.query({ ...s.fence, values: [leader.fenceResource, leader.token.toString()] });
+      if (fenced.rowCount === 0)
+        throw new StaleTokenError(
+          leader.fenceResource,
+          leader.token,
+          await fenceToken(client, t, leader.fenceResource),
+        );
+      // In chunks: the first tenure after an upgrade opens an era for every job (a million of them).
+      for (let i = 0; i < sorted.length; i += ERA_CHUNK) {
+        // Read again under the fence: a leader that read the open eras before the one it succeeds
+        // wrote its last (a schedule updated as the leadership changed) would otherwise open an era
+        // of a schedule already open, and split one era in two.
+        const asked = sorted.slice(i, i + ERA_CHUNK);
+        const open = await openEras(
+          client,
+          t,
+          asked.map((e) => e.job),
+        );
+        const chunk = asked.filter((e) => {
+          const current = open.get(e.job);
+          return !current || !sameSchedule(current, e);
+        });
+        if (chunk.length === 0) continue;
+        await client.query({ ...s.close, values: [chunk.map((e) => e.job), chunk.map((e) => e.from)] });
+        const json = JSON.stringify(
+          chunk.map((e) => ({
+            job: e.job,
+            expression: e.expression,
+            timezone: e.timezone,
+            dst: e.dst,
+            from_at: e.from.toISOString(),
+          })),
+        );
+        await client.query({ ...s.insert, values: [json, leader.token.toString(), leader.replicaId] });
+      }
+    },
+    fenceHoldLimit(fenceIdleLimitMs),
+  );
 }
 
 /** Job `job`'s eras that overlap [from, to], oldest first (at most 100). */

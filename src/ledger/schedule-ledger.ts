@@ -17,10 +17,10 @@
 import type pg from 'pg';
 import { ScheduleExistsError, ScheduleNotFoundError } from '../errors.js';
 import { advanceFence } from './fences.js';
-import { withTransaction, type Queryable } from './transaction.js';
+import { fenceHoldLimit, withTransaction, type Queryable } from './transaction.js';
 import type { Tables } from '../db/tables.js';
 import type { OverlapPolicy } from '../cron/scheduled-job.js';
-import type { LeaderStamp } from './commit-stamps.js';
+import { DEFAULT_LEASE_TTL_MS, type LeaderStamp } from './commit-stamps.js';
 
 /** What a runtime schedule says: which handler, when, with which policies and payload. */
 export interface ScheduleSpec {
@@ -95,6 +95,9 @@ const COLUMNS = `id, handler, cron, timezone, misfire, overlap, catch_up_window_
   version, updated_at, created_at, deleted_at`;
 
 export class ScheduleLedger {
+  /** How long a one-off run's commit, holding the scheduler's fence, may sit idle (fenceHoldLimit). */
+  fenceIdleLimitMs = DEFAULT_LEASE_TTL_MS;
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly t: Tables,
@@ -292,35 +295,39 @@ export class ScheduleLedger {
     o: { job: string; at: Date; key: string; payload: unknown },
     leader: LeaderStamp,
   ): Promise<OnceRun | undefined> {
-    return withTransaction(this.pool, async (client, rollback) => {
-      await advanceFence(client, this.t, leader.fenceResource, leader.token);
-      const inserted = await client.query<{ id: string; scheduled_at: Date; state: string }>(
-        `INSERT INTO ${this.t.runs} (job, scheduled_at, trigger, leader_token, leader_id, payload, once_key)
+    return withTransaction(
+      this.pool,
+      async (client, rollback) => {
+        await advanceFence(client, this.t, leader.fenceResource, leader.token);
+        const inserted = await client.query<{ id: string; scheduled_at: Date; state: string }>(
+          `INSERT INTO ${this.t.runs} (job, scheduled_at, trigger, leader_token, leader_id, payload, once_key)
          VALUES ($1, $2, 'once', $3, $4, $5::jsonb, $6)
          ON CONFLICT (job, once_key) WHERE once_key IS NOT NULL DO NOTHING
          RETURNING id, scheduled_at, state`,
-        [o.job, o.at, leader.token.toString(), leader.replicaId, JSON.stringify(o.payload ?? null), o.key],
-      );
-      const row = inserted.rows[0];
-      if (row && !leader.stillLeading()) {
-        await rollback();
-        return undefined;
-      }
-      if (row)
-        return { runId: BigInt(row.id), job: o.job, scheduledAt: row.scheduled_at, state: row.state, created: true };
-      const found = await client.query<{ id: string; scheduled_at: Date; state: string }>(
-        `SELECT id, scheduled_at, state FROM ${this.t.runs} WHERE job = $1 AND once_key = $2`,
-        [o.job, o.key],
-      );
-      const first = found.rows[0]!;
-      return {
-        runId: BigInt(first.id),
-        job: o.job,
-        scheduledAt: first.scheduled_at,
-        state: first.state,
-        created: false,
-      };
-    });
+          [o.job, o.at, leader.token.toString(), leader.replicaId, JSON.stringify(o.payload ?? null), o.key],
+        );
+        const row = inserted.rows[0];
+        if (row && !leader.stillLeading()) {
+          await rollback();
+          return undefined;
+        }
+        if (row)
+          return { runId: BigInt(row.id), job: o.job, scheduledAt: row.scheduled_at, state: row.state, created: true };
+        const found = await client.query<{ id: string; scheduled_at: Date; state: string }>(
+          `SELECT id, scheduled_at, state FROM ${this.t.runs} WHERE job = $1 AND once_key = $2`,
+          [o.job, o.key],
+        );
+        const first = found.rows[0]!;
+        return {
+          runId: BigInt(first.id),
+          job: o.job,
+          scheduledAt: first.scheduled_at,
+          state: first.state,
+          created: false,
+        };
+      },
+      fenceHoldLimit(this.fenceIdleLimitMs),
+    );
   }
 }
 

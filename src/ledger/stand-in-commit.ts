@@ -28,7 +28,7 @@ import {
 } from './fire-batch.js';
 import { coalesceSkipped } from './coalesced-fires.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { withTransaction } from './transaction.js';
+import { fenceHoldLimit, withTransaction } from './transaction.js';
 
 const statements = perSchema((t) => ({
   /** The fence $1's token, share-locked until COMMIT. */
@@ -69,37 +69,45 @@ export async function commitStandInFires(
   t: Tables,
   requested: FireRequest[],
   standIn: StandInStamp,
+  fenceIdleLimitMs: number,
 ): Promise<FireBatchResult> {
   const candidates = requested.filter((f) => !f.replace);
   if (candidates.length === 0) return noFires();
-  return withTransaction(pool, async (client) => {
-    const s = statements(t);
-    const accepted = inLockOrder(await currentScheduleVersions(client, t, candidates));
-    if (accepted.length === 0) return withOutdated(noFires(), candidates.length, 0);
-    const fence = await client.query<{ token: string }>({ ...s.fenceShared, values: [standIn.fenceResource] });
-    const token = fence.rows[0]?.token;
-    if (token === undefined) return noFires();
-    const inserted = await client.query<{
-      id: string;
-      job: string;
-      scheduled_at: Date;
-      trigger: FireTrigger;
-      state: 'pending' | 'skipped';
-    }>({ ...s.insertRuns, values: [fireRecords(accepted), token, standIn.replicaId] });
-    // Manual triggers do not move a job's last scheduled fire.
-    await client.query({ ...s.advanceJobState, values: [fireRecords(accepted.filter((f) => f.trigger !== 'manual'))] });
-    const { rows, held } = await coalesceSkipped(
-      client,
-      t,
-      accepted,
-      inserted.rows.map((r) => ({
-        runId: BigInt(r.id),
-        job: r.job,
-        scheduledAt: r.scheduled_at,
-        trigger: r.trigger,
-        state: r.state,
-      })),
-    );
-    return withOutdated(batchResult(withHeld(accepted, held), rows, []), candidates.length, accepted.length);
-  });
+  return withTransaction(
+    pool,
+    async (client) => {
+      const s = statements(t);
+      const accepted = inLockOrder(await currentScheduleVersions(client, t, candidates));
+      if (accepted.length === 0) return withOutdated(noFires(), candidates.length, 0);
+      const fence = await client.query<{ token: string }>({ ...s.fenceShared, values: [standIn.fenceResource] });
+      const token = fence.rows[0]?.token;
+      if (token === undefined) return noFires();
+      const inserted = await client.query<{
+        id: string;
+        job: string;
+        scheduled_at: Date;
+        trigger: FireTrigger;
+        state: 'pending' | 'skipped';
+      }>({ ...s.insertRuns, values: [fireRecords(accepted), token, standIn.replicaId] });
+      // Manual triggers do not move a job's last scheduled fire.
+      await client.query({
+        ...s.advanceJobState,
+        values: [fireRecords(accepted.filter((f) => f.trigger !== 'manual'))],
+      });
+      const { rows, held } = await coalesceSkipped(
+        client,
+        t,
+        accepted,
+        inserted.rows.map((r) => ({
+          runId: BigInt(r.id),
+          job: r.job,
+          scheduledAt: r.scheduled_at,
+          trigger: r.trigger,
+          state: r.state,
+        })),
+      );
+      return withOutdated(batchResult(withHeld(accepted, held), rows, []), candidates.length, accepted.length);
+    },
+    fenceHoldLimit(fenceIdleLimitMs),
+  );
 }

@@ -121,6 +121,18 @@ function firstResult(res: pg.QueryResult | pg.QueryResult[]): pg.QueryResult {
   return results(res)[0];
 }
 
+/**
+ * The opening statement (withTransaction's `opening`) of a transaction that takes the scheduler's
+ * fence row, by advancing it or FOR SHARE: PostgreSQL ends the session when it sits idle inside
+ * the transaction for `ms`. A replica frozen mid-commit (SIGSTOP, a paused VM, a debugger) would
+ * otherwise hold the row lock until it thawed, and its lease would lapse while no new leader could
+ * advance the fence and no stand-in could commit past it. `ms` is the lease TTL: a leader idle that
+ * long inside its commit has lost its lease, and would roll back at its stillLeading check anyway.
+ */
+export function fenceHoldLimit(ms: number): string {
+  return `SET LOCAL idle_in_transaction_session_timeout = ${sqlInt(Math.max(1, Math.round(ms)))}`;
+}
+
 /** An integer as an SQL literal, for the parameterless statements above (never user text). */
 export function sqlInt(n: bigint | number): string {
   if (typeof n === 'number' && !Number.isSafeInteger(n)) throw new RangeError(`not an integer: ${n}`);

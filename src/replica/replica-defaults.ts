@@ -11,6 +11,7 @@ import { pino } from 'pino';
 import { DEFAULT_NICENESS } from '../admin/admin-thread.js';
 import { DEFAULT_NAMESPACE, resolveSchema } from '../db/tables.js';
 import { InvalidArgumentError, InvalidConfigError } from '../errors.js';
+import { DEFAULT_LEASE_TTL_MS } from '../ledger/commit-stamps.js';
 import { MAX_SHARDS, validShardCount } from '../scheduler/shards/shard-map.js';
 import type { ReplicaAdminOptions, ReplicaOptions } from './replica-options.js';
 
@@ -27,7 +28,7 @@ export const DAY_MS = 24 * 3600 * 1000;
 /** Keyed by the library's option names; the CLI's names are in config/settings.ts. */
 export const replicaSettings = {
   /** election.ttlMs (the CLI's leaseTtlMs). */
-  ttlMs: { default: 10_000, min: 1000, max: 600_000 },
+  ttlMs: { default: DEFAULT_LEASE_TTL_MS, min: 1000, max: 600_000 },
   /** worker.concurrency. */
   concurrency: { default: 10, min: 1, max: 1000 },
   /** worker.lockDurationMs (the CLI's workerLockMs); BullMQ's own default. */

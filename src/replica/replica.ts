@@ -109,8 +109,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
       timeOutWaits: () => this.workflows.timeOutWaits(),
     });
     ({ shards: this.shards, runtime: this.runtime } = this.scheduler);
-    // A worker that stops beating for a lease TTL is taken for dead: its runs go to others.
-    ledger.runs.claimerLiveWithinMs = this.ttlMs;
+    ledger.useLeaseTtl(this.ttlMs);
     this.worker = new RunWorker({ ...o, ledger, registry, delivery: this.delivery, logger });
   }
 

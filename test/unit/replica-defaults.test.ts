@@ -133,7 +133,6 @@ const KNOWN_TWINS = [
   'jobs/bullmq-worker.ts: concurrency ?? 10',
   'jobs/bullmq-worker.ts: graceMs = 10_000',
   'jobs/bullmq-worker.ts: lockDurationMs ?? 30_000',
-  'jobs/node-cron-coordinator.ts: ttlMs ?? 10_000',
 ];
 
 it("no part of the library repeats a replica setting's default", () => {
