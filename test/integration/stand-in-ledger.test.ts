@@ -43,6 +43,32 @@ describe('Stand-in commits (real PostgreSQL)', () => {
     assert.equal(late.duplicates, 1);
   });
 
+  it('releases its pending runs with hand-over rows, as the leader does: the outbox has them until the hand-over is confirmed', async () => {
+    await ledger.fires.advanceFence(FENCE, 9n);
+    const r = await ledger.fires.commitStandInFires([fire('ho', 50), fire('ho', 51)], standIn('f1'));
+    const ids = r.committed.map((f) => f.runId);
+    assert.equal(ids.length, 2);
+    const rows = async () =>
+      (
+        await db.pool.query<{ run_id: string }>(
+          'SELECT run_id FROM cw_hand_overs WHERE run_id = ANY($1::bigint[]) ORDER BY run_id',
+          [ids.map(String)],
+        )
+      ).rows.map((x) => BigInt(x.run_id));
+    assert.deepEqual(await rows(), ids, 'a hand-over row per run');
+    const released = await db.pool.query(
+      'SELECT count(*)::int AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND enqueued_at IS NOT NULL',
+      [ids.map(String)],
+    );
+    assert.equal(released.rows[0].n, 2, 'released to the queue in the commit, not by a second update');
+    const outbox = async () =>
+      (await ledger.fires.unenqueued(100, [])).filter((x) => x.job === 'ho').map((x) => x.runId);
+    assert.deepEqual(await outbox(), ids, 'unconfirmed: the outbox would hand them over again');
+    await ledger.fires.markEnqueued(ids);
+    assert.deepEqual(await rows(), [], 'confirming deletes the rows');
+    assert.deepEqual(await outbox(), []);
+  });
+
   it("lastCommitsOf names who committed each job's last slot and when: what a stand-in learns the leader's lateness from", async () => {
     await ledger.fires.advanceFence(FENCE, 9n);
     const before = Date.now();
