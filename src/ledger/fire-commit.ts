@@ -34,21 +34,27 @@ import { fenceHoldLimit, withTransaction } from './transaction.js';
 
 const statements = perSchema((t) => ({
   /**
-   * One round trip: advance the leader's fence, and only if it accepted the token, insert the
-   * fires and move each job's last scheduled fire forward (never back; manual triggers do not
-   * count). $1 fires (fireRecords, in lock order), $2 token, $3 replica id, $4 fence resource.
-   * Locks in the order every fire commit takes them: the fence row, the runs' keys in the fires'
-   * order, the job state rows by job. A run the fire path hands over at once (pending, not held) is
+   * One round trip: take the leader's fence, and only if it accepted the token, insert the fires
+   * and move each job's last scheduled fire forward (never back; manual triggers do not count).
+   * $1 fires (fireRecords, in lock order), $2 token, $3 replica id, $4 fence resource. A fence
+   * already at the token is held FOR SHARE (as a stand-in holds it), so the leader's chunks of one
+   * tick commit side by side; a lower one is advanced, which waits for every holder to commit, so
+   * the tokens on committed runs still never decrease in commit order (I3). Locks in the order
+   * every fire commit takes them: the fence row, the runs' keys in the fires' order, the job state
+   * rows by job. A run the fire path hands over at once (pending, not held) is
    * released to the queue here (enqueued_at) with a cw_hand_overs row, which the hand-over deletes:
    * so confirming it writes one narrow row, not a second version of the run (outbox.ts).
    */
   fenceAndInsert: namedStatement(
     'fence_and_insert_fires',
-    `WITH fence AS (
-       INSERT INTO ${t.fences} AS f (resource, token) VALUES ($4, $2)
+    `WITH held AS (
+       SELECT token FROM ${t.fences} WHERE resource = $4 AND token = $2 FOR SHARE),
+     advanced AS (
+       INSERT INTO ${t.fences} AS f (resource, token) SELECT $4, $2 WHERE NOT EXISTS (SELECT 1 FROM held)
        ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = now()
        WHERE f.token <= EXCLUDED.token
        RETURNING token),
+     fence AS (SELECT token FROM held UNION ALL SELECT token FROM advanced),
      fire AS (
        SELECT * FROM jsonb_to_recordset($1::jsonb) AS f(ord int, job text, scheduled_at timestamptz, trigger text,
          state text, hold boolean, error text, schedule_version int, payload jsonb)),

@@ -7,39 +7,12 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import pg from 'pg';
 import { Ledger } from '../../src/ledger/ledger.js';
+import { freezingPool } from '../support/freezing-pool.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 const FENCE = 'scheduler/hold';
 const LIMIT_MS = 1000;
-
-/** A pool whose clients stop, forever or until thaw(), after the first statement that touched cw_fences. */
-function freezingPool(url: string) {
-  const pool = new pg.Pool({ connectionString: url, max: 2 });
-  pool.on('error', () => undefined); // the frozen session is ended by the server
-  let frozen!: () => void;
-  const hasFrozen = new Promise<void>((r) => (frozen = r));
-  let thaw!: () => void;
-  const thawed = new Promise<void>((r) => (thaw = r));
-  const connect = pool.connect.bind(pool) as () => Promise<pg.PoolClient>;
-  (pool as { connect: () => Promise<pg.PoolClient> }).connect = async () => {
-    const client = await connect();
-    const query = client.query.bind(client) as (...args: unknown[]) => Promise<unknown>;
-    (client as unknown as { query: (...args: unknown[]) => Promise<unknown> }).query = async (...args: unknown[]) => {
-      const res = await query(...args);
-      const q = args[0];
-      const text = typeof q === 'string' ? q : (q as { text?: string }).text;
-      if (text?.includes('cw_fences')) {
-        frozen();
-        await thawed;
-      }
-      return res;
-    };
-    return client;
-  };
-  return { pool, hasFrozen, thaw };
-}
 
 describe('a replica frozen while it holds the scheduler fence (real PostgreSQL)', () => {
   let db: TestDatabase;
