@@ -129,6 +129,34 @@ export function fireRecords(fires: FireRequest[]): string {
   );
 }
 
+/** The fires of fireRecords' JSON as a relation `fire` (the first CTE of an insert statement). */
+export const FIRE_RECORDS_CTE = `fire AS (
+       SELECT * FROM jsonb_to_recordset($1::jsonb) AS f(ord int, job text, scheduled_at timestamptz, trigger text,
+         state text, hold boolean, error text, schedule_version int, payload jsonb))`;
+
+/**
+ * The CTEs that insert the runs of `fire` (FIRE_RECORDS_CTE) under token $2 of replica $3, each
+ * unless its slot is taken, in the fires' order, when `guard` holds: `inserted` (the runs), and
+ * `released`, a cw_hand_overs row for each run handed over at once (pending, not held: released
+ * to the queue by its enqueued_at here, so confirming the hand-over deletes a narrow row instead
+ * of rewriting the run; outbox.ts). The leader's commit and the stand-ins' share them.
+ */
+export function insertFireRunsCtes(t: Tables, guard: string): string {
+  return `inserted AS (
+       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
+         schedule_version, payload)
+       SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
+              CASE WHEN f.state = 'skipped' OR NOT f.hold THEN now() END,
+              CASE WHEN f.state = 'skipped' THEN now() END,
+              f.error, f.schedule_version, f.payload
+       FROM fire f WHERE ${guard} ORDER BY f.ord
+       ON CONFLICT DO NOTHING
+       RETURNING id, job, scheduled_at, trigger, state, enqueued_at),
+     released AS (
+       INSERT INTO ${t.handOvers} (run_id)
+       SELECT id FROM inserted WHERE state = 'pending' AND enqueued_at IS NOT NULL)`;
+}
+
 /**
  * The requests, less runtime schedule fires whose version is no longer in effect at their instant.
  * Holds those schedules' rows FOR SHARE until COMMIT; no runtime fire, no round trip.

@@ -16,8 +16,10 @@ import { fenceToken } from './fences.js';
 import {
   batchResult,
   currentScheduleVersions,
+  FIRE_RECORDS_CTE,
   fireRecords,
   inLockOrder,
+  insertFireRunsCtes,
   noFires,
   slotKey,
   withHeld,
@@ -41,9 +43,7 @@ const statements = perSchema((t) => ({
    * tick commit side by side; a lower one is advanced, which waits for every holder to commit, so
    * the tokens on committed runs still never decrease in commit order (I3). Locks in the order
    * every fire commit takes them: the fence row, the runs' keys in the fires' order, the job state
-   * rows by job. A run the fire path hands over at once (pending, not held) is
-   * released to the queue here (enqueued_at) with a cw_hand_overs row, which the hand-over deletes:
-   * so confirming it writes one narrow row, not a second version of the run (outbox.ts).
+   * rows by job. The runs handed over at once are released here (insertFireRunsCtes).
    */
   fenceAndInsert: namedStatement(
     'fence_and_insert_fires',
@@ -55,22 +55,8 @@ const statements = perSchema((t) => ({
        WHERE f.token <= EXCLUDED.token
        RETURNING token),
      fence AS (SELECT token FROM held UNION ALL SELECT token FROM advanced),
-     fire AS (
-       SELECT * FROM jsonb_to_recordset($1::jsonb) AS f(ord int, job text, scheduled_at timestamptz, trigger text,
-         state text, hold boolean, error text, schedule_version int, payload jsonb)),
-     inserted AS (
-       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
-         schedule_version, payload)
-       SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
-              CASE WHEN f.state = 'skipped' OR NOT f.hold THEN now() END,
-              CASE WHEN f.state = 'skipped' THEN now() END,
-              f.error, f.schedule_version, f.payload
-       FROM fire f WHERE EXISTS (SELECT 1 FROM fence) ORDER BY f.ord
-       ON CONFLICT DO NOTHING
-       RETURNING id, job, scheduled_at, trigger, state, enqueued_at),
-     released AS (
-       INSERT INTO ${t.handOvers} (run_id)
-       SELECT id FROM inserted WHERE state = 'pending' AND enqueued_at IS NOT NULL),
+     ${FIRE_RECORDS_CTE},
+     ${insertFireRunsCtes(t, 'EXISTS (SELECT 1 FROM fence)')},
      job_state AS (
        INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
        SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence)

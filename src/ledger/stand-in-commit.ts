@@ -18,8 +18,10 @@ import type { StandInStamp } from './commit-stamps.js';
 import {
   batchResult,
   currentScheduleVersions,
+  FIRE_RECORDS_CTE,
   fireRecords,
   inLockOrder,
+  insertFireRunsCtes,
   noFires,
   withHeld,
   withOutdated,
@@ -34,27 +36,13 @@ const statements = perSchema((t) => ({
   /** The fence $1's token, share-locked until COMMIT. */
   fenceShared: namedStatement('stand_in_fence', `SELECT token FROM ${t.fences} WHERE resource = $1 FOR SHARE`),
   /**
-   * Insert fires $1 (fireRecords, in lock order) under token $2 of replica $3; returns the ones
-   * inserted. As in the leader's commit (fire-commit.ts), a run handed over at once (pending, not
-   * held) is released here with a cw_hand_overs row, which the hand-over deletes.
+   * Insert fires $1 (fireRecords, in lock order) under token $2 of replica $3, as the leader's
+   * commit does (insertFireRunsCtes); returns the ones inserted.
    */
   insertRuns: namedStatement(
     'stand_in_insert_runs',
-    `WITH inserted AS (
-       INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
-         schedule_version, payload)
-       SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
-              CASE WHEN f.state = 'skipped' OR NOT f.hold THEN now() END,
-              CASE WHEN f.state = 'skipped' THEN now() END,
-              f.error, f.schedule_version, f.payload
-       FROM jsonb_to_recordset($1::jsonb) AS f(ord int, job text, scheduled_at timestamptz, trigger text, state text,
-         hold boolean, error text, schedule_version int, payload jsonb)
-       ORDER BY f.ord
-       ON CONFLICT DO NOTHING
-       RETURNING id, job, scheduled_at, trigger, state, enqueued_at),
-     released AS (
-       INSERT INTO ${t.handOvers} (run_id)
-       SELECT id FROM inserted WHERE state = 'pending' AND enqueued_at IS NOT NULL)
+    `WITH ${FIRE_RECORDS_CTE},
+     ${insertFireRunsCtes(t, 'true')}
      SELECT id, job, scheduled_at, trigger, state FROM inserted`,
   ),
   /** Move each job's last scheduled fire forward to the latest of fires $1 (never back). */
