@@ -5,6 +5,7 @@
 import { z } from 'zod';
 import { NotLeaderError, RunNotFoundError, RunNotRetryableError, StaleTokenError } from '../errors.js';
 import { fireTriggers } from '../cron/fire-trigger.js';
+import { idempotencyKey, parseIdempotencyKey } from '../jobs/idempotency-key.js';
 import { runStates } from '../db/schema.js';
 import { pageRuns, runDetail, type RunCursor, type RunPageFilter } from '../ledger/run-reads.js';
 import { minuteHistory } from '../ledger/job-stats.js';
@@ -17,7 +18,8 @@ import { MAX_RUN_ID, instant, runId, runParams } from './route-params.js';
 /** Scheduled instants in µs since the epoch, within the years 0000-9999 (what `instant` takes). */
 const MAX_CURSOR_US = 253_402_300_800_000_000n;
 const CURSOR = /^(-?[0-9]{1,19})\.([1-9][0-9]{0,18})$/;
-const KEY_HELP = 'a run id (digits) or an idempotency key (job@2026-01-01T00:00:00.000Z)';
+const KEY_HELP =
+  'a run id (digits) or an idempotency key (job@2026-01-01T00:00:00.000Z, with #once:<key> for a one-off run, or workflow/run-<id>/<step>)';
 
 /** A page's cursor: the nextCursor of an earlier page, "<scheduled µs>.<run id>". */
 const cursor = z.string().transform((v, ctx): RunCursor => {
@@ -55,14 +57,14 @@ const historyQuery = z.object({
 
 export const encodeCursor = (c: RunCursor | null) => (c === null ? null : `${c.scheduledUs}.${c.id}`);
 
-/** ?q=: a run id, or an idempotency key `job@instant` (the key handlers get: job-context.ts). */
-function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot'> {
+/** ?q=: a run id, or an idempotency key as handlers get it (jobs/idempotency-key.ts). */
+function search(q: string | undefined): Pick<RunPageFilter, 'id' | 'slot' | 'step'> {
   if (q === undefined) return {};
   if (/^[0-9]+$/.test(q)) return { id: BigInt(parse(z.object({ q: runId }), { q }).q) };
-  const at = q.lastIndexOf('@');
-  const when = at > 0 ? instant.safeParse(q.slice(at + 1)) : undefined;
-  if (!when?.success) throw new HttpError(400, 'bad_request', `q: must be ${KEY_HELP}`);
-  return { slot: { job: q.slice(0, at), scheduledAt: new Date(when.data) } };
+  const key = parseIdempotencyKey(q);
+  if (!key) throw new HttpError(400, 'bad_request', `q: must be ${KEY_HELP}`);
+  if (key.kind === 'step') return { step: { workflowRunId: key.workflowRunId, step: key.step, item: key.item } };
+  return { slot: { job: key.job, scheduledAt: key.scheduledAt, onceKey: key.onceKey } };
 }
 
 export const runRoutes: AdminRoute[] = [
@@ -105,7 +107,15 @@ export const runRoutes: AdminRoute[] = [
         return {
           ...run,
           error: boundText(run.error),
-          idempotencyKey: `${run.job}@${run.scheduledAt}`,
+          idempotencyKey: idempotencyKey({
+            job: run.job,
+            scheduledAt: new Date(run.scheduledAt),
+            onceKey: run.onceKey,
+            workflow:
+              run.kind === 'step' && run.workflowRunId !== null && run.step !== null
+                ? { runId: run.workflowRunId, step: run.step, item: run.item }
+                : null,
+          }),
           attempts: run.attempts.map((a) => ({
             ...a,
             error: boundText(a.error),

@@ -9,6 +9,7 @@ import type pg from 'pg';
 import type { Claim, RunLedger, TransactionResult } from '../ledger/run-ledger.js';
 import { slotToken } from '../ledger/slot-token.js';
 import type { JobDefinition } from './define-job.js';
+import { idempotencyKey } from './idempotency-key.js';
 import type { JobContext, TransactionClient } from './job-context.js';
 import { ledgerCall } from './ledger-call.js';
 import type { SlotLoan } from './slot-loan.js';
@@ -174,13 +175,4 @@ async function untilAbandoned<T>(work: Promise<T>, abandon: AbortSignal | undefi
   } finally {
     abandon.removeEventListener('abort', onAbort);
   }
-}
-
-/**
- * Stable across attempts of one run, unique across runs: job name plus scheduled instant (a
- * one-off run: plus its key, since two one-off runs may share an instant).
- */
-export function idempotencyKey(run: { job: string; scheduledAt: Date; onceKey?: string }): string {
-  const key = `${run.job}@${run.scheduledAt.toISOString()}`;
-  return run.onceKey === undefined ? key : `${key}#once:${run.onceKey}`;
 }

@@ -24,7 +24,7 @@ import type { RegisteredStep } from './job-registry.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 import type { SlotLoan } from './slot-loan.js';
 
-export { idempotencyKey } from './attempt.js';
+export { idempotencyKey } from './idempotency-key.js';
 export { INTERRUPTED } from './settlement.js';
 
 export type ExecutionStatus =

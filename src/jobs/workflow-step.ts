@@ -106,7 +106,6 @@ export async function stepRunnable(
             throw new StepAlreadyCompletedError(`step run ${claim.runId} was completed by an earlier attempt`);
           return value as T;
         },
-        idempotencyKey: `${workflow.name}/run-${place.runId}/${place.step}${place.item === null ? '' : `[${place.item}]`}`,
         workflowRunId: place.runId.toString(),
         step: place.step,
         item: place.item ?? undefined,

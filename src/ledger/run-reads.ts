@@ -27,8 +27,10 @@ export interface RunPageFilter {
   to?: Date;
   /** Exactly this run. */
   id?: bigint;
-  /** The run with this idempotency key (job + scheduled instant). */
-  slot?: { job: string; scheduledAt: Date };
+  /** The runs of this job at this instant (an idempotency key's); with `onceKey`, the one-off run of that key. */
+  slot?: { job: string; scheduledAt: Date; onceKey?: string };
+  /** The step run at this place of a workflow run (a step run's idempotency key). */
+  step?: { workflowRunId: bigint; step: string; item: number | null };
   limit: number;
   cursor?: RunCursor;
 }
@@ -147,6 +149,8 @@ export async function pageRuns(
        AND ($4::timestamptz IS NULL OR r.scheduled_at >= $4) AND ($5::timestamptz IS NULL OR r.scheduled_at < $5)
        AND ($6::bigint IS NULL OR r.id = $6)
        AND ($7::bigint IS NULL OR (r.scheduled_at, r.id) < (timestamptz 'epoch' + $7::bigint * interval '1 microsecond', $8::bigint))
+       AND ($10::text IS NULL OR r.once_key = $10)
+       AND ($11::bigint IS NULL OR (r.workflow_run_id = $11 AND r.step = $12 AND COALESCE(r.item, -1) = $13))
      ORDER BY r.scheduled_at DESC, r.id DESC LIMIT $9`,
     [
       f.slot?.job ?? f.job ?? null,
@@ -158,6 +162,10 @@ export async function pageRuns(
       f.cursor?.scheduledUs.toString() ?? null,
       f.cursor?.id.toString() ?? null,
       f.limit + 1, // one more than asked: whether there is a next page at all
+      f.slot?.onceKey ?? null,
+      f.step?.workflowRunId.toString() ?? null,
+      f.step?.step ?? null,
+      f.step ? (f.step.item ?? -1) : null,
     ],
   );
   const rows = res.rows.slice(0, f.limit);

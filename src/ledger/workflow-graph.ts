@@ -42,6 +42,11 @@ export function stepJobName(workflow: string, fingerprint: string, step: string)
   return `${workflow}@${fingerprint}:${step}`;
 }
 
+/** The workflow of a step run's job name (stepJobName): neither fingerprint nor step holds an "@". */
+export function workflowOfStepJob(job: string): string {
+  return job.slice(0, job.lastIndexOf('@'));
+}
+
 /** The step a workflow graph has under `name`; throws when it has none. */
 export function stepOf(graph: WorkflowGraph, name: string): WorkflowStepShape {
   const step = graph.steps.find((s) => s.name === name);

@@ -319,3 +319,31 @@ describe('failover', () => {
     await until(async () => leader.replica.lease()?.token !== token, 'the stale tenure ends');
   });
 });
+
+describe('idempotency keys in the admin API', () => {
+  it("a one-off run's key is shown as its handler sent it, and finds the run", async () => {
+    await setFailing(db, false);
+    const lead = (await firstLeader(cluster.nodes.map((n) => n.replica))) === leader.replica ? leader : follower;
+    const res = await fetch(`${lead.url}/api/jobs/flaky/once`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ key: 'invoice-7@eu#1' }),
+    });
+    assert.equal(res.status, 201);
+    const runId = (await json(res)).runId as string;
+    await until(async () => (await runState(runId)) === 'completed', `one-off run ${runId} completes`);
+    const run = await json(await fetch(`${follower.url}/api/runs/${runId}`));
+    const sent = await db.pool.query('SELECT idempotency_key FROM public.console_effects WHERE run_id = $1', [runId]);
+    assert.equal(run.idempotencyKey, sent.rows[0].idempotency_key, 'the key the handler sent');
+    assert.equal(run.idempotencyKey, `flaky@${run.scheduledAt}#once:invoice-7@eu#1`);
+    const found = await json(await fetch(`${lead.url}/api/runs?q=${encodeURIComponent(run.idempotencyKey)}`));
+    assert.deepEqual(
+      found.runs.map((r: { id: string }) => r.id),
+      [runId],
+    );
+    const other = await json(
+      await fetch(`${lead.url}/api/runs?q=${encodeURIComponent(`flaky@${run.scheduledAt}#once:x`)}`),
+    );
+    assert.deepEqual(other.runs, [], "another one-off key at the same instant is not this run's");
+  });
+});
