@@ -5,6 +5,7 @@ import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom
 import type { ReplicaView } from './replica-view.js';
 import { activeRunCounts, attemptsFinishedSince, jobHealth, workflowRunsFinishedSince } from '../ledger/admin-reads.js';
 import { lastLedgerCheck } from '../ledger/ledger-check.js';
+import { workflowOfStepJob } from '../ledger/workflow-graph.js';
 import type { Tables } from '../db/tables.js';
 
 /** What the metrics read of a replica: its events, identity and clock offset. */
@@ -432,7 +433,7 @@ export class ReplicaMetrics {
       this.attempts.inc({ job: handlerOf(row.job), outcome: row.state });
       this.durations.observe({ job: handlerOf(row.job), outcome: row.state }, Math.max(0, row.seconds));
       if (row.step) {
-        const workflow = row.job.slice(0, row.job.indexOf('@'));
+        const workflow = workflowOfStepJob(row.job);
         this.stepAttempts.inc({ workflow, step: row.step.name, outcome: row.state });
         if (row.attempt === 1) this.handOff.observe({ workflow }, row.step.handOffSeconds);
       }
