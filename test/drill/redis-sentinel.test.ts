@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { createLeaseBackend, parseSentinelUrl } from '../../src/locks/create-backend.js';
 import { InvalidConfigError } from '../../src/errors.js';
-import { startSentinelGroup } from '../../src/drill/servers/redis-sentinel.js';
+import { Redis } from 'ioredis';
+import { SENTINEL_MASTER, startSentinelGroup } from '../../src/drill/servers/redis-sentinel.js';
 
 describe('redis lease backend through Sentinel', () => {
   it('parses redis-sentinel://host:port,.../name and refuses anything else', () => {
@@ -67,6 +68,43 @@ describe('redis lease backend through Sentinel', () => {
         assert.ok(third.token > second.token, `token ${third.token} after ${second.token}`);
       } finally {
         await backend.close();
+        await group.cleanup();
+      }
+    },
+  );
+
+  it(
+    'after the Sentinels failed over on their own (a loaded primary looked down), a failover kills the primary they name',
+    { timeout: 120_000 },
+    async () => {
+      const group = await startSentinelGroup();
+      const { sentinels } = parseSentinelUrl(group.url);
+      const ask = async (port: number, ...args: string[]) => {
+        const c = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1 });
+        try {
+          return await c.call(args[0]!, ...args.slice(1));
+        } finally {
+          c.disconnect();
+        }
+      };
+      const named = async () =>
+        Promise.all(
+          sentinels.map(async (s) =>
+            Number(((await ask(s.port, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER)) as string[])[1]),
+          ),
+        );
+      try {
+        const first = group.primary.port;
+        await ask(sentinels[0]!.port, 'SENTINEL', 'FAILOVER', SENTINEL_MASTER);
+        for (let i = 0; i < 300 && (await named()).some((p) => p === first); i++) await sleep(100);
+        assert.ok(
+          (await named()).every((p) => p !== first),
+          'the Sentinels moved the primary',
+        );
+        await group.failover();
+        assert.equal(group.primary.port, first, 'the node the Sentinels had demoted is the primary again');
+        assert.deepEqual(await named(), [first, first, first]);
+      } finally {
         await group.cleanup();
       }
     },

@@ -148,6 +148,17 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
       return primary;
     },
     async failover(o = {}) {
+      // The Sentinels may have failed over on their own since (under load a primary that answered
+      // late looks down to them): follow the primary they agree on, so the kill strikes it.
+      let agreed = 0;
+      await waitFor('the Sentinels to agree on the primary', async () => {
+        const named = await Promise.all(sentinelPorts.map(masterPort));
+        agreed = named[0]!;
+        return named.every((p) => p === agreed && (p === primary.port || p === replica.port))
+          ? undefined
+          : `the Sentinels name ${named.join(', ')}`;
+      });
+      if (agreed === replica.port) [primary, replica] = [replica, primary];
       // A failover needs a replica in sync that every Sentinel knows (the one before it left the
       // old primary to resync in the background: nothing in the drill needs it until now).
       await waitForGroup(sentinelPorts, replica);
