@@ -147,20 +147,32 @@ export const runs = pgTable(
      * was, outside the schedule's key, so that key could be built over the older ledger.
      */
     duplicateOf: bigint('duplicate_of', { mode: 'bigint' }),
+    /**
+     * The concurrency key while the run is unfinished, NULL once it finished (or for a run of no
+     * key): derived by the database, so the index of a key's waiting runs need not name
+     * `finished_at`, and a completion of a run of no key changes no indexed value (a HOT update).
+     */
+    openLimitKey: text('open_limit_key').generatedAlwaysAs(
+      sql.raw(`CASE WHEN "finished_at" IS NULL THEN "limit_key" END`),
+    ),
+    /** A workflow run's end, NULL for any other run: the metrics' index, which must not name `finished_at` either. */
+    workflowFinishedAt: tstz('workflow_finished_at').generatedAlwaysAs(
+      sql.raw(`CASE WHEN "kind" = 'workflow' THEN "finished_at" END`),
+    ),
   },
   (t) => [
     // Manual triggers and one-off runs are outside the key: a trigger that lands on a scheduled
     // instant must neither swallow that fire nor be refused as its duplicate. One-off runs have
     // their own key, (job, once_key).
     uniqueIndex('cw_runs_job_scheduled_at').on(t.job, t.scheduledAt).where(sql.raw(SLOT_KEY_PREDICATE)),
-    // The runs waiting for a concurrency key's slot, oldest first.
-    index('cw_runs_limit_waiting')
-      .on(t.limitKey, t.priority.desc(), t.scheduledAt, t.id)
-      .where(sql`${t.limitKey} IS NOT NULL AND ${t.finishedAt} IS NULL`),
+    // The unfinished runs of a concurrency key, the waiting ones by priority, then oldest first.
+    index('cw_runs_open_limit_key')
+      .on(t.openLimitKey, t.priority.desc(), t.scheduledAt, t.id)
+      .where(sql`${t.openLimitKey} IS NOT NULL`),
     // The metrics' workflow runs that ended since the last scrape.
-    index('cw_runs_workflow_finished')
-      .on(t.finishedAt)
-      .where(sql`${t.kind} = 'workflow'`),
+    index('cw_runs_workflow_finished_at')
+      .on(t.workflowFinishedAt)
+      .where(sql`${t.workflowFinishedAt} IS NOT NULL`),
     // One run per step (per item of a mapped step) of a workflow run: a step is created once.
     uniqueIndex('cw_runs_workflow_step_item')
       .on(t.workflowRunId, t.step, sql`COALESCE(${t.item}, -1)`)
@@ -176,11 +188,8 @@ export const runs = pgTable(
     index('cw_runs_outbox')
       .on(t.createdAt)
       .where(sql`${t.enqueuedAt} IS NULL`),
-    // Unfinished runs by job. Its predicate is finished_at, never state (see UNFINISHED in
-    // ledger/run-states.ts): no index names `state`, so a claim is a HOT update.
-    index('cw_runs_active')
-      .on(t.job)
-      .where(sql`${t.finishedAt} IS NULL`),
+    // No index names `finished_at` or `state`, so a claim and a completion are HOT updates (the
+    // unfinished runs are cw_open_runs; ledger/run-states.ts).
     // Retention deletes the oldest finished runs.
     index('cw_runs_created').on(t.createdAt),
     // The failover history's "last fire of the previous tenure".
@@ -381,6 +390,22 @@ export const workers = pgTable('cw_workers', {
 export const handOvers = pgTable('cw_hand_overs', {
   runId: bigint('run_id', { mode: 'bigint' }).primaryKey(),
 });
+
+/**
+ * The unfinished runs (finished_at NULL), by job: what the overlap policies, the sweeps and the
+ * ledger check scan instead of the whole ledger. Kept by triggers on cw_runs (migration 0019), so
+ * every writer, an older replica's too, keeps it true in its own transaction. A table of its own,
+ * so no index of cw_runs names `finished_at`: a completion is then a HOT update of the run's row
+ * plus the delete of this narrow one, not a new version of the run's row and each of its indexes.
+ */
+export const openRuns = pgTable(
+  'cw_open_runs',
+  {
+    runId: bigint('run_id', { mode: 'bigint' }).primaryKey(),
+    job: text('job').notNull(),
+  },
+  (t) => [index('cw_open_runs_job').on(t.job)],
+);
 
 /** One row per won election (a tenure): the failover history, with its last renew and its release. */
 export const elections = pgTable(

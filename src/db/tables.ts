@@ -72,6 +72,8 @@ export interface Tables {
   readonly workers: string;
   /** Runs released to the queue at their commit, until the queue took them (the outbox's other half). */
   readonly handOvers: string;
+  /** The unfinished runs by job, kept by triggers on cw_runs. */
+  readonly openRuns: string;
   readonly workflowSteps: string;
   readonly limitSlots: string;
   readonly rateStarts: string;
@@ -127,6 +129,7 @@ export function tablesIn(schema: string = DEFAULT_SCHEMA): Tables {
       members: q('cw_members'),
       workers: q('cw_workers'),
       handOvers: q('cw_hand_overs'),
+      openRuns: q('cw_open_runs'),
       workflowSteps: q('cw_workflow_steps'),
       limitSlots: q('cw_limit_slots'),
       rateStarts: q('cw_rate_starts'),

@@ -4,15 +4,15 @@
  */
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
+import { ACTIVE_SQL, openRunsOf } from './run-states.js';
 import type { Queryable } from './transaction.js';
 
 const statements = perSchema((t) => ({
   /** Of jobs $1: the active runs' ids, and how many are not yet handed to the queue. */
   byJob: namedStatement(
     'active_runs_by_job',
-    `SELECT job, array_agg(id::text) AS ids, (count(*) FILTER (WHERE enqueued_at IS NULL))::int AS held
-     FROM ${t.runs} WHERE job = ANY($1::text[]) AND ${UNFINISHED} AND state IN ${ACTIVE_SQL} GROUP BY job`,
+    `SELECT r.job, array_agg(r.id::text) AS ids, (count(*) FILTER (WHERE r.enqueued_at IS NULL))::int AS held
+     FROM ${openRunsOf(t, 'r')} WHERE r_open.job = ANY($1::text[]) AND r.state IN ${ACTIVE_SQL} GROUP BY r.job`,
   ),
 }));
 

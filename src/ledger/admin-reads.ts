@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { ACTIVE_SQL, UNFINISHED, activeRunStates, type ActiveRunState } from './run-states.js';
+import { ACTIVE_SQL, openRunsOf, activeRunStates, type ActiveRunState } from './run-states.js';
 import type { Tables } from '../db/tables.js';
 import type { MemberRecord } from './members.js';
 
@@ -186,7 +186,7 @@ export async function listElections(db: Db, t: Tables, leaseName: string, limit:
 /** How many runs are in each active state, cluster-wide. */
 export async function activeRunCounts(db: Db, t: Tables): Promise<Map<ActiveRunState, number>> {
   const res = await db.query<{ state: ActiveRunState; n: number }>(
-    `SELECT state, count(*)::int AS n FROM ${t.runs} WHERE ${UNFINISHED} AND state IN ${ACTIVE_SQL} GROUP BY state`,
+    `SELECT r.state, count(*)::int AS n FROM ${openRunsOf(t, 'r')} WHERE r.state IN ${ACTIVE_SQL} GROUP BY r.state`,
   );
   return new Map(activeRunStates.map((s) => [s, res.rows.find((r) => r.state === s)?.n ?? 0]));
 }
@@ -256,7 +256,7 @@ export async function workflowRunsFinishedSince(
 ): Promise<FinishedWorkflowRun[]> {
   const res = await db.query<{ id: string; job: string; state: string; seconds: number; finished_at: Date }>(
     `SELECT id::text, job, state, extract(epoch FROM finished_at - created_at)::float8 AS seconds, finished_at
-     FROM ${t.runs} WHERE kind = 'workflow' AND finished_at > $1::timestamptz ORDER BY finished_at LIMIT $2`,
+     FROM ${t.runs} WHERE workflow_finished_at > $1::timestamptz ORDER BY workflow_finished_at LIMIT $2`,
     [since, limit],
   );
   return res.rows.map((r) => ({

@@ -8,7 +8,7 @@ import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import type { Queryable } from './transaction.js';
 import { mayDeliverSql } from './run-limits.js';
-import { UNFINISHED } from './run-states.js';
+import { openRunsOf } from './run-states.js';
 
 /** A run the leader handed to the queue, as the re-delivery sweep sees it. */
 export interface HandedOverRun {
@@ -30,13 +30,13 @@ const statements = perSchema((t) => ({
   toCheck: namedStatement(
     'deliveries_to_check',
     `WITH due AS (
-       SELECT id FROM ${t.runs} r0
-       WHERE ${UNFINISHED} AND state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL AND ${mayDeliverSql(t, 'r0')}
+       SELECT r0.id FROM ${openRunsOf(t, 'r0')}
+       WHERE r0.state IN ('pending', 'retrying') AND r0.enqueued_at IS NOT NULL AND ${mayDeliverSql(t, 'r0')}
          AND NOT EXISTS (SELECT 1 FROM ${t.handOvers} h WHERE h.run_id = r0.id)
-         AND COALESCE(delivery_checked_at, enqueued_at) < now() - $1::bigint * interval '1 millisecond'
-         AND (available_at IS NULL OR available_at < now() - $1::bigint * interval '1 millisecond')
-       ORDER BY COALESCE(delivery_checked_at, enqueued_at) LIMIT $2
-       FOR UPDATE SKIP LOCKED)
+         AND COALESCE(r0.delivery_checked_at, r0.enqueued_at) < now() - $1::bigint * interval '1 millisecond'
+         AND (r0.available_at IS NULL OR r0.available_at < now() - $1::bigint * interval '1 millisecond')
+       ORDER BY COALESCE(r0.delivery_checked_at, r0.enqueued_at) LIMIT $2
+       FOR UPDATE OF r0 SKIP LOCKED)
      UPDATE ${t.runs} r SET delivery_checked_at = now() FROM due WHERE r.id = due.id
      RETURNING r.id, r.job, r.scheduled_at, r.state, r.claim_token`,
   ),
@@ -45,7 +45,7 @@ const statements = perSchema((t) => ({
 /**
  * The sweep's batch: runs handed to the queue (enqueued_at set) and still waiting for a worker,
  * not looked at for `olderThanMs`, oldest first, marked as looked at now. Only active runs are
- * scanned (the partial index cw_runs_active), so the cost follows the backlog, not the ledger.
+ * scanned (cw_open_runs), so the cost follows the backlog, not the ledger.
  */
 export async function deliveriesToCheck(
   db: Queryable,

@@ -13,7 +13,7 @@ import { SLOT_KEY_PREDICATE } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
 import type { RunRecord, StepsOfRun } from './invariant-checks.js';
 import { mayDeliverSql } from './run-limits.js';
-import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
+import { ACTIVE_SQL, openRunsOf } from './run-states.js';
 import type { Queryable } from './transaction.js';
 import { claimerAlive } from './worker-liveness.js';
 
@@ -163,7 +163,7 @@ const WAITING_SINCE = `GREATEST(r.created_at, r.available_at, r.enqueued_at, r.d
 
 /**
  * Unfinished runs no one is on past their bound, oldest first (up to `examples`), and how many
- * there are. Scans the unfinished runs only (the partial index cw_runs_active).
+ * there are. Scans the unfinished runs only (cw_open_runs).
  */
 export async function unsettledRuns(
   db: Queryable,
@@ -182,8 +182,8 @@ export async function unsettledRuns(
   }>(
     `WITH timeouts AS (SELECT * FROM unnest($3::text[], $4::bigint[]) AS x(job, timeout_ms)),
      backlog AS (
-       SELECT count(*) * $6::float8 AS sweep_ms FROM ${t.runs}
-       WHERE ${UNFINISHED} AND state IN ('pending', 'retrying') AND enqueued_at IS NOT NULL),
+       SELECT count(*) * $6::float8 AS sweep_ms FROM ${openRunsOf(t, 'b')}
+       WHERE b.state IN ('pending', 'retrying') AND b.enqueued_at IS NOT NULL),
      judged AS (
        SELECT r.id, r.job, r.scheduled_at, r.state,
          CASE
@@ -195,13 +195,13 @@ export async function unsettledRuns(
              AND ${WAITING_SINCE} < now() - ($2::bigint + CASE WHEN r.enqueued_at IS NULL THEN 0
                ELSE (SELECT sweep_ms FROM backlog) END) * interval '1 millisecond'
              AND ${mayDeliverSql(t, 'r')}
-             AND NOT (r.enqueued_at IS NULL AND EXISTS (SELECT 1 FROM ${t.runs} a WHERE a.job = r.job AND a.id < r.id
-               AND a.${UNFINISHED} AND a.state IN ${ACTIVE_SQL}))
+             AND NOT (r.enqueued_at IS NULL AND EXISTS (SELECT 1 FROM ${openRunsOf(t, 'a')} WHERE a_open.job = r.job AND a.id < r.id
+               AND a.state IN ${ACTIVE_SQL}))
              AND NOT EXISTS (SELECT 1 FROM ${t.jobState} s WHERE s.job = r.job AND s.paused) THEN 'not-delivered'
          END AS why,
          CASE WHEN r.state = 'running' THEN r.started_at ELSE ${WAITING_SINCE} END AS since
-       FROM ${t.runs} r LEFT JOIN timeouts x ON x.job = r.job
-       WHERE r.${UNFINISHED} AND r.state IN ${ACTIVE_SQL} AND r.kind <> 'workflow'
+       FROM ${openRunsOf(t, 'r')} LEFT JOIN timeouts x ON x.job = r.job
+       WHERE r.state IN ${ACTIVE_SQL} AND r.kind <> 'workflow'
          AND r.created_at < now() - LEAST($1::bigint, $2::bigint) * interval '1 millisecond')
      SELECT id, job, scheduled_at, state, why, (extract(epoch FROM now() - since) * 1000)::float8 AS for_ms,
        count(*) OVER ()::int AS total

@@ -7,7 +7,7 @@ import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import type { CommittedFire } from './fire-batch.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
+import { ACTIVE_SQL, openRunsOf } from './run-states.js';
 import { sqlInt, type Queryable } from './transaction.js';
 
 /**
@@ -48,8 +48,8 @@ const statements = perSchema((t) => ({
        WHERE enqueued_at IS NOT NULL AND state = 'pending')
      SELECT r.id, r.job, r.scheduled_at, r.trigger, r.available_at FROM waiting r
      WHERE NOT (r.job = ANY($2::text[]) AND EXISTS (
-         SELECT 1 FROM ${t.runs} a WHERE a.job = r.job AND a.id <> r.id
-           AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.${UNFINISHED} AND a.state IN ${ACTIVE_SQL}))
+         SELECT 1 FROM ${openRunsOf(t, 'a')} WHERE a_open.job = r.job AND a.id <> r.id
+           AND (a.enqueued_at IS NOT NULL OR a.id < r.id) AND a.state IN ${ACTIVE_SQL}))
      ORDER BY r.created_at, r.id LIMIT $1`,
   ),
 }));

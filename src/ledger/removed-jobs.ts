@@ -8,25 +8,26 @@
  */
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
+import { ACTIVE_SQL, openRunsOf } from './run-states.js';
 import type { Queryable } from './transaction.js';
 
 const statements = perSchema((t) => ({
   /** Cancel, with reason $2, active runs older than $3 ms of jobs not in $1. */
   cancelRuns: namedStatement(
     'cancel_runs_of_removed_jobs',
-    `UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), error = $2
-     WHERE ${UNFINISHED} AND state IN ${ACTIVE_SQL} AND kind = 'job' AND split_part(job, '/', 1) <> ALL($1::text[])
-       AND job NOT LIKE 'node-cron:%'
-       AND created_at < now() - $3::bigint * interval '1 millisecond'
-     RETURNING id, job`,
+    `UPDATE ${t.runs} r SET state = 'cancelled', finished_at = now(), error = $2
+     FROM ${t.openRuns} o
+     WHERE r.id = o.run_id AND r.state IN ${ACTIVE_SQL} AND r.kind = 'job' AND split_part(o.job, '/', 1) <> ALL($1::text[])
+       AND o.job NOT LIKE 'node-cron:%'
+       AND r.created_at < now() - $3::bigint * interval '1 millisecond'
+     RETURNING r.id, r.job`,
   ),
   /** Delete the state of jobs not in $1 that have no active run left. */
   forget: namedStatement(
     'forget_removed_jobs',
     `DELETE FROM ${t.jobState} s
      WHERE split_part(s.job, '/', 1) <> ALL($1::text[]) AND s.job NOT LIKE 'node-cron:%'
-       AND NOT EXISTS (SELECT 1 FROM ${t.runs} r WHERE r.job = s.job AND r.${UNFINISHED} AND r.state IN ${ACTIVE_SQL})
+       AND NOT EXISTS (SELECT 1 FROM ${openRunsOf(t, 'r')} WHERE r_open.job = s.job AND r.state IN ${ACTIVE_SQL})
      RETURNING s.job`,
   ),
 }));

@@ -14,7 +14,6 @@
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { withTransaction, type Queryable } from './transaction.js';
-import { UNFINISHED } from './run-states.js';
 import type pg from 'pg';
 
 /** A claimed run asking for a slot of `key` (at most `limit` runs at once). */
@@ -59,8 +58,8 @@ const slotIsFree = (t: Tables, window: string) =>
 export const mayDeliverSql = (t: Tables, r: string) =>
   `(${r}.limit_key IS NULL OR ${r}.state <> 'pending' OR (
      EXISTS (SELECT 1 FROM ${t.limitSlots} s WHERE s.key = ${r}.limit_key AND ${slotMayBeFree(t)})
-     AND NOT EXISTS (SELECT 1 FROM ${t.runs} older WHERE older.limit_key = ${r}.limit_key
-       AND older.${UNFINISHED} AND older.state IN ('pending', 'retrying') AND (older.scheduled_at, older.id) < (${r}.scheduled_at, ${r}.id))))`;
+     AND NOT EXISTS (SELECT 1 FROM ${t.runs} older WHERE older.open_limit_key = ${r}.limit_key
+       AND older.state IN ('pending', 'retrying') AND (older.scheduled_at, older.id) < (${r}.scheduled_at, ${r}.id))))`;
 
 const statements = perSchema((t) => ({
   /** Make sure key $1 has slots 0..$2-1 (a raised limit adds rows; a lowered one leaves the rest unused). */
@@ -80,7 +79,7 @@ const statements = perSchema((t) => ({
   ahead: namedStatement(
     'limit_waiters_ahead',
     `SELECT count(*)::int AS n FROM ${t.runs} w, ${t.runs} me
-     WHERE me.id = $2 AND w.limit_key = $1 AND w.${UNFINISHED} AND w.state IN ('pending', 'retrying') AND w.id <> me.id
+     WHERE me.id = $2 AND w.open_limit_key = $1 AND w.state IN ('pending', 'retrying') AND w.id <> me.id
        AND (w.available_at IS NULL OR w.available_at <= now())
        AND (w.priority > $3 OR (w.priority = $3 AND (w.scheduled_at, w.id) < (me.scheduled_at, me.id)))`,
   ),
@@ -123,7 +122,7 @@ const statements = perSchema((t) => ({
   heads: namedStatement(
     'limit_waiters',
     `SELECT id, attempts FROM ${t.runs}
-     WHERE limit_key = $1 AND ${UNFINISHED} AND state IN ('pending', 'retrying') AND (available_at IS NULL OR available_at <= now())
+     WHERE open_limit_key = $1 AND state IN ('pending', 'retrying') AND (available_at IS NULL OR available_at <= now())
      ORDER BY priority DESC, scheduled_at, id LIMIT $2`,
   ),
 }));

@@ -1,5 +1,6 @@
 /** The states of a run, written out once: the schema, the ledger's SQL and the admin API use these. */
 import { runStates, type RunState } from '../db/schema.js';
+import type { Tables } from '../db/tables.js';
 
 export { runStates, type RunState };
 
@@ -24,12 +25,14 @@ export function sqlStateList(states: readonly RunState[]): string {
 export const ACTIVE_SQL = sqlStateList(activeRunStates);
 
 /**
- * The predicate of the partial indexes of unfinished runs (cw_runs_active, cw_runs_limit_waiting):
- * a run is active exactly when its finished_at is NULL (every writer of `state` keeps the two
- * together; test/integration/ledger-contract.test.ts checks it). Not `state` itself: a column an
- * index names, in its key or its predicate, makes every update of it a non-HOT update that writes
- * an entry into each of the table's indexes, and the claim (pending → running) changes `state`.
- * A query that wants those indexes says `finished_at IS NULL` beside its state test.
+ * The unfinished runs, as a FROM item: cw_open_runs `<r>_open` (one narrow row a run while its
+ * finished_at is NULL, kept by triggers on cw_runs, migration 0019) joined to its run `<r>`. A query
+ * of a job's unfinished runs says `<r>_open.job = …`, so it reads that table's job index. No index
+ * of cw_runs names `finished_at` or `state` (every writer of `state` keeps finished_at with it;
+ * test/integration/ledger-contract.test.ts checks it): a column an index names, in its key or its
+ * predicate, makes every update of it a non-HOT update writing an entry into each of the table's
+ * indexes, and a claim changes `state`, a completion both.
  */
-export const UNFINISHED = 'finished_at IS NULL';
+export const openRunsOf = (t: Tables, r: string): string =>
+  `${t.openRuns} ${r}_open JOIN ${t.runs} ${r} ON ${r}.id = ${r}_open.run_id`;
 export const FINISHED_SQL = sqlStateList(finishedRunStates);

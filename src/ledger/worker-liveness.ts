@@ -6,7 +6,7 @@
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import type { Queryable } from './transaction.js';
-import { UNFINISHED } from './run-states.js';
+import { openRunsOf } from './run-states.js';
 
 /** SQL: the claimer of run `r` beat within `window` ms (a placeholder naming the window). */
 export function claimerAlive(t: Tables, window: string): string {
@@ -25,8 +25,8 @@ const statements = perSchema((t) => ({
   /** Up to $3 runs running for a worker other than $1 that did not beat within $2 ms, oldest claims first. */
   orphans: namedStatement(
     'orphaned_runs',
-    `SELECT r.id FROM ${t.runs} r
-     WHERE r.${UNFINISHED} AND r.state = 'running' AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1 AND NOT ${claimerAlive(t, '$2')}
+    `SELECT r.id FROM ${openRunsOf(t, 'r')}
+     WHERE r.state = 'running' AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1 AND NOT ${claimerAlive(t, '$2')}
      ORDER BY r.claim_token LIMIT $3`,
   ),
 }));

@@ -7,7 +7,7 @@ import type pg from 'pg';
 import { RunNotFoundError, WorkflowRunError } from '../errors.js';
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import { ACTIVE_SQL, UNFINISHED } from './run-states.js';
+import { ACTIVE_SQL, openRunsOf } from './run-states.js';
 import { withTransaction } from './transaction.js';
 import type { WorkflowGraph } from './workflow-graph.js';
 import { failGate, lockWorkflowRun, makeReady, needDone, type ReadyStepRun } from './workflow-steps.js';
@@ -20,9 +20,9 @@ const statements = perSchema((t) => ({
   /** Running workflow runs whose "<workflow>@<fingerprint>" is not in $1, older than $2 ms. */
   undefinedRuns: namedStatement(
     'workflow_runs_of_undefined_definitions',
-    `SELECT id, job || '@' || (result ->> 'definition') AS definition FROM ${t.runs}
-     WHERE kind = 'workflow' AND ${UNFINISHED} AND state = 'running' AND job || '@' || (result ->> 'definition') <> ALL($1::text[])
-       AND created_at < now() - $2::bigint * interval '1 millisecond'`,
+    `SELECT r.id, r.job || '@' || (r.result ->> 'definition') AS definition FROM ${openRunsOf(t, 'r')}
+     WHERE r.kind = 'workflow' AND r.state = 'running' AND r.job || '@' || (r.result ->> 'definition') <> ALL($1::text[])
+       AND r.created_at < now() - $2::bigint * interval '1 millisecond'`,
   ),
   pinnedTo: namedStatement(
     'workflow_fingerprint',

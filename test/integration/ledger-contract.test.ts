@@ -56,7 +56,7 @@ ledgerContract('PostgreSQL', {
     await db?.drop();
   },
   invariants: {
-    // What the partial indexes of unfinished runs rely on (UNFINISHED in src/ledger/run-states.ts).
+    // What the queries of unfinished runs rely on (openRunsOf in src/ledger/run-states.ts).
     async 'a run is active exactly when its finished_at is NULL'() {
       const res = await db!.pool.query<{ id: string; state: string; finished_at: Date | null }>(
         `SELECT id::text, state, finished_at FROM cw_runs WHERE (finished_at IS NULL) <> (state IN ${ACTIVE_SQL})`,
@@ -64,6 +64,21 @@ ledgerContract('PostgreSQL', {
       assert.deepEqual(res.rows, []);
       const all = await db!.pool.query<{ n: number }>('SELECT count(DISTINCT state)::int AS n FROM cw_runs');
       assert.ok(all.rows[0]!.n >= 5, `the scenarios left runs in ${all.rows[0]!.n} states`);
+    },
+    // The triggers of migration 0019 keep cw_open_runs to the unfinished runs, through every
+    // scenario's inserts, completions, retries, cancellations and supersessions.
+    async 'cw_open_runs holds exactly the unfinished runs, each under its job'() {
+      const res = await db!.pool.query<{ run_id: string; job: string | null; open_job: string | null }>(
+        `SELECT COALESCE(r.id, o.run_id)::text AS run_id, r.job, o.job AS open_job
+         FROM (SELECT id, job FROM cw_runs WHERE finished_at IS NULL) r FULL JOIN cw_open_runs o ON o.run_id = r.id
+         WHERE r.id IS NULL OR o.run_id IS NULL OR r.job <> o.job`,
+      );
+      assert.deepEqual(res.rows, []);
+      const open = await db!.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM cw_open_runs');
+      const finished = await db!.pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM cw_runs WHERE finished_at IS NOT NULL',
+      );
+      assert.ok(open.rows[0]!.n > 0 && finished.rows[0]!.n > 0, 'the scenarios left runs both open and finished');
     },
   },
 });

@@ -1,0 +1,90 @@
+/**
+ * A claim and a completion rewrite only the run's row (HOT updates, real PostgreSQL): no index of
+ * cw_runs names a column they change, so neither writes an entry into each of its ten indexes.
+ * Counted from PostgreSQL's own statistics for the table, on the one connection that did the work.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { tablesIn } from '../../src/db/tables.js';
+import { workflowRunsFinishedSince } from '../../src/ledger/admin-reads.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import type { Claim } from '../../src/ledger/run-ledger.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+describe('HOT updates of cw_runs (real PostgreSQL)', () => {
+  let db: TestDatabase;
+  let pool: pg.Pool;
+  let ledger: Ledger;
+  const stamp = { fenceResource: 'scheduler/hot', token: 1n, replicaId: 'test', stillLeading: () => true };
+
+  before(async () => {
+    db = await createTestDatabase();
+    pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    ledger = new Ledger(pool, db.schema);
+  });
+  after(async () => {
+    await pool.end();
+    await db.drop();
+  });
+
+  /** cw_runs' updated and HOT-updated row counts, this connection's figures flushed first. */
+  const updates = async (): Promise<{ all: number; hot: number }> => {
+    await pool.query('SELECT pg_stat_force_next_flush()');
+    const res = await pool.query<{ all: string; hot: string }>(
+      `SELECT n_tup_upd AS all, n_tup_hot_upd AS hot FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+      [`"${db.schema}".cw_runs`],
+    );
+    return { all: Number(res.rows[0]!.all), hot: Number(res.rows[0]!.hot) };
+  };
+
+  it('claims and completions of three runs are six HOT updates, and the runs leave cw_open_runs', async () => {
+    const at = Date.UTC(2026, 0, 1);
+    const { committed } = await ledger.fires.commitFires(
+      [0, 1, 2].map((i) => ({ job: 'hot', scheduledAt: new Date(at + i * 1000), trigger: 'schedule' as const })),
+      stamp,
+    );
+    const ids = committed.map((f) => f.runId);
+    const open = async () =>
+      Number(
+        (await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".cw_open_runs WHERE job = 'hot'`))
+          .rows[0]!.n,
+      );
+    assert.equal(await open(), 3);
+    const before = await updates();
+    const claims = (await ledger.runs.claimMany(ids, 'w1')).map((r) => (r as { claim: Claim }).claim);
+    assert.equal(claims.length, 3);
+    const accepted = await ledger.runs.finishMany(
+      claims.map((c) => ({ runId: c.runId, token: c.token, attempt: c.attempt, outcome: 'completed' as const })),
+    );
+    assert.deepEqual(accepted, [true, true, true]);
+    const done = await updates();
+    assert.equal(done.all - before.all, 6, 'three claims and three completions');
+    assert.equal(done.hot - before.hot, 6, 'every one of them a HOT update');
+    assert.equal(await open(), 0);
+  });
+
+  it("the metrics read a workflow run's end from its derived column, and no job run's", async () => {
+    const insert = async (job: string, kind: string) =>
+      (
+        await pool.query<{ id: string }>(
+          `INSERT INTO "${db.schema}".cw_runs (job, scheduled_at, leader_token, leader_id, kind, state)
+           VALUES ($1, now(), 1, 'test', $2, 'running') RETURNING id`,
+          [job, kind],
+        )
+      ).rows[0]!.id;
+    const workflowRun = await insert('nightly', 'workflow');
+    const jobRun = await insert('plain', 'job');
+    const since = new Date(Date.now() - 60_000);
+    assert.deepEqual(await workflowRunsFinishedSince(pool, tablesIn(db.schema), since), []);
+    await pool.query(
+      `UPDATE "${db.schema}".cw_runs SET state = 'completed', finished_at = now() WHERE id = ANY($1::bigint[])`,
+      [[workflowRun, jobRun]],
+    );
+    const ended = await workflowRunsFinishedSince(pool, tablesIn(db.schema), since);
+    assert.deepEqual(
+      ended.map((r) => [r.id, r.workflow, r.state]),
+      [[workflowRun, 'nightly', 'completed']],
+    );
+  });
+});
