@@ -114,6 +114,11 @@ export const runs = pgTable(
      * whether it is still alive: a running run whose claimer stopped beating is handed out again.
      */
     claimedBy: text('claimed_by'),
+    /**
+     * When the newest claim was made: the start of the running attempt, whose cw_run_attempts row
+     * is written once it ends (NULL: claimed by a version before 0020, which wrote the row at once).
+     */
+    claimedAt: tstz('claimed_at'),
     /** Attempts the handler failed (thrown, timed out): the job's retries count these, not hand-backs. */
     failures: integer('failures').notNull().default(0),
     /** A run is not claimed before this instant (a retry's backoff, a step's delay); NULL: now. */
@@ -200,7 +205,13 @@ export const runs = pgTable(
   ],
 );
 
-/** Every attempt of every run, for the admin view and the drill checker. */
+/**
+ * Every ended attempt of every run, for the admin view and the drill checker, written once when the
+ * attempt ends (its outcome, a takeover, a cancellation, a hand-back). The running attempt is the
+ * run's own row (state 'running': attempts, claim_token, claimed_by, claimed_at), so a run's claim
+ * and completion add one row here, not a row and its second version. Versions before 0020 wrote a
+ * 'running' row at the claim; whoever ends that attempt settles the row instead.
+ */
 export const runAttempts = pgTable(
   'cw_run_attempts',
   {

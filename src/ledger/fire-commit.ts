@@ -32,6 +32,7 @@ import { namedStatement, perSchema } from './named-statement.js';
 import { coalesceSkipped } from './coalesced-fires.js';
 import { recordMissedRanges, type MissedRangeRecord } from './missed-ranges.js';
 import { ACTIVE_SQL } from './run-states.js';
+import { cancelledAttempts } from './attempt-rows.js';
 import { fenceHoldLimit, withTransaction } from './transaction.js';
 
 const statements = perSchema((t) => ({
@@ -69,9 +70,13 @@ const statements = perSchema((t) => ({
   /** Cancel job $1's active runs but $3, with reason $2; returns their ids. */
   cancelActive: namedStatement(
     'cancel_replaced_runs',
-    `UPDATE ${t.runs} r SET state = 'cancelled', finished_at = now(), error = $2
-     FROM ${t.openRuns} o
-     WHERE o.job = $1 AND r.id = o.run_id AND r.state IN ${ACTIVE_SQL} AND r.id <> ALL($3::bigint[]) RETURNING r.id`,
+    `WITH cancelled AS (
+       UPDATE ${t.runs} r SET state = 'cancelled', finished_at = now(), error = $2
+       FROM ${t.openRuns} o
+       WHERE o.job = $1 AND r.id = o.run_id AND r.state IN ${ACTIVE_SQL} AND r.id <> ALL($3::bigint[])
+       RETURNING r.id, r.attempts, r.claim_token, r.claimed_by, r.claimed_at),
+     attempts AS (${cancelledAttempts(t, 'cancelled', '$2')})
+     SELECT id FROM cancelled`,
   ),
 }));
 

@@ -105,10 +105,12 @@ const lostClaimsStatement = perSchema((t) =>
        WHERE claimed_at > now() - interval '1 hour'),
      lost AS (
        SELECT s.* FROM seen s
-       WHERE NOT EXISTS (SELECT 1 FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
-         WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.token = s.token
-           AND (s.job IS NULL OR (r.job = s.job AND r.scheduled_at = s.scheduled_at))
-           AND (NOT s.finished OR a.finished_at IS NOT NULL))),
+       WHERE NOT EXISTS (SELECT 1 FROM ${t.runs} r
+         WHERE r.id = s.run_id AND (s.job IS NULL OR (r.job = s.job AND r.scheduled_at = s.scheduled_at))
+           AND (EXISTS (SELECT 1 FROM ${t.runAttempts} a
+                 WHERE a.run_id = r.id AND a.attempt = s.attempt AND a.token = s.token
+                   AND (NOT s.finished OR a.finished_at IS NOT NULL))
+             OR (NOT s.finished AND r.claim_token = s.token AND r.attempts = s.attempt)))),
      noted AS (
        UPDATE ${t.members} SET lost_writes = lost_writes + (SELECT count(*) FROM lost), lost_writes_at = now(),
          lost_write_example = COALESCE(lost_write_example, (
@@ -122,7 +124,8 @@ const lostClaimsStatement = perSchema((t) =>
 
 /**
  * Of the claims and outcomes this replica saw commit (commit-witness.ts), those the ledger no
- * longer has: no attempt row with that token, its run now another slot (a run id issued again
+ * longer has: no attempt row with that token nor the run still on it (a running attempt's row is
+ * written when it ends, attempt-rows.ts), its run now another slot (a run id issued again
  * after a lossy failover), or, for an outcome, the attempt not finished. Counted on the member row (lost_writes, when, the first in words) in the same
  * statement, for the ledger check to report. Claims an hour old or older are not asked about:
  * only retention deletes runs, and never one less than a day old.

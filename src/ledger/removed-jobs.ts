@@ -9,18 +9,22 @@
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { ACTIVE_SQL, openRunsOf } from './run-states.js';
+import { cancelledAttempts } from './attempt-rows.js';
 import type { Queryable } from './transaction.js';
 
 const statements = perSchema((t) => ({
   /** Cancel, with reason $2, active runs older than $3 ms of jobs not in $1. */
   cancelRuns: namedStatement(
     'cancel_runs_of_removed_jobs',
-    `UPDATE ${t.runs} r SET state = 'cancelled', finished_at = now(), error = $2
-     FROM ${t.openRuns} o
-     WHERE r.id = o.run_id AND r.state IN ${ACTIVE_SQL} AND r.kind = 'job' AND split_part(o.job, '/', 1) <> ALL($1::text[])
-       AND o.job NOT LIKE 'node-cron:%'
-       AND r.created_at < now() - $3::bigint * interval '1 millisecond'
-     RETURNING r.id, r.job`,
+    `WITH cancelled AS (
+       UPDATE ${t.runs} r SET state = 'cancelled', finished_at = now(), error = $2
+       FROM ${t.openRuns} o
+       WHERE r.id = o.run_id AND r.state IN ${ACTIVE_SQL} AND r.kind = 'job' AND split_part(o.job, '/', 1) <> ALL($1::text[])
+         AND o.job NOT LIKE 'node-cron:%'
+         AND r.created_at < now() - $3::bigint * interval '1 millisecond'
+       RETURNING r.id, r.job, r.attempts, r.claim_token, r.claimed_by, r.claimed_at),
+     attempts AS (${cancelledAttempts(t, 'cancelled', '$2')})
+     SELECT id, job FROM cancelled`,
   ),
   /** Delete the state of jobs not in $1 that have no active run left. */
   forget: namedStatement(

@@ -1,7 +1,7 @@
 /**
  * Claims: many runs in one statement, each with its own execution token from the sequence (higher
- * than every earlier claim of any run), its attempt row, and its claimer, committed before any of
- * their handlers starts.
+ * than every earlier claim of any run) and its claimer, committed before any of their handlers
+ * starts. The running attempt is the run's row; its attempt row is written when it ends (attempt-rows.ts).
  *
  * A run is claimable while it waits (pending, or retrying once its backoff has passed) or while it
  * is running for a worker that stopped beating (worker-liveness.ts; a claim of a version that
@@ -15,6 +15,7 @@
 import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
+import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import type { Queryable } from './transaction.js';
 import { claimerAlive } from './worker-liveness.js';
@@ -91,7 +92,7 @@ const statements = perSchema((t) => ({
   claim: namedStatement(
     'claim_runs',
     `WITH wanted AS (
-       SELECT r.id, r.state, r.claimed_by FROM ${t.runs} r
+       SELECT r.id, r.state, r.claimed_by, r.claimed_at, r.attempts, r.claim_token FROM ${t.runs} r
        WHERE r.id = ANY($1::bigint[]) AND r.state IN ${ACTIVE_SQL} AND r.kind <> 'workflow'
          AND (r.available_at IS NULL OR r.available_at <= now())
          AND (r.state <> 'running' OR r.claimed_by IS NULL OR r.claimed_by = $2 OR NOT ${claimerAlive(t, '$3')})
@@ -99,19 +100,19 @@ const statements = perSchema((t) => ({
        FOR UPDATE OF r SKIP LOCKED),
      claimed AS (
        UPDATE ${t.runs} r SET claim_token = nextval(${t.executionTokenSeq}), attempts = r.attempts + 1,
-         state = 'running', started_at = COALESCE(r.started_at, now()), claimed_by = $2, available_at = NULL
+         state = 'running', started_at = COALESCE(r.started_at, now()), claimed_by = $2, claimed_at = now(), available_at = NULL
        FROM wanted w WHERE r.id = w.id
        RETURNING r.id, r.job, r.scheduled_at, r.attempts, r.claim_token, r.trigger, r.payload, r.once_key,
          r.failures, r.workflow_run_id, r.step, r.item, r.coalesced, r.coalesced_until, clock_timestamp() AS claimed_at,
-         CASE WHEN w.state = 'running' THEN COALESCE(w.claimed_by, 'an unknown worker') END AS took_over_from),
+         CASE WHEN w.state = 'running' THEN COALESCE(w.claimed_by, '${UNKNOWN_WORKER}') END AS took_over_from),
      dead AS (
-       UPDATE ${t.runAttempts} a SET state = 'stale', finished_at = now(),
-         error = CASE WHEN c.took_over_from = $2 THEN 'its outcome was never recorded; the run was claimed again'
-           ELSE 'worker ' || c.took_over_from || ' stopped beating; the run was handed to ' || $2 END
-       FROM claimed c WHERE a.run_id = c.id AND a.state = 'running' AND c.took_over_from IS NOT NULL),
-     attempt AS (
-       INSERT INTO ${t.runAttempts} (run_id, attempt, token, worker, state)
-       SELECT id, attempts, claim_token, $2, 'running' FROM claimed)
+       ${writeEndedAttempts(
+         t,
+         `SELECT w.id, w.attempts, w.claim_token, c.took_over_from, 'stale', COALESCE(w.claimed_at, now()),
+            CASE WHEN c.took_over_from = $2 THEN 'its outcome was never recorded; the run was claimed again'
+              ELSE 'worker ' || c.took_over_from || ' stopped beating; the run was handed to ' || $2 END, NULL
+          FROM claimed c JOIN wanted w ON w.id = c.id WHERE c.took_over_from IS NOT NULL AND w.claim_token IS NOT NULL`,
+       )})
      SELECT c.id, 'claimed' AS status, 'running' AS state, c.job, c.scheduled_at, c.attempts, c.claim_token,
        c.trigger, c.claimed_at, c.payload, c.once_key, c.failures, c.took_over_from, c.workflow_run_id, c.step, c.item,
        c.coalesced, c.coalesced_until, NULL::int AS wait_ms

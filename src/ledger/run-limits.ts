@@ -14,6 +14,7 @@
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { withTransaction, type Queryable } from './transaction.js';
+import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
 import type pg from 'pg';
 
 /** A claimed run asking for a slot of `key` (at most `limit` runs at once). */
@@ -111,12 +112,16 @@ const statements = perSchema((t) => ({
    */
   wait: namedStatement(
     'wait_in_ledger',
-    `WITH run AS (
+    `WITH claim AS (SELECT claimed_by, claimed_at FROM ${t.runs} WHERE id = $1),
+     run AS (
        UPDATE ${t.runs} SET state = 'pending', claimed_by = NULL, error = $4, limit_key = COALESCE($5, limit_key),
          priority = COALESCE($6::int, priority), available_at = $7::timestamptz, enqueued_at = now(), delivery_checked_at = now()
        WHERE id = $1 AND claim_token = $2 AND state = 'running' RETURNING id)
-     UPDATE ${t.runAttempts} SET state = 'skipped', finished_at = now(), error = $4
-     WHERE run_id = $1 AND attempt = $3 AND state = 'running' AND EXISTS (SELECT 1 FROM run)`,
+     ${writeEndedAttempts(
+       t,
+       `SELECT run.id, $3::int, $2::bigint, COALESCE(claim.claimed_by, '${UNKNOWN_WORKER}'), 'skipped',
+          COALESCE(claim.claimed_at, now()), $4::text, NULL::text FROM run, claim`,
+     )}`,
   ),
   /** Up to $2 runs waiting for a slot of key $1, oldest first, with their claims so far. */
   heads: namedStatement(

@@ -6,6 +6,7 @@
  * fire, or a catch-up of an older instant) can never repeat or hide a row already there.
  */
 import type pg from 'pg';
+import { attemptsOf } from './attempt-rows.js';
 import type { RunKind } from '../db/schema.js';
 import type { Tables } from '../db/tables.js';
 
@@ -105,7 +106,7 @@ const RUN_COLUMNS = (t: Tables) => `r.id::text, r.job, r.scheduled_at,
   last.duration_ms, last.worker, r.schedule_version, r.once_key, r.kind, r.workflow_run_id::text, r.step, r.item
   FROM ${t.runs} r LEFT JOIN LATERAL (
     SELECT (extract(epoch FROM a.finished_at - a.started_at) * 1000)::float8 AS duration_ms, a.worker
-    FROM ${t.runAttempts} a WHERE a.run_id = r.id AND a.state <> 'skipped' ORDER BY a.attempt DESC LIMIT 1) last ON true`;
+    FROM (${attemptsOf(t, 'r')}) a WHERE a.state <> 'skipped' ORDER BY a.attempt DESC LIMIT 1) last ON true`;
 
 const iso = (d: Date | null) => d?.toISOString() ?? null;
 const ms = (v: number | null) => (v === null ? null : Math.round(v));
@@ -218,9 +219,9 @@ export async function runDetail(db: Db, t: Tables, id: bigint): Promise<RunDetai
     error: string | null;
     error_stack: string | null;
   }>(
-    `SELECT attempt, token::text, worker, state, started_at, finished_at, error, error_stack,
-            (extract(epoch FROM finished_at - started_at) * 1000)::float8 AS duration_ms
-     FROM ${t.runAttempts} WHERE run_id = $1 ORDER BY attempt`,
+    `SELECT a.attempt, a.token::text, a.worker, a.state, a.started_at, a.finished_at, a.error, a.error_stack,
+            (extract(epoch FROM a.finished_at - a.started_at) * 1000)::float8 AS duration_ms
+     FROM ${t.runs} r, LATERAL (${attemptsOf(t, 'r')}) a WHERE r.id = $1 ORDER BY a.attempt`,
     [id.toString()],
   );
   const attempts: AttemptDetail[] = att.rows.map((a) => ({

@@ -8,6 +8,7 @@ import { RunNotFoundError, WorkflowRunError } from '../errors.js';
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { ACTIVE_SQL, openRunsOf } from './run-states.js';
+import { cancelledAttempts } from './attempt-rows.js';
 import { withTransaction } from './transaction.js';
 import type { WorkflowGraph } from './workflow-graph.js';
 import { failGate, lockWorkflowRun, makeReady, needDone, type ReadyStepRun } from './workflow-steps.js';
@@ -37,14 +38,16 @@ const statements = perSchema((t) => ({
     `WITH run AS (
        UPDATE ${t.runs} SET state = $3, finished_at = now(), error = $2
        WHERE id = $1 AND state IN ${ACTIVE_SQL} RETURNING id),
+     claims AS (
+       SELECT id, attempts, claim_token, claimed_by, claimed_at FROM ${t.runs}
+       WHERE workflow_run_id = $1 AND state IN ${ACTIVE_SQL} AND EXISTS (SELECT 1 FROM run) FOR UPDATE),
      steps AS (
-       UPDATE ${t.runs} SET state = 'cancelled', finished_at = now(), claim_token = nextval(${t.executionTokenSeq}),
+       UPDATE ${t.runs} r SET state = 'cancelled', finished_at = now(), claim_token = nextval(${t.executionTokenSeq}),
          error = $2
-       WHERE workflow_run_id = $1 AND state IN ${ACTIVE_SQL} AND EXISTS (SELECT 1 FROM run)
-       RETURNING id, (claimed_by IS NOT NULL AND state = 'cancelled') AS was_running),
+       FROM claims c WHERE r.id = c.id AND r.state IN ${ACTIVE_SQL}
+       RETURNING r.id),
      attempts AS (
-       UPDATE ${t.runAttempts} a SET state = 'cancelled', finished_at = now(), error = $2
-       FROM steps s WHERE a.run_id = s.id AND a.state = 'running'),
+       ${cancelledAttempts(t, 'claims', '$2')}),
      gates AS (
        UPDATE ${t.workflowSteps} SET state = 'cancelled', reason = $2, completed_at = now()
        WHERE workflow_run_id = $1 AND state IN ('waiting', 'ready') AND EXISTS (SELECT 1 FROM run))

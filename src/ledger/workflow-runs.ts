@@ -13,6 +13,7 @@ import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
+import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
 import { withTransaction } from './transaction.js';
 import type { TransactingAttempt } from './run-transactions.js';
 import type { WorkflowGraph } from './workflow-graph.js';
@@ -32,6 +33,22 @@ export interface StepRunRef extends TransactingAttempt {
   step: string;
 }
 
+/**
+ * The CTEs that end step run $1's attempt $3 (claim $2) after CTE `run` moved it (RETURNING id,
+ * claimed_by, claimed_at): its row as `outcome`; refused (no `run` row), a 'running' row of a
+ * version before 0020 settles 'stale' (attempt-rows.ts).
+ */
+const endedStepAttempt = (t: Tables, outcome: string, error: string, stack: string) =>
+  `attempt AS (
+       ${writeEndedAttempts(
+         t,
+         `SELECT run.id, $3::int, $2::bigint, COALESCE(run.claimed_by, '${UNKNOWN_WORKER}'), '${outcome}',
+            COALESCE(run.claimed_at, now()), ${error}, ${stack} FROM run`,
+       )}),
+     refused AS (
+       UPDATE ${t.runAttempts} SET state = 'stale', finished_at = now(), error = ${error}, error_stack = ${stack}
+       WHERE run_id = $1 AND attempt = $3 AND state = 'running' AND NOT EXISTS (SELECT 1 FROM run))`;
+
 const statements = perSchema((t) => ({
   /**
    * Pin workflow run $1 (claimed by token $2) to its definition $3 ({ definition: fingerprint,
@@ -39,13 +56,17 @@ const statements = perSchema((t) => ({
    */
   pin: namedStatement(
     'pin_workflow_run',
-    `WITH run AS (
+    `WITH claim AS (SELECT claimed_by, claimed_at FROM ${t.runs} WHERE id = $1),
+     run AS (
        UPDATE ${t.runs} SET kind = 'workflow', claimed_by = NULL, result = $3::jsonb
        WHERE id = $1 AND claim_token = $2 AND state = 'running' AND kind = 'job'
-       RETURNING id)
+       RETURNING id, attempts, claim_token)
      , attempt AS (
-       UPDATE ${t.runAttempts} SET state = 'completed', finished_at = now()
-       WHERE run_id = $1 AND state = 'running' AND EXISTS (SELECT 1 FROM run))
+       ${writeEndedAttempts(
+         t,
+         `SELECT run.id, run.attempts, run.claim_token, COALESCE(claim.claimed_by, '${UNKNOWN_WORKER}'), 'completed',
+            COALESCE(claim.claimed_at, now()), NULL::text, NULL::text FROM run, claim`,
+       )})
      SELECT count(*)::int AS pinned FROM run`,
   ),
   pinned: namedStatement(
@@ -70,11 +91,8 @@ const statements = perSchema((t) => ({
        UPDATE ${t.runs} SET state = 'completed', finished_at = clock_timestamp(), completed_attempt = $3, result = $4::jsonb,
          error = NULL, available_at = NULL
        WHERE id = $1 AND claim_token = $2 AND state IN ${ACTIVE_SQL}
-       RETURNING id, item)
-     , attempt AS (
-       UPDATE ${t.runAttempts} SET state = CASE WHEN EXISTS (SELECT 1 FROM run) THEN 'completed' ELSE 'stale' END,
-         finished_at = now()
-       WHERE run_id = $1 AND attempt = $3 AND state = 'running')
+       RETURNING id, item, claimed_by, claimed_at)
+     , ${endedStepAttempt(t, 'completed', 'NULL::text', 'NULL::text')}
      SELECT id FROM run`,
   ),
   /** Fail step run $1 under claim $2 (attempt $3) with message $4, stack $5. */
@@ -83,11 +101,8 @@ const statements = perSchema((t) => ({
     `WITH run AS (
        UPDATE ${t.runs} SET state = 'failed', finished_at = now(), error = $4, failures = failures + 1
        WHERE id = $1 AND claim_token = $2 AND state IN ${ACTIVE_SQL}
-       RETURNING id)
-     , attempt AS (
-       UPDATE ${t.runAttempts} SET state = CASE WHEN EXISTS (SELECT 1 FROM run) THEN 'failed' ELSE 'stale' END,
-         finished_at = now(), error = $4, error_stack = $5
-       WHERE run_id = $1 AND attempt = $3 AND state = 'running')
+       RETURNING id, claimed_by, claimed_at)
+     , ${endedStepAttempt(t, 'failed', '$4::text', '$5::text')}
      SELECT id FROM run`,
   ),
   /** Workflow run $1 fails with reason $2; its step runs that wait are cancelled (fenced: a new token). */

@@ -1,5 +1,7 @@
 /** The ledger contract on the real Ledger, against a scratch PostgreSQL database. */
 import assert from 'node:assert/strict';
+import { tablesIn } from '../../src/db/tables.js';
+import { attemptsOf } from '../../src/ledger/attempt-rows.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { ACTIVE_SQL } from '../../src/ledger/run-states.js';
 import { ledgerContract } from '../support/ledger-contract.js';
@@ -37,8 +39,10 @@ ledgerContract('PostgreSQL', {
         ]);
         const row = run.rows[0];
         if (!row) return null;
+        // The attempts as the ledger shows them: the ended ones' rows and the running one (the run's row).
         const attempts = await pool.query<{ attempt: number; state: string; error: string | null }>(
-          'SELECT attempt, state, error FROM cw_run_attempts WHERE run_id = $1 ORDER BY attempt',
+          `SELECT a.attempt, a.state, a.error FROM cw_runs r, LATERAL (${attemptsOf(tablesIn(), 'r')}) a
+           WHERE r.id = $1 ORDER BY a.attempt`,
           [runId.toString()],
         );
         return {
@@ -64,6 +68,20 @@ ledgerContract('PostgreSQL', {
       assert.deepEqual(res.rows, []);
       const all = await db!.pool.query<{ n: number }>('SELECT count(DISTINCT state)::int AS n FROM cw_runs');
       assert.ok(all.rows[0]!.n >= 5, `the scenarios left runs in ${all.rows[0]!.n} states`);
+    },
+    // Attempt rows are written when the attempt ends (src/ledger/attempt-rows.ts): none says
+    // 'running', and every run off its newest claim has that claim's row.
+    async 'every ended attempt has its row, written once it ended'() {
+      const running = await db!.pool.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM cw_run_attempts WHERE state = 'running'",
+      );
+      assert.equal(running.rows[0]!.n, 0);
+      const missing = await db!.pool.query<{ id: string; state: string; attempts: number }>(
+        `SELECT r.id::text, r.state, r.attempts FROM cw_runs r
+         WHERE r.attempts > 0 AND r.state <> 'running'
+           AND NOT EXISTS (SELECT 1 FROM cw_run_attempts a WHERE a.run_id = r.id AND a.attempt = r.attempts)`,
+      );
+      assert.deepEqual(missing.rows, []);
     },
     // The triggers of migration 0019 keep cw_open_runs to the unfinished runs, through every
     // scenario's inserts, completions, retries, cancellations and supersessions.

@@ -1,0 +1,1 @@
+ALTER TABLE "cw_runs" ADD COLUMN "claimed_at" timestamp with time zone;
