@@ -264,15 +264,11 @@ export async function oursRound(s: Servers, w: Workload, n: number, base = Date.
     liveness: ledger.runs,
   });
   executor.setPublisher(worker.publisherFor());
-  // Done once no run of the job is unfinished: one probe of the unfinished-runs index, as cheap as
-  // the raw side's completed count in Redis (a count(*) over the job's runs would charge its scans
-  // to cronwarden's PostgreSQL time).
+  // Done once no run of the job is unfinished: one probe of cw_open_runs' job index, as cheap as
+  // the raw side's completed count in Redis (a count(*) over the job's runs, or a scan of its
+  // finished ones, would charge its reads to cronwarden's PostgreSQL time).
   const unfinished = async () =>
-    (
-      await s.pool.query(`SELECT 1 FROM ${ledger.tables.runs} WHERE job = $1 AND finished_at IS NULL LIMIT 1`, [
-        jobName,
-      ])
-    ).rowCount ?? 0;
+    (await s.pool.query(`SELECT 1 FROM ${ledger.tables.openRuns} WHERE job = $1 LIMIT 1`, [jobName])).rowCount ?? 0;
   const round = await measured(s, async () => {
     await worker.start();
     await until(1, async () => 1 - (await unfinished()));
