@@ -6,7 +6,7 @@
 import type { Tables } from '../db/tables.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
-import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
+import { UNKNOWN_WORKER, writeOwnEndedAttempts } from './attempt-rows.js';
 import { perSchema } from './named-statement.js';
 import { sqlInt, type Queryable } from './transaction.js';
 
@@ -101,9 +101,9 @@ const statements = perSchema((t) => ({
 export const REFUSED_COMPLETION = 'cronwarden: completion refused, a newer attempt holds the run ';
 
 /**
- * The CTEs of a finish (input, locked, run, attempt, refused); the caller adds the final SELECT. A
- * refused attempt's row was written by whoever moved the run off its claim; `refused` settles the
- * 'running' row a version before 0020 wrote. The
+ * The CTEs of a finish (input, locked, run, attempt, settled); the caller adds the final SELECT.
+ * A refused attempt's row was written by whoever moved the run off its claim; `settled` settles the
+ * 'running' row a version before 0020 wrote at its claim. The
  * arguments are SQL array expressions (placeholders or literals), one element per request.
  */
 function finishCtes(
@@ -137,16 +137,17 @@ function finishCtes(
       WHERE r.id = i.run_id AND l.id = r.id AND r.claim_token = i.token AND r.state IN ${ACTIVE_SQL}
       RETURNING r.id, r.claimed_by, r.claimed_at),
     attempt AS (
-      ${writeEndedAttempts(
+      ${writeOwnEndedAttempts(
         t,
         `SELECT i.run_id, i.attempt, i.token, COALESCE(run.claimed_by, '${UNKNOWN_WORKER}'), i.outcome,
            COALESCE(run.claimed_at, now()), i.message, i.stack
          FROM input i JOIN run ON run.id = i.run_id`,
       )}),
-    refused AS (
-      UPDATE ${t.runAttempts} a SET state = 'stale', finished_at = now(), error = i.message, error_stack = i.stack
-      FROM input i WHERE a.run_id = i.run_id AND a.attempt = i.attempt AND a.state = 'running'
-        AND NOT EXISTS (SELECT 1 FROM run WHERE run.id = i.run_id))`;
+    settled AS (
+      UPDATE ${t.runAttempts} a
+      SET state = CASE WHEN EXISTS (SELECT 1 FROM run WHERE run.id = a.run_id) THEN i.outcome ELSE 'stale' END,
+        finished_at = now(), error = i.message, error_stack = i.stack
+      FROM input i WHERE a.run_id = i.run_id AND a.attempt = i.attempt AND a.state = 'running')`;
 }
 
 function acceptedInOrder(requests: readonly FinishRequest[], rows: { run_id: string; accepted: boolean }[]): boolean[] {

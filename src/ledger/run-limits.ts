@@ -14,7 +14,7 @@
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { withTransaction, type Queryable } from './transaction.js';
-import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
+import { UNKNOWN_WORKER, writeOwnEndedAttempts } from './attempt-rows.js';
 import type pg from 'pg';
 
 /** A claimed run asking for a slot of `key` (at most `limit` runs at once). */
@@ -117,7 +117,7 @@ const statements = perSchema((t) => ({
        UPDATE ${t.runs} SET state = 'pending', claimed_by = NULL, error = $4, limit_key = COALESCE($5, limit_key),
          priority = COALESCE($6::int, priority), available_at = $7::timestamptz, enqueued_at = now(), delivery_checked_at = now()
        WHERE id = $1 AND claim_token = $2 AND state = 'running' RETURNING id)
-     ${writeEndedAttempts(
+     ${writeOwnEndedAttempts(
        t,
        `SELECT run.id, $3::int, $2::bigint, COALESCE(claim.claimed_by, '${UNKNOWN_WORKER}'), 'skipped',
           COALESCE(claim.claimed_at, now()), $4::text, NULL::text FROM run, claim`,

@@ -13,7 +13,7 @@ import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
-import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
+import { UNKNOWN_WORKER, writeOwnEndedAttempts } from './attempt-rows.js';
 import { withTransaction } from './transaction.js';
 import type { TransactingAttempt } from './run-transactions.js';
 import type { WorkflowGraph } from './workflow-graph.js';
@@ -35,19 +35,20 @@ export interface StepRunRef extends TransactingAttempt {
 
 /**
  * The CTEs that end step run $1's attempt $3 (claim $2) after CTE `run` moved it (RETURNING id,
- * claimed_by, claimed_at): its row as `outcome`; refused (no `run` row), a 'running' row of a
- * version before 0020 settles 'stale' (attempt-rows.ts).
+ * claimed_by, claimed_at): its row as `outcome`; a 'running' row a version before 0020 wrote at the
+ * claim is settled instead, 'stale' when refused (no `run` row; attempt-rows.ts).
  */
 const endedStepAttempt = (t: Tables, outcome: string, error: string, stack: string) =>
   `attempt AS (
-       ${writeEndedAttempts(
+       ${writeOwnEndedAttempts(
          t,
          `SELECT run.id, $3::int, $2::bigint, COALESCE(run.claimed_by, '${UNKNOWN_WORKER}'), '${outcome}',
             COALESCE(run.claimed_at, now()), ${error}, ${stack} FROM run`,
        )}),
-     refused AS (
-       UPDATE ${t.runAttempts} SET state = 'stale', finished_at = now(), error = ${error}, error_stack = ${stack}
-       WHERE run_id = $1 AND attempt = $3 AND state = 'running' AND NOT EXISTS (SELECT 1 FROM run))`;
+     settled AS (
+       UPDATE ${t.runAttempts} SET state = CASE WHEN EXISTS (SELECT 1 FROM run) THEN '${outcome}' ELSE 'stale' END,
+         finished_at = now(), error = ${error}, error_stack = ${stack}
+       WHERE run_id = $1 AND attempt = $3 AND state = 'running')`;
 
 const statements = perSchema((t) => ({
   /**
@@ -62,7 +63,7 @@ const statements = perSchema((t) => ({
        WHERE id = $1 AND claim_token = $2 AND state = 'running' AND kind = 'job'
        RETURNING id, attempts, claim_token)
      , attempt AS (
-       ${writeEndedAttempts(
+       ${writeOwnEndedAttempts(
          t,
          `SELECT run.id, run.attempts, run.claim_token, COALESCE(claim.claimed_by, '${UNKNOWN_WORKER}'), 'completed',
             COALESCE(claim.claimed_at, now()), NULL::text, NULL::text FROM run, claim`,
