@@ -215,9 +215,12 @@ export const runs = pgTable(
 export const runAttempts = pgTable(
   'cw_run_attempts',
   {
-    runId: bigint('run_id', { mode: 'bigint' })
-      .notNull()
-      .references(() => runs.id, { onDelete: 'cascade' }),
+    /**
+     * Its run (cw_runs.id). No foreign key: its check locked the run's row again at each attempt
+     * row's insert (a second WAL record a run); a run's attempts go with it by a trigger on cw_runs
+     * (migration 0022), as the key's cascade did.
+     */
+    runId: bigint('run_id', { mode: 'bigint' }).notNull(),
     attempt: integer('attempt').notNull(),
     token: token('token').notNull(),
     worker: text('worker').notNull(),

@@ -1,6 +1,6 @@
 /**
  * Retention: finished runs (completed, failed, skipped, cancelled, superseded) are deleted in
- * batches once old enough, with their attempts (ON DELETE CASCADE). Safe for the schedule:
+ * batches once old enough, with their attempts (a trigger on cw_runs, migration 0022). Safe for the schedule:
  * reconciliation after an election reads cw_job_state (last-fires.ts), not old runs, so a deleted
  * run's instant is never fired again.
  */

@@ -138,4 +138,16 @@ describe('attempt rows at settlement (real PostgreSQL)', () => {
       cancelled,
     );
   });
+
+  it("a deleted run's attempt rows go with it, whoever deletes it (no foreign key since 0022: a trigger)", async () => {
+    const runId = await fire();
+    const first = await claim(runId, 'w1');
+    await claim(runId, 'w2');
+    assert.deepEqual(await ledger.runs.finishMany([{ ...first, outcome: 'completed' }]), [false]);
+    assert.equal((await rows(runId)).length, 1);
+    await db.pool.query('DELETE FROM cw_runs WHERE id = $1', [runId.toString()]);
+    assert.deepEqual(await rows(runId), []);
+    const open = await db.pool.query('SELECT 1 FROM cw_open_runs WHERE run_id = $1', [runId.toString()]);
+    assert.equal(open.rowCount, 0);
+  });
 });
