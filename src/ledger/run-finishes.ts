@@ -29,9 +29,10 @@ export interface FinishRequest {
 
 /**
  * Record each request's outcome; true where accepted. The UPDATE locks its rows as it meets them
- * (in the sorted input's order when it finds each run by its key, in the table's when it scans it)
- * and writes no lock of its own before them: an explicit `FOR UPDATE` first wrote a second WAL record per run (54 B of the
- * run's 1,042). Two batches that share runs are a retry of an outcome beside the original still
+ * (in the sorted input's order when it finds each run by its key, in the table's when it scans it),
+ * with no `FOR UPDATE` before it: that wrote a second row lock a run into the WAL (and with it gone,
+ * the attempts' foreign key check did, until 0022 dropped the key: together 54 B of the run's
+ * 1,042). Two batches that share runs are a retry of an outcome beside the original still
  * running; should they meet in opposite orders anyway, PostgreSQL's deadlock check fails one, an
  * error its caller answers as any ledger error (a group is redone run by run; a run whose outcome
  * could not be recorded is delivered again, and its claimer may claim it again).
