@@ -40,6 +40,18 @@ export function writeEndedAttempts(t: Tables, select: string): string {
 }
 
 /**
+ * SQL: the UPDATE that settles the 'running' rows a version before 0020 wrote at its claims, of the
+ * attempts `source` names (run_id, attempt, outcome, message, stack): as the outcome where CTE
+ * `run` (the runs the statement moved off those claims) holds the run, 'stale' where it was refused.
+ */
+export function settleOldClaimRows(t: Tables, source: string): string {
+  return `UPDATE ${t.runAttempts} a
+    SET state = CASE WHEN EXISTS (SELECT 1 FROM run WHERE run.id = a.run_id) THEN s.outcome ELSE 'stale' END,
+      finished_at = now(), error = s.message, error_stack = s.stack
+    FROM ${source} s WHERE a.run_id = s.run_id AND a.attempt = s.attempt AND a.state = 'running'`;
+}
+
+/**
  * SQL: the attempts of run `r` (a row alias in scope), ended and running, with the columns of
  * cw_run_attempts: its rows, and its running attempt from the run's row unless a row already
  * stands for it (a version before 0020 wrote one at the claim). A workflow run's attempt ended when

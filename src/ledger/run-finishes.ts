@@ -6,7 +6,7 @@
 import type { Tables } from '../db/tables.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
-import { UNKNOWN_WORKER, writeOwnEndedAttempts } from './attempt-rows.js';
+import { UNKNOWN_WORKER, settleOldClaimRows, writeOwnEndedAttempts } from './attempt-rows.js';
 import { perSchema } from './named-statement.js';
 import { sqlInt, type Queryable } from './transaction.js';
 
@@ -146,11 +146,7 @@ function finishCtes(
            COALESCE(run.claimed_at, now()), i.message, i.stack
          FROM input i JOIN run ON run.id = i.run_id`,
       )}),
-    settled AS (
-      UPDATE ${t.runAttempts} a
-      SET state = CASE WHEN EXISTS (SELECT 1 FROM run WHERE run.id = a.run_id) THEN i.outcome ELSE 'stale' END,
-        finished_at = now(), error = i.message, error_stack = i.stack
-      FROM input i WHERE a.run_id = i.run_id AND a.attempt = i.attempt AND a.state = 'running')`;
+    settled AS (${settleOldClaimRows(t, 'input')})`;
 }
 
 function acceptedInOrder(requests: readonly FinishRequest[], rows: { run_id: string; accepted: boolean }[]): boolean[] {

@@ -13,7 +13,7 @@ import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
-import { UNKNOWN_WORKER, writeOwnEndedAttempts } from './attempt-rows.js';
+import { UNKNOWN_WORKER, settleOldClaimRows, writeOwnEndedAttempts } from './attempt-rows.js';
 import { withTransaction } from './transaction.js';
 import type { TransactingAttempt } from './run-transactions.js';
 import type { WorkflowGraph } from './workflow-graph.js';
@@ -45,10 +45,10 @@ const endedStepAttempt = (t: Tables, outcome: string, error: string, stack: stri
          `SELECT run.id, $3::int, $2::bigint, COALESCE(run.claimed_by, '${UNKNOWN_WORKER}'), '${outcome}',
             COALESCE(run.claimed_at, now()), ${error}, ${stack} FROM run`,
        )}),
-     settled AS (
-       UPDATE ${t.runAttempts} SET state = CASE WHEN EXISTS (SELECT 1 FROM run) THEN '${outcome}' ELSE 'stale' END,
-         finished_at = now(), error = ${error}, error_stack = ${stack}
-       WHERE run_id = $1 AND attempt = $3 AND state = 'running')`;
+     settled AS (${settleOldClaimRows(
+       t,
+       `(SELECT $1::bigint AS run_id, $3::int AS attempt, '${outcome}'::text AS outcome, ${error} AS message, ${stack} AS stack)`,
+     )})`;
 
 const statements = perSchema((t) => ({
   /**
