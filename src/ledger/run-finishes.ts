@@ -9,6 +9,7 @@ import { ACTIVE_SQL } from './run-states.js';
 import { UNKNOWN_WORKER, settleOldClaimRows, writeOwnEndedAttempts } from './attempt-rows.js';
 import { perSchema } from './named-statement.js';
 import { sqlInt, type Queryable } from './transaction.js';
+import { executeByKey, sqlPrepared, type SentSql } from './sql-prepared.js';
 
 export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'superseded';
 
@@ -59,45 +60,49 @@ export async function finishRuns(db: Queryable, t: Tables, requests: readonly Fi
 /**
  * The statement that completes a group of runs inside their handlers' transaction, refusing the
  * whole transaction when any completion is refused: it then raises REFUSED_COMPLETION, which
- * aborts the transaction so COMMIT cannot commit the handlers' writes. The ids, tokens and attempts
- * go in as literals (integers only), so it is sent with COMMIT in one simple-protocol round trip
- * and planned at every group (see `statements`).
+ * aborts the transaction so COMMIT cannot commit the handlers' writes. An EXECUTE of a statement
+ * prepared on the connection, with the ids, tokens and attempts as literals (integers only), so it
+ * is sent with COMMIT in one simple-protocol round trip (sql-prepared.ts).
  */
 export function completeGroupSql(
   t: Tables,
   runs: readonly { runId: bigint; token: bigint; attempt: number }[],
-): string {
+): SentSql {
   const list = (xs: readonly (bigint | number)[]) => `'{${xs.map(sqlInt).join(',')}}'`;
-  const args: Record<string, string> = {
-    $1: `(${list(runs.map((r) => r.runId))}::bigint[])`,
-    $2: `(${list(runs.map((r) => r.token))}::bigint[])`,
-    $3: `(${list(runs.map((r) => r.attempt))}::int[])`,
-  };
-  return statements(t).completeGroup.replace(/\$[123]\b/g, (p) => args[p]!);
+  return executeByKey(
+    statements(t).completeGroup,
+    [list(runs.map((r) => r.runId)), list(runs.map((r) => r.token)), list(runs.map((r) => r.attempt))],
+    { thenReset: false }, // COMMIT follows
+  );
 }
 
 /**
- * The finishes are planned at every call, not prepared once per connection: a plan cached while
+ * `finish` is planned at every call, not prepared once per connection: a plan cached while
  * cw_run_attempts was small finds the attempt rows by a sequential scan of the whole table, and
  * keeps doing so as the table grows, until an ANALYZE replaces it. Measured (run-path write, 10,000
- * runs on a new ledger): 2.6-3.2 ms a group of 10 prepared, 1.1-1.2 ms planned each time; a finish
- * of 40 runs 3.8-8.2 ms and 3.9-4.0 ms. Planning one costs about 0.06 ms.
+ * runs on a new ledger): a finish of 40 runs 3.8-8.2 ms prepared, 3.9-4.0 ms planned each time;
+ * planning it costs about 0.5 ms, little beside a batch of many runs. The group completion, at
+ * 10 runs or so a group, is prepared and planned by key instead (sql-prepared.ts).
  */
 const statements = perSchema((t) => ({
   /** Complete the runs $1 (tokens $2, attempts $3); a cast error naming REFUSED_COMPLETION unless all were accepted. */
-  completeGroup: `${finishCtes(
-    t,
-    '$1',
-    '$2',
-    "array_fill('completed'::text, ARRAY[cardinality($1)])",
-    '$3',
-    'array_fill(NULL::text, ARRAY[cardinality($1)])',
-    'array_fill(NULL::text, ARRAY[cardinality($1)])',
-    'array_fill(NULL::bigint, ARRAY[cardinality($1)])',
-    'array_fill(false, ARRAY[cardinality($1)])',
-  )}
+  completeGroup: sqlPrepared(
+    'complete_group',
+    ['bigint[]', 'bigint[]', 'int[]'],
+    `${finishCtes(
+      t,
+      '$1',
+      '$2',
+      "array_fill('completed'::text, ARRAY[cardinality($1)])",
+      '$3',
+      'array_fill(NULL::text, ARRAY[cardinality($1)])',
+      'array_fill(NULL::text, ARRAY[cardinality($1)])',
+      'array_fill(NULL::bigint, ARRAY[cardinality($1)])',
+      'array_fill(false, ARRAY[cardinality($1)])',
+    )}
     SELECT CASE WHEN (SELECT count(*) FROM run) = cardinality($1) THEN true
       ELSE ('${REFUSED_COMPLETION}' || (SELECT count(*) FROM run))::int > 0 END AS accepted`,
+  ),
   /** Record outcomes: arrays of run ids, tokens, outcomes, attempts, messages, stacks, retry delays, failures. */
   finish: `${finishCtes(t, '$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8')}
     SELECT i.run_id, EXISTS (SELECT 1 FROM run WHERE run.id = i.run_id) AS accepted FROM input i`,

@@ -16,6 +16,8 @@ import { StaleTokenError } from '../errors.js';
 import type { Tables } from '../db/tables.js';
 import { REFUSED_COMPLETION, completeGroupSql } from './run-finishes.js';
 import { sqlInt, withTransaction, type Queryable } from './transaction.js';
+import { executeByKey, sqlPrepared, type SentSql } from './sql-prepared.js';
+import { perSchema } from './named-statement.js';
 
 export type TransactionResult<T> = { status: 'committed'; value: T } | { status: 'skipped' };
 
@@ -71,7 +73,7 @@ export async function commitOneThen<T, R>(
   t: Tables,
   claim: TransactingAttempt,
   fn: (tx: pg.PoolClient) => Promise<T>,
-  complete: (client: pg.PoolClient, value: T, commitWith: (sql: string) => Promise<unknown>) => Promise<R | null>,
+  complete: (client: pg.PoolClient, value: T, commitWith: (sql: SentSql) => Promise<unknown>) => Promise<R | null>,
 ): Promise<{ status: 'committed'; value: T; completed: R } | { status: 'skipped' }> {
   return withTransaction(
     pool,
@@ -165,17 +167,21 @@ export async function commitGroup(pool: pg.Pool, t: Tables, items: readonly Grou
   return outcomes.map((o) => o!);
 }
 
-/** The check sent with BEGIN: each run's state and newest claim (literals: ids are integers). */
-export function checkStatement(t: Tables, claims: readonly TransactingAttempt[]): string {
+/** The check sent with BEGIN: each run's state and newest claim (ids as literals: integers only). */
+export function checkStatement(t: Tables, claims: readonly TransactingAttempt[]): SentSql {
   const ids = claims.map((c) => sqlInt(c.runId)).join(',');
-  return `SELECT id, state, claim_token FROM ${t.runs} WHERE id = ANY('{${ids}}'::bigint[])`;
+  return executeByKey(statements(t).check, [`'{${ids}}'`], { thenReset: true }); // the handlers' statements follow
 }
+
+const statements = perSchema((t) => ({
+  check: sqlPrepared('check_runs', ['bigint[]'], `SELECT id, state, claim_token FROM ${t.runs} WHERE id = ANY($1)`),
+}));
 
 /** The group's completion and COMMIT in one round trip; false when any completion was refused. */
 async function completeAndCommit(
   t: Tables,
   claims: readonly TransactingAttempt[],
-  commitWith: (sql: string) => Promise<unknown>,
+  commitWith: (sql: SentSql) => Promise<unknown>,
 ): Promise<boolean> {
   try {
     await commitWith(completeGroupSql(t, claims));

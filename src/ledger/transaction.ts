@@ -1,4 +1,5 @@
 import type pg from 'pg';
+import { ensurePrepared, plainSql, type SentSql } from './sql-prepared.js';
 
 /** A pool or a client inside a transaction: anything a ledger statement can run on. */
 export type Queryable = Pick<pg.Pool, 'query'> | pg.PoolClient;
@@ -22,16 +23,25 @@ export class HeldTransaction {
     client.on('error', this.onError);
   }
 
-  /** BEGIN on a client of `pool`; `opening` (parameterless) is sent with it, its result returned as `opened`. */
-  static async begin(pool: pg.Pool, opening?: string): Promise<{ tx: HeldTransaction; opened?: pg.QueryResult }> {
+  /**
+   * BEGIN on a client of `pool`; `opening` (parameterless statements) is sent with it, the result
+   * it names returned as `opened`.
+   */
+  static async begin(
+    pool: pg.Pool,
+    opening?: string | SentSql,
+  ): Promise<{ tx: HeldTransaction; opened?: pg.QueryResult }> {
     const tx = new HeldTransaction(await pool.connect());
     try {
       if (opening === undefined) {
         await tx.client.query('BEGIN');
         return { tx };
       }
-      return { tx, opened: results(await tx.client.query(`BEGIN; ${opening}`))[1] };
+      const sent = asSent(opening);
+      await ensurePrepared(tx.client, sent.prepared);
+      return { tx, opened: resultAt(await tx.client.query(`BEGIN; ${sent.sql}`), 1 + sent.resultAt) };
     } catch (err) {
+      tx.discardIfUnprepared(err);
       await tx.rollback().catch(() => undefined);
       throw err;
     }
@@ -41,8 +51,8 @@ export class HeldTransaction {
     return this.open;
   }
 
-  /** COMMIT (with a parameterless statement before it, in one round trip: its result); releases. */
-  async commit(sql?: string): Promise<pg.QueryResult | undefined> {
+  /** COMMIT (with parameterless statements before it, in one round trip: the result `sql` names); releases. */
+  async commit(sql?: string | SentSql): Promise<pg.QueryResult | undefined> {
     if (!this.open) throw new Error('commit of a transaction that has ended');
     try {
       if (sql === undefined) {
@@ -50,10 +60,13 @@ export class HeldTransaction {
         this.end();
         return undefined;
       }
-      const res = firstResult(await this.client.query(`${sql}; COMMIT`));
+      const sent = asSent(sql);
+      await ensurePrepared(this.client, sent.prepared);
+      const res = resultAt(await this.client.query(`${sent.sql}; COMMIT`), sent.resultAt);
       this.end();
       return res;
     } catch (err) {
+      this.discardIfUnprepared(err);
       // A failed statement leaves the transaction aborted: it stays open for rollback().
       if (this.broken) this.end();
       throw err;
@@ -68,6 +81,15 @@ export class HeldTransaction {
     } finally {
       this.end();
     }
+  }
+
+  /**
+   * The server no longer has a statement this connection prepared (a handler's DEALLOCATE ALL in
+   * its ctx.transaction): the client goes on release, as pg and sql-prepared.ts would otherwise
+   * keep naming statements that are gone, and the pool opens a new connection.
+   */
+  private discardIfUnprepared(err: unknown): void {
+    if ((err as { code?: string }).code === '26000') this.broken ??= err as Error;
   }
 
   private end(): void {
@@ -89,7 +111,7 @@ export class HeldTransaction {
 export async function withTransaction<T>(
   pool: pg.Pool,
   fn: (client: pg.PoolClient, rollback: () => Promise<void>, more: TransactionExtras) => Promise<T>,
-  opening?: string,
+  opening?: string | SentSql,
 ): Promise<T> {
   const { tx, opened } = await HeldTransaction.begin(pool, opening);
   try {
@@ -108,17 +130,17 @@ export interface TransactionExtras {
   /** The result of `opening`, sent with BEGIN. */
   opened: pg.QueryResult | undefined;
   /** Run a parameterless statement and COMMIT in one round trip; its result. */
-  commitWith: (sql: string) => Promise<pg.QueryResult>;
+  commitWith: (sql: string | SentSql) => Promise<pg.QueryResult>;
 }
 
-/** A two-statement simple query answers with one result per statement. */
-function results(res: pg.QueryResult | pg.QueryResult[]): [pg.QueryResult, pg.QueryResult] {
-  if (!Array.isArray(res) || res.length !== 2) throw new Error('expected the results of two statements');
-  return res as [pg.QueryResult, pg.QueryResult];
+function asSent(s: string | SentSql): SentSql {
+  return typeof s === 'string' ? plainSql(s) : s;
 }
 
-function firstResult(res: pg.QueryResult | pg.QueryResult[]): pg.QueryResult {
-  return results(res)[0];
+/** A simple query of several statements answers with one result per statement: the one at `i`. */
+function resultAt(res: pg.QueryResult | pg.QueryResult[], i: number): pg.QueryResult {
+  if (!Array.isArray(res) || res.length <= i) throw new Error(`expected the results of more than ${i} statements`);
+  return res[i]!;
 }
 
 /**
