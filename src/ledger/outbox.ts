@@ -8,7 +8,7 @@ import type { Tables } from '../db/tables.js';
 import type { CommittedFire } from './fire-batch.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { ACTIVE_SQL, openRunsOf } from './run-states.js';
-import { sqlInt, type Queryable } from './transaction.js';
+import { sqlIntArray, type Queryable } from './transaction.js';
 
 /**
  * Hand-over rows one sweep reads, oldest first: the fire path's in flight (at most a few chunks of
@@ -93,7 +93,7 @@ export async function unenqueued(
  */
 export async function markEnqueued(pool: pg.Pool, t: Tables, runIds: bigint[]): Promise<void> {
   if (runIds.length === 0) return;
-  const ids = `'{${runIds.map(sqlInt).join(',')}}'::bigint[]`;
+  const ids = `${sqlIntArray(runIds)}::bigint[]`;
   await pool.query(
     `SET LOCAL synchronous_commit TO off;
      WITH released AS (DELETE FROM ${t.handOvers} WHERE run_id = ANY(${ids}) RETURNING run_id)

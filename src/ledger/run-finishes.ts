@@ -8,7 +8,7 @@ import { storedError } from './stored-text.js';
 import { ACTIVE_SQL } from './run-states.js';
 import { UNKNOWN_WORKER, settleOldClaimRows, writeOwnEndedAttempts } from './attempt-rows.js';
 import { perSchema } from './named-statement.js';
-import { sqlInt, type Queryable } from './transaction.js';
+import { sqlIntArray, type Queryable } from './transaction.js';
 import { executeByKey, sqlPrepared, type SentSql } from './sql-prepared.js';
 
 export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'superseded';
@@ -68,10 +68,13 @@ export function completeGroupSql(
   t: Tables,
   runs: readonly { runId: bigint; token: bigint; attempt: number }[],
 ): SentSql {
-  const list = (xs: readonly (bigint | number)[]) => `'{${xs.map(sqlInt).join(',')}}'`;
   return executeByKey(
     statements(t).completeGroup,
-    [list(runs.map((r) => r.runId)), list(runs.map((r) => r.token)), list(runs.map((r) => r.attempt))],
+    [
+      sqlIntArray(runs.map((r) => r.runId)),
+      sqlIntArray(runs.map((r) => r.token)),
+      sqlIntArray(runs.map((r) => r.attempt)),
+    ],
     { thenReset: false }, // COMMIT follows
   );
 }

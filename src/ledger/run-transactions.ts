@@ -15,7 +15,7 @@ import type pg from 'pg';
 import { StaleTokenError } from '../errors.js';
 import type { Tables } from '../db/tables.js';
 import { REFUSED_COMPLETION, completeGroupSql } from './run-finishes.js';
-import { sqlInt, withTransaction, type Queryable } from './transaction.js';
+import { sqlIntArray, withTransaction, type Queryable } from './transaction.js';
 import { executeByKey, sqlPrepared, type SentSql } from './sql-prepared.js';
 import { perSchema } from './named-statement.js';
 
@@ -169,8 +169,7 @@ export async function commitGroup(pool: pg.Pool, t: Tables, items: readonly Grou
 
 /** The check sent with BEGIN: each run's state and newest claim (ids as literals: integers only). */
 export function checkStatement(t: Tables, claims: readonly TransactingAttempt[]): SentSql {
-  const ids = claims.map((c) => sqlInt(c.runId)).join(',');
-  return executeByKey(statements(t).check, [`'{${ids}}'`], { thenReset: true }); // the handlers' statements follow
+  return executeByKey(statements(t).check, [sqlIntArray(claims.map((c) => c.runId))], { thenReset: true }); // the handlers' statements follow
 }
 
 const statements = perSchema((t) => ({

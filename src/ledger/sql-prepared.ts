@@ -52,6 +52,28 @@ export function plainSql(sql: string): SentSql {
   return { sql, resultAt: 0, prepared: [] };
 }
 
+/**
+ * Run `sent` alone on a client of `pool`: a simple query of several statements runs in one
+ * implicit transaction, so its LOCAL planner settings end with it. The result it names.
+ */
+export async function queryPrepared(pool: pg.Pool, sent: SentSql): Promise<pg.QueryResult> {
+  const client = await pool.connect();
+  // The server going away mid-query is an 'error' event as well as the query's rejection.
+  const onError = () => undefined;
+  client.on('error', onError);
+  try {
+    await ensurePrepared(client, sent.prepared);
+    const res = (await client.query(sent.sql)) as unknown as pg.QueryResult[];
+    client.off('error', onError);
+    client.release();
+    return res[sent.resultAt]!;
+  } catch (err) {
+    client.off('error', onError);
+    client.release(err as Error); // discarded, as pg-pool does after a failed query
+    throw err;
+  }
+}
+
 const preparedOn = new WeakMap<pg.ClientBase, Set<string>>();
 
 /** PREPARE on `client` those of `statements` it has not prepared yet (a round trip each, the first time only). */

@@ -160,3 +160,8 @@ export function sqlInt(n: bigint | number): string {
   if (typeof n === 'number' && !Number.isSafeInteger(n)) throw new RangeError(`not an integer: ${n}`);
   return `${BigInt(n)}`;
 }
+
+/** An array of integers as an SQL literal ('{1,2,3}'), for statements sent without parameters. */
+export function sqlIntArray(xs: readonly (bigint | number)[]): string {
+  return `'{${xs.map(sqlInt).join(',')}}'`;
+}

@@ -12,7 +12,7 @@ import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-describe('finish and group completion plans (real PostgreSQL)', () => {
+describe('claim, finish and group completion plans (real PostgreSQL)', () => {
   let db: TestDatabase;
   let pool: pg.Pool;
   let ledger: Ledger;
@@ -99,5 +99,30 @@ describe('finish and group completion plans (real PostgreSQL)', () => {
     for (const plan of plans) assert.doesNotMatch(plan, /Seq Scan on cw_/, plan);
     const check = plans.find((p) => /SELECT id, state, claim_token FROM/.test(p)) ?? '';
     assert.match(check, /Index Scan (using|on) cw_runs_pkey/, plans.join('\n'));
+  });
+
+  it('after cw_runs grew, a claim still finds its runs by key', async () => {
+    // Claims while the table is small (the ones above, and these), then 30,000 more runs, no ANALYZE.
+    for (let i = 0; i < 8; i++) await claimTen();
+    await pool.query(
+      `INSERT INTO "${db.schema}".cw_runs (job, scheduled_at, trigger, state, leader_token, leader_id)
+       SELECT 'bulk', timestamptz '2020-01-01' + g * interval '1 second', 'schedule', 'completed', 1, 'x'
+       FROM generate_series(1, 30000) g`,
+    );
+    const fires = Array.from({ length: 10 }, () => ({
+      job: 'plans',
+      scheduledAt: new Date((slot += 1000)),
+      trigger: 'schedule' as const,
+    }));
+    const { committed } = await ledger.fires.commitFires(fires, stamp);
+    plans.length = 0;
+    const claimed = await ledger.runs.claimMany(
+      committed.map((f) => f.runId),
+      'w1',
+    );
+    assert.ok(claimed.every((r) => r.status === 'claimed'));
+    const claim = plans.find((p) => /WITH wanted AS/.test(p)) ?? '';
+    assert.match(claim, /Update on cw_runs/, plans.join('\n'));
+    assert.doesNotMatch(claim, /Seq Scan on cw_/, claim);
   });
 });
