@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import pg from 'pg';
 import { ensurePrepared, plainSql, type SentSql } from './sql-prepared.js';
 
 /** A pool or a client inside a transaction: anything a ledger statement can run on. */
@@ -159,6 +159,11 @@ export function fenceHoldLimit(ms: number): string {
 export function sqlInt(n: bigint | number): string {
   if (typeof n === 'number' && !Number.isSafeInteger(n)) throw new RangeError(`not an integer: ${n}`);
   return `${BigInt(n)}`;
+}
+
+/** An array of strings as an SQL literal (each element quoted as PostgreSQL's array input reads it). */
+export function sqlTextArray(xs: readonly string[]): string {
+  return pg.escapeLiteral(`{${xs.map((x) => `"${x.replace(/[\\"]/g, (c) => `\\${c}`)}"`).join(',')}}`);
 }
 
 /** An array of integers as an SQL literal ('{1,2,3}'), for statements sent without parameters. */

@@ -12,7 +12,7 @@ import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
-describe('claim, finish and group completion plans (real PostgreSQL)', () => {
+describe('ledger statement plans after the tables grew (real PostgreSQL)', () => {
   let db: TestDatabase;
   let pool: pg.Pool;
   let ledger: Ledger;
@@ -124,5 +124,29 @@ describe('claim, finish and group completion plans (real PostgreSQL)', () => {
     const claim = plans.find((p) => /WITH wanted AS/.test(p)) ?? '';
     assert.match(claim, /Update on cw_runs/, plans.join('\n'));
     assert.doesNotMatch(claim, /Seq Scan on cw_/, claim);
+  });
+
+  it('after cw_runs grew, the outbox and the active runs of jobs still find runs by key', async () => {
+    const periodic = async () => {
+      await ledger.fires.unenqueued(100, ['plans', 'bulk']);
+      await ledger.fires.activeJobs(['plans', 'bulk']);
+    };
+    // Planned while the table is small (a prepared statement would cache that plan), then it grows.
+    for (let i = 0; i < 8; i++) {
+      await claimTen();
+      await periodic();
+    }
+    await pool.query(
+      `INSERT INTO "${db.schema}".cw_runs (job, scheduled_at, trigger, state, leader_token, leader_id)
+       SELECT 'bulk', timestamptz '2021-01-01' + g * interval '1 second', 'schedule', 'completed', 1, 'x'
+       FROM generate_series(1, 30000) g`,
+    );
+    plans.length = 0;
+    await periodic();
+    const outbox = plans.find((p) => /WITH released AS \(\s+SELECT h.run_id/.test(p)) ?? '';
+    const active = plans.find((p) => /array_agg\(r.id::text\) AS ids/.test(p)) ?? '';
+    assert.match(outbox, /cw_hand_overs/, plans.join('\n'));
+    assert.match(active, /cw_open_runs/, plans.join('\n'));
+    for (const plan of [outbox, active]) assert.doesNotMatch(plan, /Seq Scan on cw_runs/, plan);
   });
 });

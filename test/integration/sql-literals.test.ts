@@ -1,0 +1,53 @@
+/**
+ * The literal builders for statements sent without parameters (simple-protocol round trips that
+ * EXECUTE prepared statements): PostgreSQL reads back exactly what went in.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import pg from 'pg';
+import { sqlInt, sqlIntArray, sqlTextArray } from '../../src/ledger/transaction.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+
+describe('SQL literals (real PostgreSQL)', () => {
+  let db: TestDatabase;
+  let pool: pg.Pool;
+  before(async () => {
+    db = await createTestDatabase();
+    pool = new pg.Pool({ connectionString: db.url, max: 1 });
+  });
+  after(async () => {
+    await pool.end();
+    await db.drop();
+  });
+
+  it('a text array keeps quotes, backslashes, commas, braces, NULL-looking words and unicode', async () => {
+    const xs = [
+      'plain',
+      `it's`,
+      'a "quoted" job',
+      'back\\slash',
+      'a,b',
+      '{braces}',
+      'NULL',
+      ' spaced ',
+      '',
+      'ünï€ode',
+      "\\'",
+    ];
+    const res = await pool.query<{ a: string[] }>(`SELECT (${sqlTextArray(xs)})::text[] AS a`);
+    assert.deepEqual(res.rows[0]!.a, xs);
+    const none = await pool.query<{ a: string[] }>(`SELECT (${sqlTextArray([])})::text[] AS a`);
+    assert.deepEqual(none.rows[0]!.a, []);
+  });
+
+  it('integers and integer arrays, and nothing else', async () => {
+    const ids = [1n, 9007199254740993n, 0n, -5n];
+    const res = await pool.query<{ a: string[]; n: string }>(
+      `SELECT (${sqlIntArray(ids)})::bigint[]::text[] AS a, ${sqlInt(42)}::text AS n`,
+    );
+    assert.deepEqual(res.rows[0]!.a, ids.map(String));
+    assert.equal(res.rows[0]!.n, '42');
+    assert.throws(() => sqlInt(1.5), RangeError);
+    assert.throws(() => sqlIntArray([Number.NaN]), RangeError);
+  });
+});
