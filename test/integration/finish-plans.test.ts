@@ -126,10 +126,13 @@ describe('ledger statement plans after the tables grew (real PostgreSQL)', () =>
     assert.doesNotMatch(claim, /Seq Scan on cw_/, claim);
   });
 
-  it('after cw_runs grew, the outbox and the active runs of jobs still find runs by key', async () => {
+  it('after cw_runs grew, the outbox, the active runs of jobs and the orphan scan still find runs by key', async () => {
+    let orphans: bigint[] = [];
     const periodic = async () => {
       await ledger.fires.unenqueued(100, ['plans', 'bulk']);
       await ledger.fires.activeJobs(['plans', 'bulk']);
+      // w1 claimed runs above and never beat: its running runs are orphans to w2.
+      orphans = await ledger.runs.orphans('w2', 5);
     };
     // Planned while the table is small (a prepared statement would cache that plan), then it grows.
     for (let i = 0; i < 8; i++) {
@@ -145,8 +148,11 @@ describe('ledger statement plans after the tables grew (real PostgreSQL)', () =>
     await periodic();
     const outbox = plans.find((p) => /WITH released AS \(\s+SELECT h.run_id/.test(p)) ?? '';
     const active = plans.find((p) => /array_agg\(r.id::text\) AS ids/.test(p)) ?? '';
+    const orphan = plans.find((p) => /r.claimed_by <> \$1/.test(p)) ?? '';
     assert.match(outbox, /cw_hand_overs/, plans.join('\n'));
     assert.match(active, /cw_open_runs/, plans.join('\n'));
-    for (const plan of [outbox, active]) assert.doesNotMatch(plan, /Seq Scan on cw_runs/, plan);
+    assert.match(orphan, /cw_open_runs/, plans.join('\n'));
+    for (const plan of [outbox, active, orphan]) assert.doesNotMatch(plan, /Seq Scan on cw_runs/, plan);
+    assert.equal(orphans.length, 5);
   });
 });
