@@ -11,6 +11,7 @@ import pg from 'pg';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { claimedRuns } from '../support/claimed-runs.js';
 
 describe('ledger statement plans after the tables grew (real PostgreSQL)', () => {
   let db: TestDatabase;
@@ -19,6 +20,7 @@ describe('ledger statement plans after the tables grew (real PostgreSQL)', () =>
   const plans: string[] = [];
   const stamp = { fenceResource: 'scheduler/plans', token: 1n, replicaId: 'test', stillLeading: () => true };
   let slot = Date.UTC(2026, 0, 1);
+  let claim: (n: number) => Promise<Claim[]>;
 
   before(async () => {
     db = await createTestDatabase();
@@ -32,26 +34,14 @@ describe('ledger statement plans after the tables grew (real PostgreSQL)', () =>
       );
     });
     ledger = new Ledger(pool, db.schema);
+    claim = claimedRuns(ledger, { job: 'plans' });
   });
   after(async () => {
     await pool.end();
     await db.drop();
   });
 
-  const claimTen = async (): Promise<Claim[]> => {
-    const fires = Array.from({ length: 10 }, () => ({
-      job: 'plans',
-      scheduledAt: new Date((slot += 1000)),
-      trigger: 'schedule' as const,
-    }));
-    const { committed } = await ledger.fires.commitFires(fires, stamp);
-    return (
-      await ledger.runs.claimMany(
-        committed.map((f) => f.runId),
-        'w1',
-      )
-    ).map((r) => (r as { claim: Claim }).claim);
-  };
+  const claimTen = (): Promise<Claim[]> => claim(10);
   const finishTen = async () => {
     const claims = await claimTen();
     const accepted = await ledger.runs.finishMany(
@@ -110,7 +100,7 @@ describe('ledger statement plans after the tables grew (real PostgreSQL)', () =>
        FROM generate_series(1, 30000) g`,
     );
     const fires = Array.from({ length: 10 }, () => ({
-      job: 'plans',
+      job: 'plans-claimed-here',
       scheduledAt: new Date((slot += 1000)),
       trigger: 'schedule' as const,
     }));

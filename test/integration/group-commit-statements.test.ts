@@ -10,19 +10,20 @@ import pg from 'pg';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { claimedRuns } from '../support/claimed-runs.js';
 
 describe('group commit statements (real PostgreSQL)', () => {
   let db: TestDatabase;
   let pool: pg.Pool;
   let ledger: Ledger;
-  const stamp = { fenceResource: 'scheduler/group', token: 1n, replicaId: 'test', stillLeading: () => true };
-  let slot = Date.UTC(2026, 0, 1);
+  let claim: (n: number) => Promise<Claim[]>;
 
   before(async () => {
     db = await createTestDatabase();
     // One connection: every group meets what the one before it prepared.
     pool = new pg.Pool({ connectionString: db.url, max: 1 });
     ledger = new Ledger(pool, db.schema);
+    claim = claimedRuns(ledger, { job: 'group' });
     await pool.query(`CREATE TABLE "${db.schema}".effects (run bigint PRIMARY KEY)`);
   });
   after(async () => {
@@ -30,20 +31,6 @@ describe('group commit statements (real PostgreSQL)', () => {
     await db.drop();
   });
 
-  const claim = async (n: number): Promise<Claim[]> => {
-    const fires = Array.from({ length: n }, () => ({
-      job: 'group',
-      scheduledAt: new Date((slot += 1000)),
-      trigger: 'schedule' as const,
-    }));
-    const { committed } = await ledger.fires.commitFires(fires, stamp);
-    return (
-      await ledger.runs.claimMany(
-        committed.map((f) => f.runId),
-        'w1',
-      )
-    ).map((r) => (r as { claim: Claim }).claim);
-  };
   const effect = (tx: pg.PoolClient, c: Claim) =>
     tx.query(`INSERT INTO "${db.schema}".effects (run) VALUES ($1)`, [c.runId.toString()]);
   const effects = async (claims: Claim[]) =>
