@@ -1,16 +1,18 @@
 /**
- * Statements PREPAREd in SQL, once per connection, for the round trips that carry several
- * statements (BEGIN with the group commit's check, its completion with COMMIT): a simple-protocol
- * query can EXECUTE a prepared statement, not send a protocol-level one. Planned at every group,
- * the completion cost PostgreSQL more to plan than to run (run-path write, 20,000 runs: 0.59 ms
- * planning and 0.44 ms running a group of 10).
+ * Statements PREPAREd in SQL, once per connection, and sent as EXECUTE with literal arguments in a
+ * simple-protocol query, which can carry several statements in one round trip (BEGIN with the
+ * group commit's check, its completion with COMMIT, planner settings around any of them). Used
+ * by the statements that find runs by key: claims, the group commit, the outbox, the active runs
+ * of jobs, the orphan scan. Planned at every group, the completion cost PostgreSQL more to plan
+ * than to run (run-path write, 20,000 runs: 0.59 ms planning and 0.44 ms running a group of 10).
  *
  * A plan cached while a table was small scans it whole, and keeps doing so as the table grows
- * until an ANALYZE replaces it: a new ledger's first minute, and every benchmark round. These
- * statements find each row by its key, so they are planned with sequential scans, hash and merge
- * joins off and the generic plan forced: index lookups, whatever the tables' size. The settings
- * are LOCAL to the transaction and reset right after the EXECUTE when more of it follows (the
- * handlers' own statements are planned as usual).
+ * until an ANALYZE replaces it: a new ledger's first minute, and every benchmark round. So these
+ * are planned with sequential scans, hash and merge joins off and the generic plan forced: index
+ * lookups, whatever the tables' size (a statement must then start from something it can find by
+ * key: ids, a job's open runs, the hand-over rows). The settings are LOCAL to the transaction and
+ * reset right after the EXECUTE when more of it follows (the handlers' own statements are planned
+ * as usual).
  */
 import type pg from 'pg';
 import { namedStatement } from './named-statement.js';
