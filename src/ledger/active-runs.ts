@@ -5,7 +5,7 @@
 import type { Tables } from '../db/tables.js';
 import type pg from 'pg';
 import { perSchema } from './named-statement.js';
-import { executeByKey, queryPrepared, sqlPrepared } from './sql-prepared.js';
+import { queryByKey, sqlPrepared } from './sql-prepared.js';
 import { ACTIVE_SQL } from './run-states.js';
 import { sqlTextArray } from './transaction.js';
 
@@ -32,7 +32,7 @@ export async function activeJobs(
   jobs: string[],
 ): Promise<Map<string, { ids: bigint[]; held: number }>> {
   if (jobs.length === 0) return new Map();
-  const res = await queryPrepared(pool, executeByKey(statements(t).byJob, [sqlTextArray(jobs)], { thenReset: false }));
+  const res = await queryByKey(pool, statements(t).byJob, [sqlTextArray(jobs)]);
   const rows = res.rows as { job: string; ids: string[]; held: number }[];
   return new Map(rows.map((r) => [r.job, { ids: r.ids.map((id) => BigInt(id)), held: r.held }]));
 }

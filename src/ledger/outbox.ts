@@ -7,7 +7,7 @@ import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import type { CommittedFire } from './fire-batch.js';
 import { perSchema } from './named-statement.js';
-import { executeByKey, queryPrepared, sqlPrepared } from './sql-prepared.js';
+import { queryByKey, sqlPrepared } from './sql-prepared.js';
 import { ACTIVE_SQL, openRunsOf } from './run-states.js';
 import { sqlInt, sqlIntArray, sqlTextArray } from './transaction.js';
 
@@ -65,10 +65,7 @@ export async function unenqueued(
   limit: number,
   queuedJobs: string[],
 ): Promise<CommittedFire[]> {
-  const res = await queryPrepared(
-    pool,
-    executeByKey(statements(t).unenqueued, [sqlInt(limit), sqlTextArray(queuedJobs)], { thenReset: false }),
-  );
+  const res = await queryByKey(pool, statements(t).unenqueued, [sqlInt(limit), sqlTextArray(queuedJobs)]);
   const rows = res.rows as {
     id: string;
     job: string;

@@ -17,9 +17,9 @@ import type { Tables } from '../db/tables.js';
 import { ACTIVE_SQL, FINISHED_SQL } from './run-states.js';
 import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import pg from 'pg';
-import { sqlInt, sqlIntArray, type Queryable } from './transaction.js';
-import { executeByKey, queryPrepared, sqlPrepared } from './sql-prepared.js';
+import type pg from 'pg';
+import { sqlInt, sqlIntArray, sqlText, type Queryable } from './transaction.js';
+import { queryByKey, sqlPrepared } from './sql-prepared.js';
 import { claimerAlive } from './worker-liveness.js';
 
 export interface Claim {
@@ -154,14 +154,11 @@ export async function claimRuns(
   o: ClaimOptions,
 ): Promise<ClaimResult[]> {
   if (runIds.length === 0) return [];
-  const res = await queryPrepared(
-    pool,
-    executeByKey(
-      statements(t).claim,
-      [sqlIntArray(runIds), pg.escapeLiteral(o.worker), sqlInt(Math.max(0, Math.floor(o.liveWithinMs)))],
-      { thenReset: false }, // the implicit transaction ends with it
-    ),
-  );
+  const res = await queryByKey(pool, statements(t).claim, [
+    sqlIntArray(runIds),
+    sqlText(o.worker),
+    sqlInt(Math.max(0, Math.floor(o.liveWithinMs))),
+  ]);
   const byId = new Map((res.rows as ClaimRow[]).map((row) => [row.id, row]));
   return runIds.map((id): ClaimResult => {
     const row = byId.get(id.toString());

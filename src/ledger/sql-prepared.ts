@@ -55,10 +55,12 @@ export function plainSql(sql: string): SentSql {
 }
 
 /**
- * Run `sent` alone on a client of `pool`: a simple query of several statements runs in one
- * implicit transaction, so its LOCAL planner settings end with it. The result it names.
+ * EXECUTE `s` with `args` (SQL literals), planned by key, alone on a client of `pool`: a simple
+ * query of several statements runs in one implicit transaction, so its LOCAL planner settings end
+ * with it. The EXECUTE's result.
  */
-export async function queryPrepared(pool: pg.Pool, sent: SentSql): Promise<pg.QueryResult> {
+export async function queryByKey(pool: pg.Pool, s: SqlPrepared, args: readonly string[]): Promise<pg.QueryResult> {
+  const sent = executeByKey(s, args, { thenReset: false }); // the implicit transaction ends with it
   const client = await pool.connect();
   // The server going away mid-query is an 'error' event as well as the query's rejection.
   const onError = () => undefined;

@@ -161,9 +161,14 @@ export function sqlInt(n: bigint | number): string {
   return `${BigInt(n)}`;
 }
 
+/** A string as an SQL literal, for statements sent without parameters. */
+export function sqlText(x: string): string {
+  return pg.escapeLiteral(x);
+}
+
 /** An array of strings as an SQL literal (each element quoted as PostgreSQL's array input reads it). */
 export function sqlTextArray(xs: readonly string[]): string {
-  return pg.escapeLiteral(`{${xs.map((x) => `"${x.replace(/[\\"]/g, (c) => `\\${c}`)}"`).join(',')}}`);
+  return sqlText(`{${xs.map((x) => `"${x.replace(/[\\"]/g, (c) => `\\${c}`)}"`).join(',')}}`);
 }
 
 /** An array of integers as an SQL literal ('{1,2,3}'), for statements sent without parameters. */

@@ -5,9 +5,9 @@
  */
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
-import pg from 'pg';
-import { sqlInt, type Queryable } from './transaction.js';
-import { executeByKey, queryPrepared, sqlPrepared } from './sql-prepared.js';
+import type pg from 'pg';
+import { sqlInt, sqlText, type Queryable } from './transaction.js';
+import { queryByKey, sqlPrepared } from './sql-prepared.js';
 
 /** SQL: the claimer of run `r` beat within `window` ms (a placeholder naming the window). */
 export function claimerAlive(t: Tables, window: string): string {
@@ -56,13 +56,10 @@ export async function orphanedRuns(
   t: Tables,
   o: { worker: string; liveWithinMs: number; limit: number },
 ): Promise<bigint[]> {
-  const res = await queryPrepared(
-    pool,
-    executeByKey(
-      statements(t).orphans,
-      [pg.escapeLiteral(o.worker), sqlInt(Math.max(0, Math.floor(o.liveWithinMs))), sqlInt(o.limit)],
-      { thenReset: false },
-    ),
-  );
+  const res = await queryByKey(pool, statements(t).orphans, [
+    sqlText(o.worker),
+    sqlInt(Math.max(0, Math.floor(o.liveWithinMs))),
+    sqlInt(o.limit),
+  ]);
   return (res.rows as { id: string }[]).map((r) => BigInt(r.id));
 }

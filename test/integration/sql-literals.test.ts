@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { sqlInt, sqlIntArray, sqlTextArray } from '../../src/ledger/transaction.js';
+import { sqlInt, sqlIntArray, sqlText, sqlTextArray } from '../../src/ledger/transaction.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 describe('SQL literals (real PostgreSQL)', () => {
@@ -20,7 +20,7 @@ describe('SQL literals (real PostgreSQL)', () => {
     await db.drop();
   });
 
-  it('a text array keeps quotes, backslashes, commas, braces, NULL-looking words and unicode', async () => {
+  it('a string and a text array keep quotes, backslashes, commas, braces, NULL-looking words and unicode', async () => {
     const xs = [
       'plain',
       `it's`,
@@ -36,6 +36,10 @@ describe('SQL literals (real PostgreSQL)', () => {
     ];
     const res = await pool.query<{ a: string[] }>(`SELECT (${sqlTextArray(xs)})::text[] AS a`);
     assert.deepEqual(res.rows[0]!.a, xs);
+    for (const x of xs) {
+      const one = await pool.query<{ s: string }>(`SELECT ${sqlText(x)}::text AS s`);
+      assert.equal(one.rows[0]!.s, x);
+    }
     const none = await pool.query<{ a: string[] }>(`SELECT (${sqlTextArray([])})::text[] AS a`);
     assert.deepEqual(none.rows[0]!.a, []);
   });
