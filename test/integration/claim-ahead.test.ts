@@ -1,0 +1,104 @@
+/**
+ * How far a worker claims ahead of its handler slots: with every handler slot busy, it holds
+ * 8 claimed runs a slot waiting (RUNS_AHEAD_PER_SLOT) and no more, however many more places in
+ * hand it has for runs being recorded, so a replica with slow handlers does not sit on runs another
+ * replica could start. Real PostgreSQL, Redis and BullMQ.
+ */
+import { describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { pino } from 'pino';
+import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
+import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
+import { defineJob } from '../../src/jobs/define-job.js';
+import { JobRegistry } from '../../src/jobs/job-registry.js';
+import { RunExecutor } from '../../src/jobs/run-executor.js';
+import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
+import { SHARED_REDIS_URL } from './failover-scenario.js';
+
+const logger = pino({ level: 'silent' });
+
+describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', () => {
+  const env = effectsSuite();
+
+  it(
+    'slow handlers: the slots busy and 8 runs a slot claimed ahead, no more; then each run once',
+    { timeout: 60_000 },
+    async () => {
+      const concurrency = 2;
+      const runs = 60;
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      let started = 0;
+      const registry = new JobRegistry([
+        defineJob({
+          name: 'effect',
+          schedule: '0 0 1 1 *',
+          handler: async (ctx) => {
+            started++;
+            await gate;
+            await ctx.transaction((tx) =>
+              tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
+                ctx.runId,
+                ctx.attempt,
+                ctx.fencingToken.toString(),
+              ]),
+            );
+          },
+        }),
+      ]);
+      const ledger = new Ledger(env.db.pool);
+      const namespace = `ca${randomUUID().slice(0, 8)}`;
+      const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
+      const committed = [];
+      for (let i = 0; i < runs; i++)
+        committed.push(
+          await commitTestRun(ledger, 'effect', {
+            scheduledAt: new Date(Date.UTC(2035, 0, 1, 0, i)),
+            trigger: 'schedule',
+          }),
+        );
+      const ids = committed.map((run) => run.runId);
+      await delivery.enqueue(committed); // ten runs a delivery
+      const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
+      const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
+      const count = async (state: string) =>
+        (
+          await env.db.pool.query<{ n: number }>(
+            'SELECT count(*)::int AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND state = $2',
+            [ids.map(String), state],
+          )
+        ).rows[0]!.n;
+      await worker.start();
+      try {
+        // Claims settle within a few round trips; wait until the count holds still for a while.
+        let claimed = -1;
+        for (let stable = 0, deadline = Date.now() + 20_000; stable < 10 && Date.now() < deadline;) {
+          await sleep(50);
+          const now = await count('running');
+          stable = now === claimed ? stable + 1 : 0;
+          claimed = now;
+        }
+        assert.equal(started, concurrency, 'every handler slot runs a handler');
+        assert.equal(claimed, concurrency + 8 * concurrency, 'the running runs and 8 a slot claimed ahead');
+        open();
+        const deadline = Date.now() + 45_000;
+        while ((await count('completed')) < runs && Date.now() < deadline) await sleep(50);
+      } finally {
+        open();
+        await worker.close(1000);
+        await delivery.queue.obliterate({ force: true }).catch(() => undefined);
+        await delivery.close();
+      }
+      assert.equal(await count('completed'), runs);
+      const effects = await env.db.pool.query<{ n: number; runs: number }>(
+        'SELECT count(*)::int AS n, count(DISTINCT run_id)::int AS runs FROM effects WHERE run_id = ANY($1::bigint[])',
+        [ids.map(String)],
+      );
+      assert.deepEqual(effects.rows[0], { n: runs, runs }, 'one effect per run');
+    },
+  );
+});
