@@ -33,14 +33,15 @@ export class Attempt {
   transaction: TransactionMark = 'none';
   /** What the handler returned (a workflow step's result when it did not use ctx.transaction). */
   returned: unknown;
-  /** Aborted by a newer claim of the run or a cancel (overlap 'replace'). */
-  readonly abort = new AbortController();
-  /** What the handler sees as ctx.signal: abort, the replica's shutdown, or the job's timeout. */
-  readonly signal: AbortSignal;
-  private readonly stop = new AbortController();
+  /** Stopped by a newer claim of the run or a cancel (overlap 'replace'): abortBy(). */
+  private abortedByRun = false;
+  /** Why the attempt was stopped (the first reason), once it is. */
+  private stopped: { reason: unknown } | undefined;
+  /** ctx.signal, made when the handler first reads it (most never do: an AbortSignal costs a few µs). */
+  private controller: AbortController | undefined;
   private timedOut = false;
-  /** Undo the links to the long-lived shutdown signal and the timer (release()). */
-  private readonly unlink: () => void;
+  private readonly timer: ReturnType<typeof setTimeout> | undefined;
+  private readonly onShutdown = () => this.stopWith(this.shutdown?.reason);
   private transactionCalled = false;
   private abandoned = false;
 
@@ -56,34 +57,47 @@ export class Attempt {
     // Linked by hand, not with AbortSignal.any: on Node 20 each AbortSignal.any call leaves an entry
     // in its sources for good, so the replica's shutdown signal, shared by every attempt, grew by
     // one per run (about 60 B a run, unbounded in a long-lived replica).
-    this.signal = this.stop.signal;
-    const stopWith = (reason: unknown) => this.stop.abort(reason);
-    this.abort.signal.addEventListener('abort', () => stopWith(this.abort.signal.reason), { once: true });
-    const onShutdown = () => stopWith(shutdown?.reason);
-    if (shutdown?.aborted) onShutdown();
-    else shutdown?.addEventListener('abort', onShutdown, { once: true });
-    const timer =
-      job.timeoutMs > 0
-        ? setTimeout(() => {
-            this.timedOut = true;
-            stopWith(new DOMException('The operation was aborted due to timeout', 'TimeoutError'));
-          }, job.timeoutMs)
-        : undefined;
-    timer?.unref(); // as AbortSignal.timeout: a timeout does not keep the process alive
-    this.unlink = () => {
-      shutdown?.removeEventListener('abort', onShutdown);
-      clearTimeout(timer);
-    };
+    if (shutdown?.aborted) this.onShutdown();
+    else shutdown?.addEventListener('abort', this.onShutdown, { once: true });
+    if (job.timeoutMs > 0) {
+      this.timer = setTimeout(() => {
+        this.timedOut = true;
+        this.stopWith(new DOMException('The operation was aborted due to timeout', 'TimeoutError'));
+      }, job.timeoutMs);
+      this.timer.unref(); // as AbortSignal.timeout: a timeout does not keep the process alive
+    }
+  }
+
+  /** What the handler sees as ctx.signal: abortBy, the replica's shutdown, or the job's timeout. */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.stopped) this.controller.abort(this.stopped.reason);
+    }
+    return this.controller.signal;
+  }
+
+  /** Stop the attempt: a newer claim of its run, or a cancel (overlap 'replace'). */
+  abortBy(reason: unknown): void {
+    this.abortedByRun = true;
+    this.stopWith(reason);
+  }
+
+  private stopWith(reason: unknown): void {
+    if (this.stopped) return;
+    this.stopped = { reason };
+    this.controller?.abort(reason);
   }
 
   /** The attempt is over (settled): let go of the shutdown signal and the timeout. */
   release(): void {
-    this.unlink();
+    this.shutdown?.removeEventListener('abort', this.onShutdown);
+    clearTimeout(this.timer);
   }
 
   /** The replica's shutdown, not a newer claim, a cancel or the job's timeout, stopped it. */
   stoppedByShutdown(): boolean {
-    return this.shutdown?.aborted === true && !this.abort.signal.aborted && !this.timedOut;
+    return this.shutdown?.aborted === true && !this.abortedByRun && !this.timedOut;
   }
 
   /** Run the handler; stop waiting for it once `abandon` aborts (its late ctx calls are then refused). */
@@ -108,6 +122,7 @@ export class Attempt {
 
   context(): JobContext {
     const { claim } = this;
+    const signal = () => this.signal;
     return {
       jobName: claim.job,
       scheduledAt: claim.scheduledAt,
@@ -120,7 +135,10 @@ export class Attempt {
       idempotencyKey: idempotencyKey(claim),
       payload: claim.payload,
       ...(claim.coalesced ? { coalesced: claim.coalesced } : {}),
-      signal: this.signal,
+      // A getter, so the AbortSignal is made only for a handler that reads it.
+      get signal() {
+        return signal();
+      },
       logger: this.log,
       fence: async (resource, tx) => {
         this.refuseIfAbandoned();

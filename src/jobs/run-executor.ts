@@ -163,11 +163,11 @@ export class RunExecutor {
     if (message.type === 'claimed') {
       const mine = this.running.get(message.runId);
       if (mine && mine.claim.token < BigInt(message.token)) {
-        mine.abort.abort(new StaleTokenError(`run ${message.runId}`, mine.claim.token, BigInt(message.token)));
+        mine.abortBy(new StaleTokenError(`run ${message.runId}`, mine.claim.token, BigInt(message.token)));
       }
     } else {
       for (const id of message.runIds)
-        this.running.get(id)?.abort.abort(new AbortedError(`run ${id} (cancelled: overlap "replace")`));
+        this.running.get(id)?.abortBy(new AbortedError(`run ${id} (cancelled: overlap "replace")`));
     }
   }
 

@@ -98,8 +98,8 @@ export async function stepRunnable(
   const job: JobDefinition = {
     ...spec.job,
     handler: (ctx: JobContext) => {
-      const stepCtx: StepContext = {
-        ...ctx,
+      // Not a spread: it would read ctx.signal, made on first read.
+      const stepCtx: StepContext = Object.assign(copyOf(ctx), {
         transaction: async <T>(fn: (tx: import('pg').PoolClient) => Promise<T>): Promise<T> => {
           const value = await ctx.transaction(fn);
           if (skipped)
@@ -110,7 +110,7 @@ export async function stepRunnable(
         step: place.step,
         item: place.item ?? undefined,
         received,
-      };
+      });
       return spec.map ? spec.run(stepCtx, claim.payload, input) : spec.run(stepCtx, input, input);
     },
   };
@@ -170,4 +170,9 @@ export async function startWorkflowRun(
   const made = await workflows.start(claim, graph);
   log.info({ steps: made.length, definition: graph.fingerprint }, 'workflow run started');
   return made;
+}
+
+/** A copy of `ctx` with its getters kept as getters (ctx.signal is made on first read). */
+function copyOf(ctx: JobContext): JobContext {
+  return Object.defineProperties({}, Object.getOwnPropertyDescriptors(ctx)) as JobContext;
 }

@@ -25,7 +25,7 @@ const job = (timeoutMs = 0) => defineJob({ name: 'j', schedule: '* * * * *', han
 
 it("ctx.signal follows the run's abort, the replica's shutdown and the job's timeout, each told apart", async () => {
   const cancelled = new Attempt(claim, job(), ledger, log, new AbortController().signal);
-  cancelled.abort.abort(new Error('newer claim'));
+  cancelled.abortBy(new Error('newer claim'));
   assert.equal((cancelled.signal.reason as Error).message, 'newer claim');
   assert.equal(cancelled.stoppedByShutdown(), false);
 
@@ -49,6 +49,28 @@ it("ctx.signal follows the run's abort, the replica's shutdown and the job's tim
   await new Promise((r) => setTimeout(r, 40));
   assert.equal(cleared.signal.aborted, false, 'a released attempt has no timeout left');
   clearTimeout(alive);
+});
+
+it('ctx.signal read only after the stop is aborted with its reason; read before, it aborts then, once', () => {
+  const late = new Attempt(claim, job(), ledger, log, undefined);
+  const lateCtx = late.context();
+  late.abortBy(new Error('newer claim'));
+  late.abortBy(new Error('a cancel after it'));
+  assert.equal(lateCtx.signal.aborted, true);
+  assert.equal((lateCtx.signal.reason as Error).message, 'newer claim', 'the first reason stays');
+  assert.equal(lateCtx.signal, late.context().signal, 'one signal an attempt');
+
+  const shutdown = new AbortController();
+  const early = new Attempt(claim, job(), ledger, log, shutdown.signal);
+  const { signal } = early.context(); // read before the stop, as a handler that passes it on does
+  let heard = 0;
+  signal.addEventListener('abort', () => heard++);
+  assert.equal(signal.aborted, false);
+  shutdown.abort(new Error('shutting down'));
+  early.abortBy(new Error('newer claim'));
+  assert.equal(heard, 1);
+  assert.equal((signal.reason as Error).message, 'shutting down');
+  assert.equal(early.stoppedByShutdown(), false, 'a newer claim came too');
 });
 
 it('attempts that share the long-lived shutdown signal leave nothing behind once released', async () => {
