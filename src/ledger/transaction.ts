@@ -166,12 +166,17 @@ export function sqlText(x: string): string {
   return pg.escapeLiteral(x);
 }
 
-/** An array of strings as an SQL literal (each element quoted as PostgreSQL's array input reads it). */
-export function sqlTextArray(xs: readonly string[]): string {
-  return sqlText(`{${xs.map((x) => `"${x.replace(/[\\"]/g, (c) => `\\${c}`)}"`).join(',')}}`);
+/** An array of strings (null: SQL NULL) as an SQL literal, each element quoted as PostgreSQL's array input reads it. */
+export function sqlTextArray(xs: readonly (string | null)[]): string {
+  return sqlText(`{${xs.map((x) => (x === null ? 'NULL' : `"${x.replace(/[\\"]/g, (c) => `\\${c}`)}"`)).join(',')}}`);
 }
 
-/** An array of integers as an SQL literal ('{1,2,3}'), for statements sent without parameters. */
-export function sqlIntArray(xs: readonly (bigint | number)[]): string {
-  return `'{${xs.map(sqlInt).join(',')}}'`;
+/** An array of integers (null: SQL NULL) as an SQL literal ('{1,NULL,3}'), for statements sent without parameters. */
+export function sqlIntArray(xs: readonly (bigint | number | null)[]): string {
+  return `'{${xs.map((x) => (x === null ? 'NULL' : sqlInt(x))).join(',')}}'`;
+}
+
+/** An array of booleans as an SQL literal ('{t,f}'), for statements sent without parameters. */
+export function sqlBoolArray(xs: readonly boolean[]): string {
+  return `'{${xs.map((x) => (x ? 't' : 'f')).join(',')}}'`;
 }

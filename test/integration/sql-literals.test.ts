@@ -5,7 +5,7 @@
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import pg from 'pg';
-import { sqlInt, sqlIntArray, sqlText, sqlTextArray } from '../../src/ledger/transaction.js';
+import { sqlBoolArray, sqlInt, sqlIntArray, sqlText, sqlTextArray } from '../../src/ledger/transaction.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 describe('SQL literals (real PostgreSQL)', () => {
@@ -33,6 +33,7 @@ describe('SQL literals (real PostgreSQL)', () => {
       '',
       'ünï€ode',
       "\\'",
+      'a stack\n    at line 2\tand a tab',
     ];
     const res = await pool.query<{ a: string[] }>(`SELECT (${sqlTextArray(xs)})::text[] AS a`);
     assert.deepEqual(res.rows[0]!.a, xs);
@@ -42,6 +43,10 @@ describe('SQL literals (real PostgreSQL)', () => {
     }
     const none = await pool.query<{ a: string[] }>(`SELECT (${sqlTextArray([])})::text[] AS a`);
     assert.deepEqual(none.rows[0]!.a, []);
+    const nulls = await pool.query<{ a: (string | null)[] }>(
+      `SELECT (${sqlTextArray([null, 'NULL', null, ''])})::text[] AS a`,
+    );
+    assert.deepEqual(nulls.rows[0]!.a, [null, 'NULL', null, ''], 'null is SQL NULL, the word NULL a string');
   });
 
   it('integers and integer arrays, and nothing else', async () => {
@@ -53,5 +58,16 @@ describe('SQL literals (real PostgreSQL)', () => {
     assert.equal(res.rows[0]!.n, '42');
     assert.throws(() => sqlInt(1.5), RangeError);
     assert.throws(() => sqlIntArray([Number.NaN]), RangeError);
+    const nulls = await pool.query<{ a: (string | null)[] }>(
+      `SELECT (${sqlIntArray([null, 7, null])})::bigint[]::text[] AS a`,
+    );
+    assert.deepEqual(nulls.rows[0]!.a, [null, '7', null]);
+  });
+
+  it('boolean arrays', async () => {
+    const res = await pool.query<{ a: boolean[] }>(`SELECT (${sqlBoolArray([true, false, false])})::bool[] AS a`);
+    assert.deepEqual(res.rows[0]!.a, [true, false, false]);
+    const none = await pool.query<{ a: boolean[] }>(`SELECT (${sqlBoolArray([])})::bool[] AS a`);
+    assert.deepEqual(none.rows[0]!.a, []);
   });
 });
