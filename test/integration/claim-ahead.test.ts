@@ -16,7 +16,7 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
+import { commitTestRun, effectsSuite, writeEffect } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const logger = pino({ level: 'silent' });
@@ -40,13 +40,7 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
           handler: async (ctx) => {
             started++;
             await gate;
-            await ctx.transaction((tx) =>
-              tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
-                ctx.runId,
-                ctx.attempt,
-                ctx.fencingToken.toString(),
-              ]),
-            );
+            await ctx.transaction((tx) => writeEffect(tx, ctx));
           },
         }),
       ]);

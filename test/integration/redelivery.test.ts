@@ -16,7 +16,7 @@ import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { DeliverySweeper } from '../../src/scheduler/chores/delivery-sweeper.js';
-import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
+import { commitTestRun, effectsSuite, writeEffect } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const logger = pino({ level: 'silent' });
@@ -33,13 +33,7 @@ describe('re-delivery from the ledger (real PostgreSQL, Redis, BullMQ)', () => {
       name: 'effect',
       schedule: '0 0 1 1 *',
       handler: async (ctx) => {
-        await ctx.transaction((tx) =>
-          tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
-            ctx.runId,
-            ctx.attempt,
-            ctx.fencingToken.toString(),
-          ]),
-        );
+        await ctx.transaction((tx) => writeEffect(tx, ctx));
       },
     }),
     defineJob({

@@ -21,7 +21,7 @@ import { StaleTokenError } from '../../src/errors.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
 import type { Queryable } from '../../src/ledger/transaction.js';
-import { commitTestRun, effectsSuite } from '../support/effect-runs.js';
+import { commitTestRun, effectsSuite, writeEffect } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const logger = pino({ level: 'silent' });
@@ -200,11 +200,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
             running--;
             await ctx.transaction(async (tx) => {
               enter();
-              await tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
-                ctx.runId,
-                ctx.attempt,
-                ctx.fencingToken.toString(),
-              ]);
+              await writeEffect(tx, ctx);
               running--;
             });
             enter();

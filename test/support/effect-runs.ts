@@ -8,6 +8,7 @@ import { Redis } from 'ioredis';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
+import type { JobContext, TransactionClient } from '../../src/jobs/job-context.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { CommittedFire } from '../../src/ledger/fire-batch.js';
 import { Ledger } from '../../src/ledger/ledger.js';
@@ -52,6 +53,18 @@ export async function commitTestRun(
   if (!committed[0]) throw new Error(`the test run of ${job} was not committed (already there?)`);
   await ledger.fires.markEnqueued([committed[0].runId]);
   return committed[0];
+}
+
+/** Write the attempt's row into `effects` (inside its ctx.transaction): what these tests count. */
+export function writeEffect(
+  tx: Pick<TransactionClient, 'query'>,
+  ctx: Pick<JobContext, 'runId' | 'attempt' | 'fencingToken'>,
+): Promise<unknown> {
+  return tx.query('INSERT INTO effects (run_id, attempt, token) VALUES ($1, $2, $3)', [
+    ctx.runId,
+    ctx.attempt,
+    ctx.fencingToken.toString(),
+  ]);
 }
 
 /** BullMQ delivery of the worker fixtures' 'effect' job in `namespace`. */
