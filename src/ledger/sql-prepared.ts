@@ -2,7 +2,7 @@
  * Statements PREPAREd in SQL, once per connection, and sent as EXECUTE with literal arguments in a
  * simple-protocol query, which can carry several statements in one round trip (BEGIN with the
  * group commit's check, its completion with COMMIT, planner settings around any of them). Used
- * by the statements that find runs by key: claims, the group commit, the outbox, the active runs
+ * by the statements that find runs by key: claims, outcomes, the group commit, the outbox, the active runs
  * of jobs, the orphan scan. Planned at every group, the completion cost PostgreSQL more to plan
  * than to run (run-path write, 20,000 runs: 0.59 ms planning and 0.44 ms running a group of 10).
  *
