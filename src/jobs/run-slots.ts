@@ -1,9 +1,10 @@
 /**
- * Counted slots: a worker's handler slots (its concurrency) and its runs in hand (a few per handler
- * slot). A delivery takes as many slots in hand as it has runs and are free (at least one, waiting
- * in line when none is), claims that many runs, and gives each slot back when its run is over:
- * runs are claimed only as far ahead as the worker will start them (River's producer fetches as
- * many jobs as it has free slots).
+ * Counted slots: a worker's handler slots (its concurrency), its runs in hand (a few per handler
+ * slot) and, of those, its runs claimed ahead of a handler slot. A delivery takes as many slots in
+ * hand and ahead as it has runs and are free (at least one, waiting in line when none is), claims
+ * that many runs, and gives each slot back when its run has a handler slot (ahead) or is over (in
+ * hand): runs are claimed only as far ahead as the worker will start them (River's producer fetches
+ * as many jobs as it has free slots).
  */
 export class RunSlots {
   private free: number;
