@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { EventedChild } from '../support/evented-child.js';
-import { effectDelivery, effectsSuite } from '../support/effect-runs.js';
+import { effectDelivery, effectsSuite, runsInState } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const fixture = fileURLToPath(new URL('../fixtures/worker-process.ts', import.meta.url));
@@ -52,11 +52,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         const deadline = Date.now() + 60_000;
         let done = 0;
         while (Date.now() < deadline) {
-          const r = await env.db.pool.query<{ n: string }>(
-            "SELECT count(*) AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND state = 'completed'",
-            [ids],
-          );
-          done = Number(r.rows[0]!.n);
+          done = await runsInState(env.db.pool, runIds, 'completed');
           if (done === RUNS) break;
           await new Promise((r) => setTimeout(r, 100));
         }

@@ -16,7 +16,7 @@ import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { commitTestRun, effectsSuite, writeEffect } from '../support/effect-runs.js';
+import { commitTestRun, effectTally, effectsSuite, runsInState, writeEffect } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const logger = pino({ level: 'silent' });
@@ -59,13 +59,7 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
       await delivery.enqueue(committed); // ten runs a delivery
       const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
       const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
-      const count = async (state: string) =>
-        (
-          await env.db.pool.query<{ n: number }>(
-            'SELECT count(*)::int AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND state = $2',
-            [ids.map(String), state],
-          )
-        ).rows[0]!.n;
+      const count = (state: string) => runsInState(env.db.pool, ids, state);
       await worker.start();
       try {
         // Claims settle within a few round trips; wait until the count holds still for a while.
@@ -88,11 +82,7 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
         await delivery.close();
       }
       assert.equal(await count('completed'), runs);
-      const effects = await env.db.pool.query<{ n: number; runs: number }>(
-        'SELECT count(*)::int AS n, count(DISTINCT run_id)::int AS runs FROM effects WHERE run_id = ANY($1::bigint[])',
-        [ids.map(String)],
-      );
-      assert.deepEqual(effects.rows[0], { n: runs, runs }, 'one effect per run');
+      assert.deepEqual(await effectTally(env.db.pool, ids), { n: runs, runs }, 'one effect per run');
     },
   );
 });

@@ -21,7 +21,7 @@ import { StaleTokenError } from '../../src/errors.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
 import type { Queryable } from '../../src/ledger/transaction.js';
-import { commitTestRun, effectsSuite, writeEffect } from '../support/effect-runs.js';
+import { commitTestRun, effectTally, effectsSuite, runsInState, writeEffect } from '../support/effect-runs.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
 const logger = pino({ level: 'silent' });
@@ -225,13 +225,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
       const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
       const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
       await worker.start();
-      const done = async () =>
-        (
-          await env.db.pool.query<{ n: number }>(
-            "SELECT count(*)::int AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND state = 'completed'",
-            [ids.map(String)],
-          )
-        ).rows[0]!.n;
+      const done = () => runsInState(env.db.pool, ids, 'completed');
       try {
         const deadline = Date.now() + 45_000;
         while ((await done()) < runs && Date.now() < deadline) await sleep(50);
@@ -241,11 +235,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
         await delivery.close();
       }
       assert.equal(await done(), runs);
-      const effects = await env.db.pool.query<{ n: number; runs: number }>(
-        'SELECT count(*)::int AS n, count(DISTINCT run_id)::int AS runs FROM effects WHERE run_id = ANY($1::bigint[])',
-        [ids.map(String)],
-      );
-      assert.deepEqual(effects.rows[0], { n: runs, runs }, 'one effect per run');
+      assert.deepEqual(await effectTally(env.db.pool, ids), { n: runs, runs }, 'one effect per run');
       assert.ok(mostRunning <= concurrency, `${mostRunning} handlers ran code at once (concurrency ${concurrency})`);
       assert.ok(mostInHand > concurrency, `slots were lent: at most ${mostInHand} handlers in hand at once`);
     },

@@ -5,6 +5,7 @@
  */
 import { after, before } from 'node:test';
 import { Redis } from 'ioredis';
+import type pg from 'pg';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
@@ -65,6 +66,24 @@ export function writeEffect(
     ctx.attempt,
     ctx.fencingToken.toString(),
   ]);
+}
+
+/** How many of the runs `ids` are in `state` in the ledger. */
+export async function runsInState(pool: pg.Pool, ids: readonly bigint[], state: string): Promise<number> {
+  const res = await pool.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM cw_runs WHERE id = ANY($1::bigint[]) AND state = $2',
+    [ids.map(String), state],
+  );
+  return res.rows[0]!.n;
+}
+
+/** The effects written for the runs `ids`: how many rows, and for how many distinct runs. */
+export async function effectTally(pool: pg.Pool, ids: readonly bigint[]): Promise<{ n: number; runs: number }> {
+  const res = await pool.query<{ n: number; runs: number }>(
+    'SELECT count(*)::int AS n, count(DISTINCT run_id)::int AS runs FROM effects WHERE run_id = ANY($1::bigint[])',
+    [ids.map(String)],
+  );
+  return res.rows[0]!;
 }
 
 /** BullMQ delivery of the worker fixtures' 'effect' job in `namespace`. */
