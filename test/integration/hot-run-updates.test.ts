@@ -1,6 +1,7 @@
 /**
  * A claim and a completion rewrite only the run's row (HOT updates, real PostgreSQL): no index of
- * cw_runs names a column they change, so neither writes an entry into each of its ten indexes.
+ * cw_runs names a column they change, so neither writes an entry into each of its ten indexes,
+ * and each run's page keeps room for both new versions (fillfactor 25, migration 0023).
  * Counted from PostgreSQL's own statistics for the table, on the one connection that did the work.
  */
 import { after, before, describe, it } from 'node:test';
@@ -62,6 +63,42 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
     assert.equal(done.all - before.all, 6, 'three claims and three completions');
     assert.equal(done.hot - before.hot, 6, 'every one of them a HOT update');
     assert.equal(await open(), 0);
+  });
+
+  it("a page keeps room for every run's claim and completion, even while a snapshot stops pruning (fillfactor 25)", async () => {
+    // Pruning the versions a claim left dead needs a cleanup lock that other runs' claims and
+    // finishes on the same page deny; an old snapshot denies it here, every time.
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+    await holder.query(`SELECT count(*) FROM "${db.schema}".cw_runs`);
+    try {
+      const at = Date.UTC(2026, 1, 1);
+      const { committed } = await ledger.fires.commitFires(
+        Array.from({ length: 100 }, (_, i) => ({
+          job: 'room',
+          scheduledAt: new Date(at + i * 1000),
+          trigger: 'schedule' as const,
+        })),
+        stamp,
+      );
+      const before = await updates();
+      const claims = (
+        await ledger.runs.claimMany(
+          committed.map((f) => f.runId),
+          'a-replica-with-a-long-name-0123456789',
+        )
+      ).map((r) => (r as { claim: Claim }).claim);
+      await ledger.runs.finishMany(
+        claims.map((c) => ({ runId: c.runId, token: c.token, attempt: c.attempt, outcome: 'completed' as const })),
+      );
+      const done = await updates();
+      assert.equal(done.all - before.all, 200, 'a hundred claims and a hundred completions');
+      assert.equal(done.hot - before.hot, 200, 'every one of them a HOT update');
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+    }
   });
 
   it("the metrics read a workflow run's end from its derived column, and no job run's", async () => {
