@@ -5,7 +5,7 @@
  */
 import type { Tables } from '../db/tables.js';
 import { storedError } from './stored-text.js';
-import { ACTIVE_SQL } from './run-states.js';
+import { ACTIVE_SQL, OPEN_RUNS_KEPT_SETTING } from './run-states.js';
 import { UNKNOWN_WORKER, settleOldClaimRows, writeOwnEndedAttempts } from './attempt-rows.js';
 import { perSchema } from './named-statement.js';
 import type pg from 'pg';
@@ -52,7 +52,7 @@ export async function finishRuns(pool: pg.Pool, t: Tables, requests: readonly Fi
     sqlIntArray(requests.map((r) => (r.retryInMs === undefined ? null : Math.max(0, Math.round(r.retryInMs))))),
     sqlBoolArray(requests.map((r) => r.failure === true)),
   ]);
-  return acceptedInOrder(requests, res.rows as { run_id: string; accepted: boolean }[]);
+  return acceptedInOrder(requests, res.rows as { run_id: string }[]);
 }
 
 /**
@@ -101,15 +101,20 @@ const statements = perSchema((t) => ({
     )}
     SELECT CASE WHEN (SELECT count(*) FROM run) = cardinality($1) THEN true
       ELSE ('${REFUSED_COMPLETION}' || (SELECT count(*) FROM run))::int > 0 END AS accepted`,
+    KEEPS_OPEN_RUNS,
   ),
   /** Record outcomes: arrays of run ids, tokens, outcomes, attempts, messages, stacks, retry delays, failures. */
   finish: sqlPrepared(
     'finish_runs',
     ['bigint[]', 'bigint[]', 'text[]', 'int[]', 'text[]', 'text[]', 'bigint[]', 'bool[]'],
     `${finishCtes(t, '$1', '$2', '$3', '$4', '$5', '$6', '$7', '$8')}
-    SELECT i.run_id, EXISTS (SELECT 1 FROM run WHERE run.id = i.run_id) AS accepted FROM input i`,
+    SELECT id AS run_id FROM run`,
+    KEEPS_OPEN_RUNS,
   ),
 }));
+
+/** The outcome statements delete their closed runs' cw_open_runs rows themselves (closed, in finishCtes). */
+const KEEPS_OPEN_RUNS = { [OPEN_RUNS_KEPT_SETTING]: 'on' };
 
 /** What a refused group completion raises: a cast error naming itself. */
 export const REFUSED_COMPLETION = 'cronwarden: completion refused, a newer attempt holds the run ';
@@ -146,18 +151,21 @@ function finishCtes(
         enqueued_at = CASE WHEN i.outcome = 'retrying' THEN now() ELSE r.enqueued_at END
       FROM input i
       WHERE r.id = i.run_id AND r.claim_token = i.token AND r.state IN ${ACTIVE_SQL}
-      RETURNING r.id, r.claimed_by, r.claimed_at),
+      RETURNING r.id, r.claimed_by, r.claimed_at, i.attempt, i.token, i.outcome, i.message, i.stack,
+        r.finished_at IS NOT NULL AS closed),
     attempt AS (
       ${writeOwnEndedAttempts(
         t,
-        `SELECT i.run_id, i.attempt, i.token, COALESCE(run.claimed_by, '${UNKNOWN_WORKER}'), i.outcome,
-           COALESCE(run.claimed_at, now()), i.message, i.stack
-         FROM input i JOIN run ON run.id = i.run_id`,
+        `SELECT run.id, run.attempt, run.token, COALESCE(run.claimed_by, '${UNKNOWN_WORKER}'), run.outcome,
+           COALESCE(run.claimed_at, now()), run.message, run.stack
+         FROM run`,
       )}),
+    closed AS (DELETE FROM ${t.openRuns} o USING run WHERE o.run_id = run.id AND run.closed),
     settled AS (${settleOldClaimRows(t, 'input')})`;
 }
 
-function acceptedInOrder(requests: readonly FinishRequest[], rows: { run_id: string; accepted: boolean }[]): boolean[] {
-  const accepted = new Set(rows.filter((r) => r.accepted).map((r) => r.run_id));
+/** The statement returns the accepted runs' ids (a CTE scan per input run to say which were not cost a join of n by n). */
+function acceptedInOrder(requests: readonly FinishRequest[], rows: { run_id: string }[]): boolean[] {
+  const accepted = new Set(rows.map((r) => r.run_id));
   return requests.map((r) => accepted.has(r.runId.toString()));
 }

@@ -33,6 +33,13 @@ export const ACTIVE_SQL = sqlStateList(activeRunStates);
  * predicate, makes every update of it a non-HOT update writing an entry into each of the table's
  * indexes, and a claim changes `state`, a completion both.
  */
+/**
+ * A transaction that sets this LOCAL to 'on' keeps cw_open_runs itself where it closes runs (the
+ * outcome statements delete their runs' rows in a CTE): the row trigger that would delete them one
+ * at a time, a PL/pgSQL call a run, stands aside (migration 0024). Every other writer, an older
+ * replica's too, leaves it unset and the trigger keeps the table.
+ */
+export const OPEN_RUNS_KEPT_SETTING = 'cronwarden.open_runs_kept';
 export const openRunsOf = (t: Tables, r: string): string =>
   `${t.openRuns} ${r}_open JOIN ${t.runs} ${r} ON ${r}.id = ${r}_open.run_id`;
 export const FINISHED_SQL = sqlStateList(finishedRunStates);

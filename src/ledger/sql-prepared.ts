@@ -21,6 +21,8 @@ export interface SqlPrepared {
   readonly name: string;
   /** The PREPARE statement. */
   readonly definition: string;
+  /** Settings LOCAL to the transaction its EXECUTE runs in, set with the planner's (names and values are constants). */
+  readonly settings: Readonly<Record<string, string>>;
 }
 
 /** SQL for one simple-protocol round trip: its statements, the one whose result is wanted, what it EXECUTEs. */
@@ -30,23 +32,33 @@ export interface SentSql {
   readonly prepared: readonly SqlPrepared[];
 }
 
-export function sqlPrepared(operation: string, parameterTypes: readonly string[], text: string): SqlPrepared {
+export function sqlPrepared(
+  operation: string,
+  parameterTypes: readonly string[],
+  text: string,
+  settings: Readonly<Record<string, string>> = {},
+): SqlPrepared {
   const types = parameterTypes.join(', ');
   const { name } = namedStatement(`sql_${operation}`, `(${types}) ${text}`);
-  return { name, definition: `PREPARE ${name} (${types}) AS ${text}` };
+  return { name, definition: `PREPARE ${name} (${types}) AS ${text}`, settings };
 }
 
-const KEYED_PLANNING = `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
-  set_config('enable_mergejoin', 'off', true), set_config('plan_cache_mode', 'force_generic_plan', true)`;
-const USUAL_PLANNING = 'RESET enable_seqscan; RESET enable_hashjoin; RESET enable_mergejoin; RESET plan_cache_mode';
+const KEYED_PLANNING: Readonly<Record<string, string>> = {
+  enable_seqscan: 'off',
+  enable_hashjoin: 'off',
+  enable_mergejoin: 'off',
+  plan_cache_mode: 'force_generic_plan',
+};
 
 /**
  * EXECUTE `s` with `args` (SQL literals), planned by key. `thenReset`: more of the transaction
- * follows, so the planner settings go back to the usual ones after it.
+ * follows, so the planner settings (and the statement's own) go back to the usual ones after it.
  */
 export function executeByKey(s: SqlPrepared, args: readonly string[], o: { thenReset: boolean }): SentSql {
-  const reset = o.thenReset ? `; ${USUAL_PLANNING}` : '';
-  return { sql: `${KEYED_PLANNING}; EXECUTE ${s.name}(${args.join(', ')})${reset}`, resultAt: 1, prepared: [s] };
+  const settings = Object.entries({ ...KEYED_PLANNING, ...s.settings });
+  const set = `SELECT ${settings.map(([k, v]) => `set_config('${k}', '${v}', true)`).join(', ')}`;
+  const reset = o.thenReset ? settings.map(([k]) => `; RESET ${k}`).join('') : '';
+  return { sql: `${set}; EXECUTE ${s.name}(${args.join(', ')})${reset}`, resultAt: 1, prepared: [s] };
 }
 
 /** A plain statement, nothing prepared. */

@@ -101,6 +101,57 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
     }
   });
 
+  it('outcomes close their runs in cw_open_runs themselves, the row trigger standing aside; other writers still go through it', async () => {
+    await pool.query("SET track_functions = 'all'");
+    const triggerCalls = async (): Promise<number> => {
+      await pool.query('SELECT pg_stat_force_next_flush()');
+      const res = await pool.query<{ n: number }>(
+        `SELECT COALESCE(sum(calls), 0)::int AS n FROM pg_stat_user_functions
+         WHERE schemaname = $1 AND funcname = 'cw_open_runs_after_update'`,
+        [db.schema],
+      );
+      return res.rows[0]!.n;
+    };
+    const open = async () =>
+      (
+        await pool.query<{ run_id: string }>(
+          `SELECT run_id FROM "${db.schema}".cw_open_runs WHERE job = 'closing' ORDER BY run_id`,
+        )
+      ).rows.map((r) => r.run_id);
+    const at = Date.UTC(2026, 2, 1);
+    const { committed } = await ledger.fires.commitFires(
+      [0, 1, 2, 3].map((i) => ({ job: 'closing', scheduledAt: new Date(at + i * 1000), trigger: 'schedule' as const })),
+      stamp,
+    );
+    const claims = (
+      await ledger.runs.claimMany(
+        committed.map((f) => f.runId),
+        'w1',
+      )
+    ).map((r) => (r as { claim: Claim }).claim);
+    const before = await triggerCalls();
+    const outcomes = ['completed', 'failed', 'retrying', 'cancelled'] as const;
+    const accepted = await ledger.runs.finishMany(
+      claims.map((c, i) => ({
+        runId: c.runId,
+        token: c.token,
+        attempt: c.attempt,
+        outcome: outcomes[i]!,
+        ...(outcomes[i] === 'retrying' ? { retryInMs: 60_000 } : {}),
+      })),
+    );
+    assert.deepEqual(accepted, [true, true, true, true]);
+    const retrying = claims[2]!.runId.toString();
+    assert.deepEqual(await open(), [retrying], 'only the run waiting for its retry is still open');
+    assert.equal((await triggerCalls()) - before, 0, 'the finish deleted the rows itself');
+    // Another writer (an older replica, an operator's UPDATE): the trigger keeps the table.
+    await pool.query(`UPDATE "${db.schema}".cw_runs SET state = 'cancelled', finished_at = now() WHERE id = $1`, [
+      retrying,
+    ]);
+    assert.deepEqual(await open(), []);
+    assert.equal((await triggerCalls()) - before, 1);
+  });
+
   it("the metrics read a workflow run's end from its derived column, and no job run's", async () => {
     const insert = async (job: string, kind: string) =>
       (
