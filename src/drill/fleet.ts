@@ -58,7 +58,7 @@ export class ReplicaFleet {
     // goes to <dir>/<id>.log, for timing a fault from the replicas' side.
     const logDir = process.env.CRONWARDEN_DRILL_LOG_DIR;
     const stdout = logDir ? openSync(join(logDir, `${id}.log`), 'a') : 'ignore';
-    const child = spawn(process.execPath, [cliPath(), 'start', '--jobs', workloadPath()], {
+    const child = spawn(process.execPath, [...cliArgs(), 'start', '--jobs', workloadPath()], {
       env: this.env(slot, id, logDir !== undefined),
       stdio: ['ignore', stdout, 'inherit'],
     });
@@ -166,9 +166,15 @@ export class ReplicaFleet {
   }
 }
 
-/** The CLI and the workload module: compiled (dist) or source (through tsx), like this file. */
-function cliPath(): string {
-  return fileURLToPath(new URL('../../bin/cronwarden.js', import.meta.url));
+/**
+ * The CLI and the workload module: compiled (dist) or source (through tsx), like this file. From
+ * source the CLI is the source too, not bin/cronwarden.js, which runs dist/ whenever it is built
+ * (`npm run bench` builds it) and would then be handed a workload it cannot import.
+ */
+function cliArgs(): string[] {
+  if (fileURLToPath(import.meta.url).endsWith('.ts'))
+    return ['--import', import.meta.resolve('tsx'), fileURLToPath(new URL('../cli/main.ts', import.meta.url))];
+  return [fileURLToPath(new URL('../../bin/cronwarden.js', import.meta.url))];
 }
 
 function workloadPath(): string {
