@@ -4,7 +4,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'bench/results/**', '.tmp/**', 'src/admin/vendor/**'] },
+  { ignores: ['dist/**', '.bench-dist/**', 'node_modules/**', 'bench/results/**', '.tmp/**', 'src/admin/vendor/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommendedTypeChecked.map((c) => ({ ...c, files: ['**/*.ts'] })),
   {
