@@ -169,7 +169,7 @@ export class ReplicaFleet {
 /**
  * The CLI and the workload module: compiled (dist) or source (through tsx), like this file. From
  * source the CLI is the source too, not bin/cronwarden.js, which runs dist/ whenever it is built
- * (`npm run bench` builds it) and would then be handed a workload it cannot import.
+ * (after an `npm run build`) and would then be handed a workload it cannot import.
  */
 function cliArgs(): string[] {
   if (fileURLToPath(import.meta.url).endsWith('.ts'))

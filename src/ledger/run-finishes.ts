@@ -164,7 +164,7 @@ function finishCtes(
     settled AS (${settleOldClaimRows(t, 'input')})`;
 }
 
-/** The statement returns the accepted runs' ids (a CTE scan per input run to say which were not cost a join of n by n). */
+/** The finish returns the accepted runs' ids only: saying of each input run whether it was accepted scanned them all, n × n. */
 function acceptedInOrder(requests: readonly FinishRequest[], rows: { run_id: string }[]): boolean[] {
   const accepted = new Set(rows.map((r) => r.run_id));
   return requests.map((r) => accepted.has(r.runId.toString()));
