@@ -39,30 +39,44 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
     return { all: Number(res.rows[0]!.all), hot: Number(res.rows[0]!.hot) };
   };
 
-  it('claims and completions of three runs are six HOT updates, and the runs leave cw_open_runs', async () => {
-    const at = Date.UTC(2026, 0, 1);
-    const { committed } = await ledger.fires.commitFires(
-      [0, 1, 2].map((i) => ({ job: 'hot', scheduledAt: new Date(at + i * 1000), trigger: 'schedule' as const })),
-      stamp,
-    );
-    const ids = committed.map((f) => f.runId);
-    const open = async () =>
-      Number(
-        (await pool.query<{ n: string }>(`SELECT count(*) AS n FROM "${db.schema}".cw_open_runs WHERE job = 'hot'`))
-          .rows[0]!.n,
-      );
-    assert.equal(await open(), 3);
-    const before = await updates();
-    const claims = (await ledger.runs.claimMany(ids, 'w1')).map((r) => (r as { claim: Claim }).claim);
-    assert.equal(claims.length, 3);
-    const accepted = await ledger.runs.finishMany(
+  /** Fire `count` slots of `job`, a second apart from `at`: their run ids. */
+  const fire = async (job: string, count: number, at: number): Promise<bigint[]> =>
+    (
+      await ledger.fires.commitFires(
+        Array.from({ length: count }, (_, i) => ({
+          job,
+          scheduledAt: new Date(at + i * 1000),
+          trigger: 'schedule' as const,
+        })),
+        stamp,
+      )
+    ).committed.map((f) => f.runId);
+  const claimAll = async (ids: bigint[], worker = 'w1'): Promise<Claim[]> =>
+    (await ledger.runs.claimMany(ids, worker)).map((r) => (r as { claim: Claim }).claim);
+  const completeAll = (claims: Claim[]): Promise<boolean[]> =>
+    ledger.runs.finishMany(
       claims.map((c) => ({ runId: c.runId, token: c.token, attempt: c.attempt, outcome: 'completed' as const })),
     );
-    assert.deepEqual(accepted, [true, true, true]);
+  /** The ids of `job`'s runs in cw_open_runs, in order. */
+  const openRunIds = async (job: string): Promise<string[]> =>
+    (
+      await pool.query<{ run_id: string }>(
+        `SELECT run_id FROM "${db.schema}".cw_open_runs WHERE job = $1 ORDER BY run_id`,
+        [job],
+      )
+    ).rows.map((r) => r.run_id);
+
+  it('claims and completions of three runs are six HOT updates, and the runs leave cw_open_runs', async () => {
+    const ids = await fire('hot', 3, Date.UTC(2026, 0, 1));
+    assert.equal((await openRunIds('hot')).length, 3);
+    const before = await updates();
+    const claims = await claimAll(ids);
+    assert.equal(claims.length, 3);
+    assert.deepEqual(await completeAll(claims), [true, true, true]);
     const done = await updates();
     assert.equal(done.all - before.all, 6, 'three claims and three completions');
     assert.equal(done.hot - before.hot, 6, 'every one of them a HOT update');
-    assert.equal(await open(), 0);
+    assert.equal((await openRunIds('hot')).length, 0);
   });
 
   it("a page keeps room for every run's claim and completion, even while a snapshot stops pruning (fillfactor 25)", async () => {
@@ -73,25 +87,9 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
     await holder.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
     await holder.query(`SELECT count(*) FROM "${db.schema}".cw_runs`);
     try {
-      const at = Date.UTC(2026, 1, 1);
-      const { committed } = await ledger.fires.commitFires(
-        Array.from({ length: 100 }, (_, i) => ({
-          job: 'room',
-          scheduledAt: new Date(at + i * 1000),
-          trigger: 'schedule' as const,
-        })),
-        stamp,
-      );
+      const ids = await fire('room', 100, Date.UTC(2026, 1, 1));
       const before = await updates();
-      const claims = (
-        await ledger.runs.claimMany(
-          committed.map((f) => f.runId),
-          'a-replica-with-a-long-name-0123456789',
-        )
-      ).map((r) => (r as { claim: Claim }).claim);
-      await ledger.runs.finishMany(
-        claims.map((c) => ({ runId: c.runId, token: c.token, attempt: c.attempt, outcome: 'completed' as const })),
-      );
+      await completeAll(await claimAll(ids, 'a-replica-with-a-long-name-0123456789'));
       const done = await updates();
       assert.equal(done.all - before.all, 200, 'a hundred claims and a hundred completions');
       assert.equal(done.hot - before.hot, 200, 'every one of them a HOT update');
@@ -112,23 +110,7 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
       );
       return res.rows[0]!.n;
     };
-    const open = async () =>
-      (
-        await pool.query<{ run_id: string }>(
-          `SELECT run_id FROM "${db.schema}".cw_open_runs WHERE job = 'closing' ORDER BY run_id`,
-        )
-      ).rows.map((r) => r.run_id);
-    const at = Date.UTC(2026, 2, 1);
-    const { committed } = await ledger.fires.commitFires(
-      [0, 1, 2, 3].map((i) => ({ job: 'closing', scheduledAt: new Date(at + i * 1000), trigger: 'schedule' as const })),
-      stamp,
-    );
-    const claims = (
-      await ledger.runs.claimMany(
-        committed.map((f) => f.runId),
-        'w1',
-      )
-    ).map((r) => (r as { claim: Claim }).claim);
+    const claims = await claimAll(await fire('closing', 4, Date.UTC(2026, 2, 1)));
     const before = await triggerCalls();
     const outcomes = ['completed', 'failed', 'retrying', 'cancelled'] as const;
     const accepted = await ledger.runs.finishMany(
@@ -142,13 +124,13 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
     );
     assert.deepEqual(accepted, [true, true, true, true]);
     const retrying = claims[2]!.runId.toString();
-    assert.deepEqual(await open(), [retrying], 'only the run waiting for its retry is still open');
+    assert.deepEqual(await openRunIds('closing'), [retrying], 'only the run waiting for its retry is still open');
     assert.equal((await triggerCalls()) - before, 0, 'the finish deleted the rows itself');
     // Another writer (an older replica, an operator's UPDATE): the trigger keeps the table.
     await pool.query(`UPDATE "${db.schema}".cw_runs SET state = 'cancelled', finished_at = now() WHERE id = $1`, [
       retrying,
     ]);
-    assert.deepEqual(await open(), []);
+    assert.deepEqual(await openRunIds('closing'), []);
     assert.equal((await triggerCalls()) - before, 1);
   });
 
