@@ -37,13 +37,15 @@ export class Ledger {
 
   /**
    * The replica's lease TTL: a worker silent this long is taken for dead (its runs go to others),
-   * and a transaction holding the scheduler's fence is ended after sitting idle this long, so a
-   * frozen replica cannot keep the next leader waiting on the fence row (transaction.ts).
+   * and a transaction holding the scheduler's fence or a workflow run's lock is ended after sitting
+   * idle this long, so a frozen replica cannot keep the next leader waiting on the fence row
+   * (transaction.ts), nor the other replicas' step completions on the workflow run's row.
    */
   useLeaseTtl(ms: number): void {
     this.runs.claimerLiveWithinMs = ms;
     this.fires.fenceIdleLimitMs = ms;
     this.schedules.fenceIdleLimitMs = ms;
+    this.workflows.lockHoldMs = ms;
   }
 
   get schema(): string {

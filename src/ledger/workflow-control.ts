@@ -111,11 +111,12 @@ const statements = perSchema((t) => ({
 export async function cancelWorkflow(
   pool: pg.Pool,
   t: Tables,
+  holdMs: number,
   id: bigint,
   reason: string,
 ): Promise<{ cancelled: boolean; steps: bigint[] }> {
   return withTransaction(pool, async (client) => {
-    if (!(await lockWorkflowRun(client, t, id))) return { cancelled: false, steps: [] };
+    if (!(await lockWorkflowRun(client, t, holdMs, id))) return { cancelled: false, steps: [] };
     const res = await client.query<{ cancelled: number; steps: string[] }>({
       ...statements(t).cancel,
       values: [id.toString(), reason, 'cancelled'],
@@ -133,6 +134,7 @@ export async function cancelWorkflow(
 export async function failUndefinedWorkflows(
   pool: pg.Pool,
   t: Tables,
+  holdMs: number,
   defined: readonly string[],
   graceMs: number,
 ): Promise<{ runId: bigint; definition: string; steps: bigint[] }[]> {
@@ -144,7 +146,7 @@ export async function failUndefinedWorkflows(
   for (const o of orphans.rows) {
     const reason = `definition ${o.definition} is defined by no live replica (its code changed or was removed)`;
     const ended = await withTransaction(pool, async (client) => {
-      await lockWorkflowRun(client, t, BigInt(o.id));
+      await lockWorkflowRun(client, t, holdMs, BigInt(o.id));
       const res = await client.query<{ cancelled: number; steps: string[] }>({
         ...statements(t).cancel,
         values: [o.id, reason, 'failed'],
@@ -163,9 +165,15 @@ export async function failUndefinedWorkflows(
  * their needs are complete; completed steps are not run again and their results are used as they
  * are. Only on the graph the run was started with (`graph` must have its fingerprint).
  */
-export async function retryWorkflow(pool: pg.Pool, t: Tables, id: bigint, graphOf: GraphOf): Promise<ReadyStepRun[]> {
+export async function retryWorkflow(
+  pool: pg.Pool,
+  t: Tables,
+  holdMs: number,
+  id: bigint,
+  graphOf: GraphOf,
+): Promise<ReadyStepRun[]> {
   return withTransaction(pool, async (client) => {
-    const run = await lockWorkflowRun(client, t, id);
+    const run = await lockWorkflowRun(client, t, holdMs, id);
     if (!run) throw new RunNotFoundError(id);
     const graph = await pinnedGraph(client, t, id, run.job, graphOf);
     if (run.state !== 'failed' && run.state !== 'cancelled')
@@ -232,12 +240,13 @@ export async function retryWorkflow(pool: pg.Pool, t: Tables, id: bigint, graphO
 export async function signalWorkflow(
   pool: pg.Pool,
   t: Tables,
+  holdMs: number,
   id: bigint,
   o: { name: string; payload: unknown; by: string },
   graphOf: GraphOf,
 ): Promise<{ accepted: boolean; made: ReadyStepRun[] }> {
   return withTransaction(pool, async (client) => {
-    const run = await lockWorkflowRun(client, t, id);
+    const run = await lockWorkflowRun(client, t, holdMs, id);
     if (!run) throw new RunNotFoundError(id);
     const sent = await client.query({
       ...statements(t).signal,
@@ -266,6 +275,7 @@ export async function signalWorkflow(
 export async function timeOutWaits(
   pool: pg.Pool,
   t: Tables,
+  holdMs: number,
   graphOf: GraphOf,
   limit: number,
 ): Promise<{ timedOut: number; made: ReadyStepRun[] }> {
@@ -286,7 +296,7 @@ export async function timeOutWaits(
     const id = BigInt(wait.workflow_run_id);
     made.push(
       ...(await withTransaction(pool, async (client) => {
-        const run = await lockWorkflowRun(client, t, id);
+        const run = await lockWorkflowRun(client, t, holdMs, id);
         const still = await client.query({ ...statements(t).gateTimedOut, values: [id.toString(), wait.step] });
         if (!run || run.state !== 'running' || still.rowCount !== 1) return [];
         timedOut++;

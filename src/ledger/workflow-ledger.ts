@@ -8,6 +8,7 @@ import { namedStatement, perSchema } from './named-statement.js';
 import { StaleTokenError } from '../errors.js';
 import { checkStatement, recordSkippedAttempt, type TransactingAttempt } from './run-transactions.js';
 import { HeldTransaction } from './transaction.js';
+import { DEFAULT_LEASE_TTL_MS } from './commit-stamps.js';
 import type { WorkflowGraph } from './workflow-graph.js';
 import {
   cancelWorkflow,
@@ -71,6 +72,13 @@ const statements = perSchema((t) => ({
 }));
 
 export class WorkflowLedger {
+  /**
+   * How long a transaction holding a workflow run's lock may sit idle (lockWorkflowRun): a replica
+   * frozen mid-progress would otherwise hold up every other step completion of that run, and the
+   * pool connections they wait on, until it thawed. Ledger.useLeaseTtl sets the replica's TTL.
+   */
+  lockHoldMs = DEFAULT_LEASE_TTL_MS;
+
   constructor(
     private readonly pool: pg.Pool,
     private readonly t: Tables,
@@ -98,7 +106,7 @@ export class WorkflowLedger {
 
   /** Start a claimed workflow run (workflow-runs.ts); the step runs made, to hand to the queue. */
   start(claim: TransactingAttempt, graph: WorkflowGraph): Promise<ReadyStepRun[]> {
-    return startWorkflow(this.pool, this.t, claim, graph);
+    return startWorkflow(this.pool, this.t, this.lockHoldMs, claim, graph);
   }
 
   /** The input of a step run: its needs' results. */
@@ -118,12 +126,12 @@ export class WorkflowLedger {
 
   /** Complete a step run with its result (no ctx.transaction); null: refused (a newer attempt holds it). */
   complete(graph: WorkflowGraph, ref: StepRunRef, result: unknown): Promise<ReadyStepRun[] | null> {
-    return completeStep(this.pool, this.t, graph, ref, result);
+    return completeStep(this.pool, this.t, this.lockHoldMs, graph, ref, result);
   }
 
   /** Several step runs of one workflow run completed in one transaction (see completeStepsOfRun). */
   completeMany(items: readonly StepCompletion[]): Promise<StepCompletionOutcome[]> {
-    return completeStepsOfRun(this.pool, this.t, items);
+    return completeStepsOfRun(this.pool, this.t, this.lockHoldMs, items);
   }
 
   /**
@@ -158,7 +166,7 @@ export class WorkflowLedger {
     result: unknown,
   ): Promise<ReadyStepRun[] | null> {
     try {
-      const made = await completeStepIn(tx.client, this.t, graph, ref, result);
+      const made = await completeStepIn(tx.client, this.t, this.lockHoldMs, graph, ref, result);
       if (made === null) {
         await tx.rollback();
         return null;
@@ -172,15 +180,15 @@ export class WorkflowLedger {
 
   /** A step run failed for good: its workflow run fails (workflow-runs.ts). */
   fail(ref: StepRunRef, error: unknown): Promise<boolean> {
-    return failStep(this.pool, this.t, ref, error);
+    return failStep(this.pool, this.t, this.lockHoldMs, ref, error);
   }
 
   cancel(id: bigint, reason: string): Promise<{ cancelled: boolean; steps: bigint[] }> {
-    return cancelWorkflow(this.pool, this.t, id, reason);
+    return cancelWorkflow(this.pool, this.t, this.lockHoldMs, id, reason);
   }
 
   retry(id: bigint, graphOf: GraphOf): Promise<ReadyStepRun[]> {
-    return retryWorkflow(this.pool, this.t, id, graphOf);
+    return retryWorkflow(this.pool, this.t, this.lockHoldMs, id, graphOf);
   }
 
   signal(
@@ -188,7 +196,7 @@ export class WorkflowLedger {
     o: { name: string; payload: unknown; by: string },
     graphOf: GraphOf,
   ): Promise<{ accepted: boolean; made: ReadyStepRun[] }> {
-    return signalWorkflow(this.pool, this.t, id, o, graphOf);
+    return signalWorkflow(this.pool, this.t, this.lockHoldMs, id, o, graphOf);
   }
 
   /** Fail running workflow runs whose definition no live replica has (`defined`: what they define). */
@@ -196,10 +204,10 @@ export class WorkflowLedger {
     defined: readonly string[],
     graceMs: number,
   ): Promise<{ runId: bigint; definition: string; steps: bigint[] }[]> {
-    return failUndefinedWorkflows(this.pool, this.t, defined, graceMs);
+    return failUndefinedWorkflows(this.pool, this.t, this.lockHoldMs, defined, graceMs);
   }
 
   timeOutWaits(graphOf: GraphOf, limit: number): Promise<{ timedOut: number; made: ReadyStepRun[] }> {
-    return timeOutWaits(this.pool, this.t, graphOf, limit);
+    return timeOutWaits(this.pool, this.t, this.lockHoldMs, graphOf, limit);
   }
 }

@@ -131,11 +131,12 @@ const statements = perSchema((t) => ({
 export async function startWorkflow(
   pool: pg.Pool,
   t: Tables,
+  holdMs: number,
   claim: TransactingAttempt,
   graph: WorkflowGraph,
 ): Promise<ReadyStepRun[]> {
   return withTransaction(pool, async (client) => {
-    const run = await lockWorkflowRun(client, t, claim.runId);
+    const run = await lockWorkflowRun(client, t, holdMs, claim.runId);
     const s = statements(t);
     const pinned = await client.query<{ pinned: number }>({
       ...s.pin,
@@ -212,12 +213,13 @@ async function readyOrFail(
 export async function completeStepIn(
   client: pg.PoolClient,
   t: Tables,
+  holdMs: number,
   graph: WorkflowGraph,
   ref: StepRunRef,
   result: unknown,
 ): Promise<ReadyStepRun[] | null> {
   const json = resultJson(ref, result);
-  const run = await lockWorkflowRun(client, t, ref.workflowRunId);
+  const run = await lockWorkflowRun(client, t, holdMs, ref.workflowRunId);
   return completeLocked(client, t, graph, run, ref, json);
 }
 
@@ -258,12 +260,13 @@ async function completeLocked(
 export async function completeStep(
   pool: pg.Pool,
   t: Tables,
+  holdMs: number,
   graph: WorkflowGraph,
   ref: StepRunRef,
   result: unknown,
 ): Promise<ReadyStepRun[] | null> {
   return withTransaction(pool, async (client, rollback) => {
-    const made = await completeStepIn(client, t, graph, ref, result);
+    const made = await completeStepIn(client, t, holdMs, graph, ref, result);
     if (made === null) await rollback();
     return made;
   });
@@ -289,6 +292,7 @@ export type StepCompletionOutcome = { ok: true; made: ReadyStepRun[] | null } | 
 export async function completeStepsOfRun(
   pool: pg.Pool,
   t: Tables,
+  holdMs: number,
   items: readonly StepCompletion[],
 ): Promise<StepCompletionOutcome[]> {
   const outcomes = new Array<StepCompletionOutcome | undefined>(items.length);
@@ -306,7 +310,7 @@ export async function completeStepsOfRun(
       throw new InvalidArgumentError('a group of step completions must be of one workflow run');
     try {
       const made = await withTransaction(pool, async (client) => {
-        const run = await lockWorkflowRun(client, t, workflowRunId);
+        const run = await lockWorkflowRun(client, t, holdMs, workflowRunId);
         const out: (ReadyStepRun[] | null)[] = [];
         for (const { i, json } of going)
           out.push(await completeLocked(client, t, items[i]!.graph, run, items[i]!.ref, json));
@@ -315,7 +319,7 @@ export async function completeStepsOfRun(
       for (const [k, { i }] of going.entries()) outcomes[i] = { ok: true, made: made[k]! };
     } catch {
       const alone = await Promise.allSettled(
-        going.map(({ i }) => completeStep(pool, t, items[i]!.graph, items[i]!.ref, items[i]!.result)),
+        going.map(({ i }) => completeStep(pool, t, holdMs, items[i]!.graph, items[i]!.ref, items[i]!.result)),
       );
       for (const [k, { i }] of going.entries()) {
         const r = alone[k]!;
@@ -330,10 +334,16 @@ export async function completeStepsOfRun(
  * Step run `ref` failed for good (its retries used up): record it, and fail its workflow run;
  * its steps that had not started are cancelled. False when a newer attempt holds the step run.
  */
-export async function failStep(pool: pg.Pool, t: Tables, ref: StepRunRef, error: unknown): Promise<boolean> {
+export async function failStep(
+  pool: pg.Pool,
+  t: Tables,
+  holdMs: number,
+  ref: StepRunRef,
+  error: unknown,
+): Promise<boolean> {
   const stored = storedError(error);
   return withTransaction(pool, async (client, rollback) => {
-    await lockWorkflowRun(client, t, ref.workflowRunId);
+    await lockWorkflowRun(client, t, holdMs, ref.workflowRunId);
     const done = await client.query({
       ...statements(t).failStep,
       values: [ref.runId.toString(), ref.token.toString(), ref.attempt, stored.message, stored.stack],

@@ -36,9 +36,16 @@ export interface LockedWorkflowRun {
 export const MAX_RESULT_BYTES = 1_000_000;
 
 const statements = perSchema((t) => ({
+  /**
+   * Lock workflow run $1, and from here to the end of the transaction let PostgreSQL end the session
+   * should it sit idle for $2 ms (set in the same round trip; only cronwarden's own statements
+   * follow the lock, so idling that long means the replica froze: fenceHoldLimit's rule).
+   */
   lockRun: namedStatement(
     'lock_workflow_run',
-    `SELECT id, job, scheduled_at, state, leader_token, leader_id, kind FROM ${t.runs} WHERE id = $1 FOR UPDATE`,
+    `SELECT id, job, scheduled_at, state, leader_token, leader_id, kind,
+            set_config('idle_in_transaction_session_timeout', $2, true) AS hold_limit
+     FROM ${t.runs} WHERE id = $1 FOR UPDATE`,
   ),
   /** The results of the steps $2 of workflow run $1, completed, in step and item order. */
   results: namedStatement(
@@ -101,8 +108,17 @@ const statements = perSchema((t) => ({
   ),
 }));
 
-/** Lock workflow run `id` (the first lock of every change to its progress); null when it is gone. */
-export async function lockWorkflowRun(client: pg.PoolClient, t: Tables, id: bigint): Promise<LockedWorkflowRun | null> {
+/**
+ * Lock workflow run `id` (the first lock of every change to its progress); null when it is gone.
+ * The transaction may then sit idle at most `holdMs` (WorkflowLedger.lockHoldMs) before PostgreSQL
+ * ends it: a frozen replica must not keep the run's other completions waiting until it thaws.
+ */
+export async function lockWorkflowRun(
+  client: pg.PoolClient,
+  t: Tables,
+  holdMs: number,
+  id: bigint,
+): Promise<LockedWorkflowRun | null> {
   const res = await client.query<{
     id: string;
     job: string;
@@ -110,7 +126,7 @@ export async function lockWorkflowRun(client: pg.PoolClient, t: Tables, id: bigi
     state: string;
     leader_token: string;
     leader_id: string;
-  }>({ ...statements(t).lockRun, values: [id.toString()] });
+  }>({ ...statements(t).lockRun, values: [id.toString(), String(Math.max(1, Math.round(holdMs)))] });
   const r = res.rows[0];
   return r
     ? {

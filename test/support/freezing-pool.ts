@@ -1,11 +1,12 @@
 import pg from 'pg';
 
 /**
- * A pool whose clients stop, until thaw(), right after the first statement that touched
- * cw_fences: all the server sees of a replica frozen (SIGSTOP, a paused VM) inside a transaction
- * holding the scheduler's fence row. `hasFrozen` resolves once one has.
+ * A pool whose clients stop, until thaw(), right after the first statement `freezesAfter` picks
+ * (by default the first that touched cw_fences): all the server sees of a replica frozen (SIGSTOP,
+ * a paused VM) inside a transaction holding the scheduler's fence row, or another lock.
+ * `hasFrozen` resolves once one has.
  */
-export function freezingPool(url: string) {
+export function freezingPool(url: string, freezesAfter = (text: string) => text.includes('cw_fences')) {
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   pool.on('error', () => undefined); // the frozen session is ended by the server
   let frozen!: () => void;
@@ -20,7 +21,7 @@ export function freezingPool(url: string) {
       const res = await query(...args);
       const q = args[0];
       const text = typeof q === 'string' ? q : (q as { text?: string }).text;
-      if (text?.includes('cw_fences')) {
+      if (text !== undefined && freezesAfter(text)) {
         frozen();
         await thawed;
       }
