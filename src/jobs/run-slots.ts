@@ -1,3 +1,5 @@
+import { unwatchAbort, watchAbort } from './abort-watch.js';
+
 /**
  * Counted slots: a worker's handler slots (its concurrency), its runs in hand (a few per handler
  * slot) and, of those, its runs claimed ahead of a handler slot. A delivery takes as many slots in
@@ -39,7 +41,7 @@ export class RunSlots {
         want,
         ahead: o.ahead === true,
         grant: (n: number) => {
-          signal?.removeEventListener('abort', onAbort);
+          if (signal) unwatchAbort(signal, onAbort);
           resolve(n);
         },
       };
@@ -47,7 +49,7 @@ export class RunSlots {
       const at = o.ahead ? this.waiting.findIndex((w) => !w.ahead) : -1;
       if (at >= 0) this.waiting.splice(at, 0, entry);
       else this.waiting.push(entry);
-      signal?.addEventListener('abort', onAbort, { once: true });
+      if (signal) watchAbort(signal, onAbort);
     });
   }
 
