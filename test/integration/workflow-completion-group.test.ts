@@ -7,9 +7,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defineWorkflow } from '../../src/jobs/define-workflow.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import type { Claim } from '../../src/ledger/run-ledger.js';
-import type { StepRunRef } from '../../src/ledger/workflow-ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { claimedAll, stepRefOf } from '../support/step-claims.js';
 
 const flow = defineWorkflow({ name: 'fan', schedule: '0 0 1 1 *' })
   .step('list', () => [1, 2, 3, 4, 5])
@@ -29,31 +28,21 @@ describe('step completions of one workflow run, grouped (real PostgreSQL)', () =
     await db.drop();
   });
 
-  const claimed = async (ids: bigint[]): Promise<Claim[]> =>
-    (await ledger.runs.claimMany(ids, 'w1')).map((r) => {
-      assert.equal(r.status, 'claimed');
-      return (r as { claim: Claim }).claim;
-    });
-  const refOf = (c: Claim): StepRunRef => ({
-    runId: c.runId,
-    token: c.token,
-    attempt: c.attempt,
-    workflowRunId: c.workflow!.runId,
-    step: c.workflow!.step,
-  });
-
   it('checks each token on its own, fails only an unstorable result, and makes the next step once, with the last item', async () => {
     const fired = await ledger.fires.commitFires(
       [{ job: 'fan', scheduledAt: new Date(Date.UTC(2026, 0, 1)), trigger: 'schedule' }],
       stamp,
     );
-    const [wf] = await claimed([fired.committed[0]!.runId]);
+    const [wf] = await claimedAll(ledger, [fired.committed[0]!.runId]);
     const [list] = await ledger.workflows.start(wf!, flow.graph);
-    const [listClaim] = await claimed([list!.runId]);
-    const items = await ledger.workflows.complete(flow.graph, refOf(listClaim!), [1, 2, 3, 4, 5]);
+    const [listClaim] = await claimedAll(ledger, [list!.runId]);
+    const items = await ledger.workflows.complete(flow.graph, stepRefOf(listClaim!), [1, 2, 3, 4, 5]);
     assert.equal(items?.length, 5);
-    const claims = await claimed(items.map((r) => r.runId));
-    const refs = claims.map(refOf);
+    const claims = await claimedAll(
+      ledger,
+      items.map((r) => r.runId),
+    );
+    const refs = claims.map(stepRefOf);
 
     // Three items: one with a token that is not its newest (refused), one whose result is not JSON.
     const first = await ledger.workflows.completeMany([

@@ -9,10 +9,9 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { defineWorkflow } from '../../src/jobs/define-workflow.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import type { Claim } from '../../src/ledger/run-ledger.js';
-import type { StepRunRef } from '../../src/ledger/workflow-ledger.js';
 import { freezingPool } from '../support/freezing-pool.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { claimedAll, stepRefOf } from '../support/step-claims.js';
 
 const LIMIT_MS = 1000;
 
@@ -33,29 +32,21 @@ describe('a replica frozen while it holds a workflow run lock (real PostgreSQL)'
     await db.drop();
   });
 
-  const claimed = async (ids: bigint[]): Promise<Claim[]> =>
-    (await ledger.runs.claimMany(ids, 'w1')).map((r) => {
-      assert.equal(r.status, 'claimed');
-      return (r as { claim: Claim }).claim;
-    });
-  const refOf = (c: Claim): StepRunRef => ({
-    runId: c.runId,
-    token: c.token,
-    attempt: c.attempt,
-    workflowRunId: c.workflow!.runId,
-    step: c.workflow!.step,
-  });
-
   it("another replica's completion goes through once the frozen session sat idle a lease TTL; the frozen one's is undone", async () => {
     const fired = await ledger.fires.commitFires(
       [{ job: 'held', scheduledAt: new Date(Date.UTC(2026, 0, 1)), trigger: 'schedule' }],
       { fenceResource: 'scheduler/held', token: 1n, replicaId: 'test', stillLeading: () => true },
     );
-    const [wf] = await claimed([fired.committed[0]!.runId]);
+    const [wf] = await claimedAll(ledger, [fired.committed[0]!.runId]);
     const [list] = await ledger.workflows.start(wf!, flow.graph);
-    const [listClaim] = await claimed([list!.runId]);
-    const items = await ledger.workflows.complete(flow.graph, refOf(listClaim!), [1, 2, 3]);
-    const refs = (await claimed(items!.map((r) => r.runId))).map(refOf);
+    const [listClaim] = await claimedAll(ledger, [list!.runId]);
+    const items = await ledger.workflows.complete(flow.graph, stepRefOf(listClaim!), [1, 2, 3]);
+    const refs = (
+      await claimedAll(
+        ledger,
+        items!.map((r) => r.runId),
+      )
+    ).map(stepRefOf);
 
     const f = freezingPool(db.url, (text) => text.includes('hold_limit'));
     const frozen = new Ledger(f.pool, db.schema);
