@@ -152,7 +152,12 @@ function resultAt(res: pg.QueryResult | pg.QueryResult[], i: number): pg.QueryRe
  * long inside its commit has lost its lease, and would roll back at its stillLeading check anyway.
  */
 export function fenceHoldLimit(ms: number): string {
-  return `SET LOCAL idle_in_transaction_session_timeout = ${sqlInt(Math.max(1, Math.round(ms)))}`;
+  return `SET LOCAL idle_in_transaction_session_timeout = ${sqlInt(idleLimitMs(ms))}`;
+}
+
+/** A hold limit as idle_in_transaction_session_timeout takes it: whole ms, at least 1 (0 would turn it off). */
+export function idleLimitMs(ms: number): number {
+  return Math.max(1, Math.round(ms));
 }
 
 /** An integer as an SQL literal, for the parameterless statements above (never user text). */

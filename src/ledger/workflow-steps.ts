@@ -9,6 +9,7 @@
 import type pg from 'pg';
 import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
+import { idleLimitMs } from './transaction.js';
 import { stepJobName, stepOf, type WorkflowGraph } from './workflow-graph.js';
 
 /** A step run made ready, to be handed to the queue once its transaction commits. */
@@ -126,7 +127,7 @@ export async function lockWorkflowRun(
     state: string;
     leader_token: string;
     leader_id: string;
-  }>({ ...statements(t).lockRun, values: [id.toString(), String(Math.max(1, Math.round(holdMs)))] });
+  }>({ ...statements(t).lockRun, values: [id.toString(), String(idleLimitMs(holdMs))] });
   const r = res.rows[0];
   return r
     ? {
