@@ -11,6 +11,7 @@ import { tablesIn } from '../../src/db/tables.js';
 import { workflowRunsFinishedSince } from '../../src/ledger/admin-reads.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
+import { claimAll } from '../support/claimed-runs.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 
 describe('HOT updates of cw_runs (real PostgreSQL)', () => {
@@ -51,8 +52,6 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
         stamp,
       )
     ).committed.map((f) => f.runId);
-  const claimAll = async (ids: bigint[], worker = 'w1'): Promise<Claim[]> =>
-    (await ledger.runs.claimMany(ids, worker)).map((r) => (r as { claim: Claim }).claim);
   const completeAll = (claims: Claim[]): Promise<boolean[]> =>
     ledger.runs.finishMany(
       claims.map((c) => ({ runId: c.runId, token: c.token, attempt: c.attempt, outcome: 'completed' as const })),
@@ -70,7 +69,7 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
     const ids = await fire('hot', 3, Date.UTC(2026, 0, 1));
     assert.equal((await openRunIds('hot')).length, 3);
     const before = await updates();
-    const claims = await claimAll(ids);
+    const claims = await claimAll(ledger, ids);
     assert.equal(claims.length, 3);
     assert.deepEqual(await completeAll(claims), [true, true, true]);
     const done = await updates();
@@ -89,7 +88,7 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
     try {
       const ids = await fire('room', 100, Date.UTC(2026, 1, 1));
       const before = await updates();
-      await completeAll(await claimAll(ids, 'a-replica-with-a-long-name-0123456789'));
+      await completeAll(await claimAll(ledger, ids, 'a-replica-with-a-long-name-0123456789'));
       const done = await updates();
       assert.equal(done.all - before.all, 200, 'a hundred claims and a hundred completions');
       assert.equal(done.hot - before.hot, 200, 'every one of them a HOT update');
@@ -110,7 +109,7 @@ describe('HOT updates of cw_runs (real PostgreSQL)', () => {
       );
       return res.rows[0]!.n;
     };
-    const claims = await claimAll(await fire('closing', 4, Date.UTC(2026, 2, 1)));
+    const claims = await claimAll(ledger, await fire('closing', 4, Date.UTC(2026, 2, 1)));
     const before = await triggerCalls();
     const outcomes = ['completed', 'failed', 'retrying', 'cancelled'] as const;
     const accepted = await ledger.runs.finishMany(

@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import { defineWorkflow } from '../../src/jobs/define-workflow.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
-import { claimedAll, stepRefOf } from '../support/step-claims.js';
+import { claimAll } from '../support/claimed-runs.js';
+import { stepRefOf } from '../support/step-claims.js';
 
 const flow = defineWorkflow({ name: 'fan', schedule: '0 0 1 1 *' })
   .step('list', () => [1, 2, 3, 4, 5])
@@ -33,12 +34,12 @@ describe('step completions of one workflow run, grouped (real PostgreSQL)', () =
       [{ job: 'fan', scheduledAt: new Date(Date.UTC(2026, 0, 1)), trigger: 'schedule' }],
       stamp,
     );
-    const [wf] = await claimedAll(ledger, [fired.committed[0]!.runId]);
+    const [wf] = await claimAll(ledger, [fired.committed[0]!.runId]);
     const [list] = await ledger.workflows.start(wf!, flow.graph);
-    const [listClaim] = await claimedAll(ledger, [list!.runId]);
+    const [listClaim] = await claimAll(ledger, [list!.runId]);
     const items = await ledger.workflows.complete(flow.graph, stepRefOf(listClaim!), [1, 2, 3, 4, 5]);
     assert.equal(items?.length, 5);
-    const claims = await claimedAll(
+    const claims = await claimAll(
       ledger,
       items.map((r) => r.runId),
     );

@@ -11,7 +11,8 @@ import { defineWorkflow } from '../../src/jobs/define-workflow.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import { freezingPool } from '../support/freezing-pool.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
-import { claimedAll, stepRefOf } from '../support/step-claims.js';
+import { claimAll } from '../support/claimed-runs.js';
+import { stepRefOf } from '../support/step-claims.js';
 
 const LIMIT_MS = 1000;
 
@@ -37,12 +38,12 @@ describe('a replica frozen while it holds a workflow run lock (real PostgreSQL)'
       [{ job: 'held', scheduledAt: new Date(Date.UTC(2026, 0, 1)), trigger: 'schedule' }],
       { fenceResource: 'scheduler/held', token: 1n, replicaId: 'test', stillLeading: () => true },
     );
-    const [wf] = await claimedAll(ledger, [fired.committed[0]!.runId]);
+    const [wf] = await claimAll(ledger, [fired.committed[0]!.runId]);
     const [list] = await ledger.workflows.start(wf!, flow.graph);
-    const [listClaim] = await claimedAll(ledger, [list!.runId]);
+    const [listClaim] = await claimAll(ledger, [list!.runId]);
     const items = await ledger.workflows.complete(flow.graph, stepRefOf(listClaim!), [1, 2, 3]);
     const refs = (
-      await claimedAll(
+      await claimAll(
         ledger,
         items!.map((r) => r.runId),
       )

@@ -1,9 +1,18 @@
 /**
- * Runs committed and claimed in one go, for tests that need claims on a real ledger: `n` fires of
- * `job` a second apart from the fixture's moving slot, claimed by `worker`.
+ * Claims on a real ledger, for tests: runs claimed by id (claimAll), or committed and claimed in
+ * one go (claimedRuns: `n` fires of `job` a second apart from the fixture's moving slot).
  */
+import assert from 'node:assert/strict';
 import type { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
+
+/** Claim runs `ids` for `worker`; each must be claimed. */
+export async function claimAll(ledger: Ledger, ids: bigint[], worker = 'w1'): Promise<Claim[]> {
+  return (await ledger.runs.claimMany(ids, worker)).map((r) => {
+    assert.equal(r.status, 'claimed', `run not claimed: ${r.status}`);
+    return (r as { claim: Claim }).claim;
+  });
+}
 
 export function claimedRuns(
   ledger: Ledger,
@@ -18,13 +27,10 @@ export function claimedRuns(
       trigger: 'schedule' as const,
     }));
     const { committed } = await ledger.fires.commitFires(fires, stamp);
-    const results = await ledger.runs.claimMany(
+    return claimAll(
+      ledger,
       committed.map((f) => f.runId),
-      o.worker ?? 'w1',
+      o.worker,
     );
-    return results.map((r) => {
-      if (r.status !== 'claimed') throw new Error(`run not claimed: ${r.status}`);
-      return r.claim;
-    });
   };
 }
