@@ -22,6 +22,7 @@ import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
 import { endPool, watchConnections } from '../replica/connections.js';
 import { Replica } from '../replica/replica.js';
+import { defaultReplicaId } from '../replica/replica-defaults.js';
 import { resolveSchema } from '../db/tables.js';
 
 export function registerStart(program: Command): void {
@@ -34,7 +35,9 @@ export function registerStart(program: Command): void {
 
 /** The start action: load and check everything, then run the replica until a signal stops it. */
 async function startReplica(flags: SettingFlags): Promise<void> {
-  const config = loadReplicaConfig(flags);
+  const loaded = loadReplicaConfig(flags);
+  // Known before the connections are made: the ledger's sessions carry it (connections.ts).
+  const config = { ...loaded, replicaId: loaded.replicaId ?? defaultReplicaId() };
   const jobs = await loadJobs(config.jobsModule);
   const logger = await createLogger(config);
   const schema = resolveSchema(config);

@@ -29,13 +29,13 @@ import { settingName, type SettingKey } from './settings.js';
  * client that errs meanwhile goes to `onClientError`; the caller watches the rest from then on.
  */
 export async function checkStartup(
-  config: ReplicaConfig,
+  config: ReplicaConfig & { replicaId: string },
   backend: LeaseBackend,
   schema: string,
   onClientError: (err: Error) => void,
 ): Promise<CheckedConnections> {
   const ms = config.connectTimeoutMs;
-  const ledger = checkLedger(config.databaseUrl, schema, ms, onClientError);
+  const ledger = checkLedger(config.databaseUrl, config.replicaId, schema, ms, onClientError);
   const redis = checkRedis(config.redisUrl, ms);
   try {
     // Ledger and Redis first: when the lease backend is the same server, their errors are the
@@ -60,9 +60,9 @@ export interface CheckedConnections {
 }
 
 /** `checked` settles when the check is over; `done()` removes what only the check listens to. */
-function checkLedger(url: string, schema: string, ms: number, onClientError: (err: Error) => void) {
+function checkLedger(url: string, replicaId: string, schema: string, ms: number, onClientError: (err: Error) => void) {
   const name = settingName('databaseUrl');
-  const pool = ledgerPool(url, ms);
+  const pool = ledgerPool(url, replicaId, ms);
   // The Replica reports the errors of each client its pool connects later; the client connected
   // here reports to onClientError for its whole life (see db/client-errors.ts).
   const watch = (client: pg.PoolClient) => client.on('error', onClientError);

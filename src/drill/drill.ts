@@ -57,6 +57,7 @@ import { strike } from './strike.js';
 import { describeLiveCheck, liveLedgerCheck } from './live-check.js';
 import type { LedgerCheckReport } from '../scheduler/chores/ledger-check.js';
 import { explainAgainstChecker, type ExplainCheck } from './explain-check.js';
+import { describeLockWaits, LockWatch } from './lock-watch.js';
 
 export interface FaultRecord {
   kind: FaultKind;
@@ -101,6 +102,8 @@ export interface FaultRecord {
    * the cluster run quietly for the interval; null: not within 60 s, struck at once.
    */
   waitedForSpreadMs?: number | null;
+  /** Lock waits of 500 ms or more in the ledger from the strike to the first fire after it, and who blocked them (lock-watch.ts). */
+  lockWaits?: string;
   /** Scheduled times from this strike until the next one (or the end of the window). */
   fires?: WindowCounts & { staleRefused: number };
 }
@@ -290,6 +293,7 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   const at = Date.now();
   s.log(`  leader ${before?.id ?? 'unknown'}`);
   const handover = fleet.watchHandover(before?.id);
+  const locks = LockWatch.start(s.env.ledger.pool);
   const struck = await strike(kind, {
     leader: before,
     o,
@@ -312,6 +316,7 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
   const newTenureFire = mustMove ? await probe.firstCommitAfter(faultAt, 30_000, tokenBefore, jobs) : null;
   const anyFire = await probe.firstCommitAfter(faultAt, mustMove ? 0 : 30_000, undefined, jobs);
   const handoverMs = await handover.result();
+  const held = await locks.stop();
   const after = (await fleet.leader()).proc;
   await sleep(o.intervalSeconds * 1000);
   const leaderChanges = s.timeline.changesBetween(at, Date.now());
@@ -343,6 +348,7 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
     leaderChanges,
     detail,
     counted: judged.counted,
+    ...(held.waits.length ? { lockWaits: describeLockWaits(held) } : {}),
     ...spread,
     ...(waited !== undefined ? { waitedForSpreadMs: waited } : {}),
   };
@@ -355,11 +361,14 @@ async function runFault(s: Session, kind: FaultKind): Promise<{ record: FaultRec
     ? `new leader's first fire after ${judged.gapMs ?? 'none'} ms (any fire after ${anyFireMs ?? 'none'} ms)`
     : `next fire after ${judged.gapMs ?? 'none'} ms${faultAt > at ? ` (from the fault proper, ${faultAt - at} ms into the strike)` : ''}`;
   s.log(`  ${detail}: ${gap}; leader now ${after?.id ?? 'unknown'}; ${leaderChanges} leader change(s)`);
+  if (held.waits.length) s.log(`  lock waits: ${describeLockWaits(held)}`);
   if (spread)
     s.log(
       `  shards balanced after ${spread.rebalanceMs ?? 'never'} ms; longest without a leader ${spread.maxLeaderlessMs} ms${spread.maxLeaderlessShard === null ? '' : ` (shard ${spread.maxLeaderlessShard})`}`,
     );
-  return { record, violations: [...judged.violations, ...shardViolations] };
+  // A broken bound says what the ledger waited for meanwhile.
+  const why = (v: string) => (v.startsWith('I5') ? `${v} (${describeLockWaits(held)})` : v);
+  return { record, violations: [...judged.violations, ...shardViolations].map(why) };
 }
 
 /**

@@ -13,9 +13,24 @@ export const LEDGER_POOL_CONNECT_TIMEOUT_MS = 5000;
 /** How long a stop waits for the ledger's pool to drain. */
 const POOL_END_TIMEOUT_MS = 2000;
 
-/** `connectTimeoutMs`: another bound for a first connection (start-up's check); then usualConnectTimeout(). */
-export function ledgerPool(url: string, connectTimeoutMs = LEDGER_POOL_CONNECT_TIMEOUT_MS): pg.Pool {
-  return new pg.Pool({ ...ledgerConnection(url), max: 10, connectionTimeoutMillis: connectTimeoutMs });
+/**
+ * The ledger pool of replica `replicaId`. Its sessions are named `cronwarden <replicaId>` in
+ * pg_stat_activity (unless the URL or PGAPPNAME names them), so an operator (and the drill) can
+ * tell whose session holds a lock. `connectTimeoutMs`: another bound for a first connection
+ * (start-up's check); then usualConnectTimeout().
+ */
+export function ledgerPool(url: string, replicaId: string, connectTimeoutMs = LEDGER_POOL_CONNECT_TIMEOUT_MS): pg.Pool {
+  return new pg.Pool({
+    ...ledgerConnection(url),
+    fallback_application_name: ledgerSessionName(replicaId),
+    max: 10,
+    connectionTimeoutMillis: connectTimeoutMs,
+  });
+}
+
+/** What a replica's ledger sessions are called (PostgreSQL keeps the first 63 bytes). */
+export function ledgerSessionName(replicaId: string): string {
+  return `cronwarden ${replicaId}`;
 }
 
 /** Back to the usual connect timeout: pg.Pool reads its options for every connection it makes. */

@@ -101,6 +101,11 @@ export interface ResolvedReplicaOptions extends Omit<
   logger: NonNullable<ReplicaOptions['logger']>;
 }
 
+/** A replica id when none is given: the host, the process and a few random characters. */
+export function defaultReplicaId(): string {
+  return `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`;
+}
+
 /** Fill every default and check every value; an InvalidConfigError names the option. */
 export function resolveReplicaOptions(o: ReplicaOptions): ResolvedReplicaOptions {
   requireConnections(o);
@@ -108,7 +113,7 @@ export function resolveReplicaOptions(o: ReplicaOptions): ResolvedReplicaOptions
   const namespace = o.namespace ?? replicaDefaults.namespace;
   return {
     ...o,
-    replicaId: o.replicaId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 6)}`,
+    replicaId: o.replicaId ?? defaultReplicaId(),
     namespace,
     schema: resolveSchema({ schema: o.schema, namespace }),
     election: { ...o.election, ttlMs: bounded('election.ttlMs', o.election?.ttlMs, s.ttlMs) },

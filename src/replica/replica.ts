@@ -84,7 +84,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.startedAt = (o.clock ?? systemClock).now();
     // Warnings that could repeat many times a second (reconnects, a flapping backend), rate-limited.
     const warn = limitedWarn(logger, () => (o.clock ?? systemClock).monotonic());
-    const pool = o.pool ?? ledgerPool(o.databaseUrl!);
+    const pool = o.pool ?? ledgerPool(o.databaseUrl!, o.replicaId);
     this.redis = o.redis ?? deliveryRedis(o.redisUrl!);
     reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
     // Connection errors of the clients made here are ours to log; the caller's clients are theirs.
