@@ -28,6 +28,32 @@ export function ledgerPool(url: string, replicaId: string, connectTimeoutMs = LE
   });
 }
 
+/**
+ * The scheduler's own connections: firing, standing in, its chores and the member heartbeat. Apart
+ * from the pool handlers and their runs use, so that nothing a run waits on (a lock an application
+ * holds, a frozen replica's transaction, a queue of step completions on one workflow run) can
+ * leave the scheduler without a connection: a fire, a stand-in or a beat never waits behind them.
+ * Made from the ledger URL, or from the settings of the pool the replica was given.
+ */
+export function schedulerPool(from: string | pg.Pool, replicaId: string): pg.Pool {
+  const settings: pg.PoolConfig =
+    typeof from === 'string'
+      ? { ...ledgerConnection(from), connectionTimeoutMillis: LEDGER_POOL_CONNECT_TIMEOUT_MS }
+      : // pg.Pool keeps the config it was made with (a Client class for several hosts included).
+        { ...(from as pg.Pool & { options: pg.PoolConfig }).options };
+  return new pg.Pool({
+    ...settings,
+    fallback_application_name: `${ledgerSessionName(replicaId)} scheduler`,
+    max: SCHEDULER_POOL_MAX,
+  });
+}
+
+/**
+ * The scheduler's connections at most: the runtime schedules' LISTEN, a tick's two fire commits
+ * side by side and its hand-overs, a stand-in's commit, a chore, a beat.
+ */
+export const SCHEDULER_POOL_MAX = 8;
+
 /** What a replica's ledger sessions are called (PostgreSQL keeps the first 63 bytes). */
 export function ledgerSessionName(replicaId: string): string {
   return `cronwarden ${replicaId}`;

@@ -21,7 +21,7 @@ import type { ElectorRole } from '../scheduler/election/elector.js';
 import type { LedgerClock } from '../scheduler/election/ledger-clock.js';
 import { advertisedUrl, createAdmin, listenFailure } from './admin-factory.js';
 import { checkLeaseBackend } from './lease-backend-check.js';
-import { deliveryRedis, endPool, ledgerPool, watchConnections } from './connections.js';
+import { deliveryRedis, endPool, ledgerPool, schedulerPool, watchConnections } from './connections.js';
 import { MemberHeartbeat, shardedBeatMs } from './member-heartbeat.js';
 import { resolveReplicaOptions, type ResolvedReplicaOptions } from './replica-defaults.js';
 import type { ReplicaOptions } from './replica-options.js';
@@ -50,7 +50,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   /** The PostgreSQL schema of this deployment's ledger. */
   readonly schema: string;
   readonly registry: JobRegistry;
+  /** The ledger on the replica's pool: its worker's runs, workflows, the admin's writes. */
   readonly ledger: Ledger;
+  /** The same ledger on the scheduler's own connections (replica/connections.ts's schedulerPool). */
+  private readonly schedulerLedger: Ledger;
   readonly logger: Logger;
   readonly startedAt: number;
   /** Set when the scheduler keeps time by the ledger's clock (the default). */
@@ -90,7 +93,16 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // Connection errors of the clients made here are ours to log; the caller's clients are theirs.
     watchConnections({ pool: o.pool ? undefined : pool, redis: o.redis ? undefined : this.redis }, warn);
     const ledger = (this.ledger = new Ledger(pool, this.schema));
-    this.ledgerClock = o.clock ? undefined : schedulerClock(ledger, logger);
+    // The scheduler's connections are its own (connections.ts): runs waiting on locks cannot starve it.
+    const schedulerLedger = (this.schedulerLedger = new Ledger(
+      schedulerPool(o.databaseUrl ?? pool, o.replicaId),
+      this.schema,
+    ));
+    reportClientErrors(schedulerLedger.pool, (err) =>
+      warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'),
+    );
+    watchConnections({ pool: schedulerLedger.pool }, warn);
+    this.ledgerClock = o.clock ? undefined : schedulerClock(schedulerLedger, logger);
     const clock = (this.clock = o.clock ?? this.ledgerClock!);
     const registry = this.registry;
     this.delivery = new BullmqDelivery({ connection: this.redis, namespace: this.namespace, registry, ledger });
@@ -98,7 +110,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     this.scheduler = new ReplicaScheduler({
       options: o,
       registry,
-      ledger,
+      ledger: schedulerLedger,
       delivery: this.delivery,
       clock,
       logger,
@@ -110,6 +122,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     });
     ({ shards: this.shards, runtime: this.runtime } = this.scheduler);
     ledger.useLeaseTtl(this.ttlMs);
+    schedulerLedger.useLeaseTtl(this.ttlMs);
     this.worker = new RunWorker({ ...o, ledger, registry, delivery: this.delivery, logger });
   }
 
@@ -163,7 +176,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     const sharded = this.o.shards > 1;
     this.heartbeat = new MemberHeartbeat({
       ...this.o,
-      pool: this.ledger.pool,
+      pool: this.schedulerLedger.pool,
       tables: this.ledger.tables,
       role: () => this.role,
       // Workflows also as "<workflow>@<fingerprint>": their step runs' jobs, defined while a member has it.
@@ -206,6 +219,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     await this.shards.flush();
     this.ledgerClock?.stop();
     if (!this.o.pool) await endPool(this.ledger.pool, this.logger);
+    await endPool(this.schedulerLedger.pool, this.logger);
     this.logger.info('replica stopped');
   }
 

@@ -34,7 +34,7 @@ function summary(backend: string, report: DrillReport): string {
     report.faults
       .map(
         (f) =>
-          `${f.kind}: handover ${f.handoverMs ?? '-'} ms, next/new-tenure fire ${f.gapMs} ms (any fire ${f.anyFireMs} ms, bound ${f.boundMs ?? '-'}), ${f.leaderChanges} leader change(s)`,
+          `${f.kind}: handover ${f.handoverMs ?? '-'} ms, next/new-tenure fire ${f.gapMs} ms (any fire ${f.anyFireMs} ms, bound ${f.boundMs ?? '-'}), ${f.leaderChanges} leader change(s)${f.lockWaits ? ` [${f.lockWaits}]` : ''}`,
       )
       .join('; ')
   );
