@@ -11,6 +11,8 @@ import type pg from 'pg';
 export interface LockWait {
   waiter: string;
   query: string;
+  /** What kind of lock (pg_stat_activity.wait_event: tuple, transactionid, relation, advisory, object…). */
+  lock: string;
   waitedMs: number;
   blockers: { name: string; state: string; query: string; inTransactionMs: number | null }[];
 }
@@ -27,6 +29,7 @@ const QUERY_CHARS = 100;
 
 const WAITS = `
   SELECT w.pid, coalesce(nullif(w.application_name, ''), '?') AS name, left(w.query, ${QUERY_CHARS}) AS query,
+         w.wait_event AS lock,
          (extract(epoch FROM clock_timestamp() - w.query_start) * 1000)::int AS waited_ms,
          (SELECT coalesce(json_agg(json_build_object(
                    'name', coalesce(nullif(b.application_name, ''), '?'), 'state', coalesce(b.state, '?'),
@@ -76,9 +79,14 @@ export class LockWatch {
 
   private async sample(): Promise<void> {
     const [waits, busy] = await Promise.all([
-      this.pool.query<{ pid: number; name: string; query: string; waited_ms: number; blockers: LockWait['blockers'] }>(
-        WAITS,
-      ),
+      this.pool.query<{
+        pid: number;
+        name: string;
+        query: string;
+        lock: string;
+        waited_ms: number;
+        blockers: LockWait['blockers'];
+      }>(WAITS),
       this.pool.query<{ name: string; n: number }>(BUSY),
     ]);
     for (const w of waits.rows) {
@@ -86,7 +94,13 @@ export class LockWatch {
       const key = `${w.pid} ${w.query}`;
       const seen = this.waits.get(key);
       if (!seen || seen.waitedMs < w.waited_ms)
-        this.waits.set(key, { waiter: w.name, query: w.query, waitedMs: w.waited_ms, blockers: w.blockers });
+        this.waits.set(key, {
+          waiter: w.name,
+          query: w.query,
+          lock: w.lock,
+          waitedMs: w.waited_ms,
+          blockers: w.blockers,
+        });
     }
     for (const b of busy.rows) this.busiest[b.name] = Math.max(this.busiest[b.name] ?? 0, b.n);
   }
@@ -96,7 +110,7 @@ export class LockWatch {
 export function describeLockWaits(r: LockWatchReport): string {
   const waits = r.waits.map(
     (w) =>
-      `${w.waiter} waited ${w.waitedMs} ms in "${oneLine(w.query)}" for ${
+      `${w.waiter} waited ${w.waitedMs} ms (a ${w.lock} lock) in "${oneLine(w.query)}" for ${
         w.blockers
           .map(
             (b) =>

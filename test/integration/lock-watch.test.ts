@@ -28,6 +28,7 @@ it('names the waiting session, its statement and the session that holds the lock
     const [w] = report.waits;
     assert.equal(w!.waiter, 'cronwarden waiter');
     assert.match(w!.query, /^UPDATE held/);
+    assert.equal(w!.lock, 'transactionid');
     assert.ok(w!.waitedMs >= 800, `waited ${w!.waitedMs} ms`);
     assert.deepEqual(
       w!.blockers.map((b) => [b.name, b.state]),
@@ -36,7 +37,7 @@ it('names the waiting session, its statement and the session that holds the lock
     assert.ok(report.busiest['cronwarden holder']! >= 1 && report.busiest['cronwarden waiter']! >= 1);
     assert.match(
       describeLockWaits(report),
-      /^cronwarden waiter waited \d+ ms in "UPDATE held SET id = 1 WHERE id = 1" for cronwarden holder \(idle in transaction, \d+ ms in its transaction: "BEGIN; UPDATE held/,
+      /^cronwarden waiter waited \d+ ms \(a transactionid lock\) in "UPDATE held SET id = 1 WHERE id = 1" for cronwarden holder \(idle in transaction, \d+ ms in its transaction: "BEGIN; UPDATE held/,
     );
   } finally {
     await holderPool.end();
