@@ -7,6 +7,7 @@ import type { Tables } from '../db/tables.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { StaleTokenError } from '../errors.js';
 import { checkStatement, recordSkippedAttempt, type TransactingAttempt } from './run-transactions.js';
+import { KeyedTurns } from './keyed-turns.js';
 import { HeldTransaction } from './transaction.js';
 import { DEFAULT_LEASE_TTL_MS } from './commit-stamps.js';
 import type { WorkflowGraph } from './workflow-graph.js';
@@ -78,6 +79,14 @@ export class WorkflowLedger {
    * pool connections they wait on, until it thawed. Ledger.useLeaseTtl sets the replica's TTL.
    */
   lockHoldMs = DEFAULT_LEASE_TTL_MS;
+  /**
+   * One transaction at a time from this replica on a workflow run's lock. Two of its sessions
+   * queued on one run's lock would hold it two TTLs if the replica froze (the second is granted
+   * when PostgreSQL ends the first, and then sits idle a TTL of its own; the drill saw the other
+   * replicas' completions of the run wait the whole 4 s freeze): taking turns here first, a frozen
+   * replica holds it one TTL at most.
+   */
+  private readonly turns = new KeyedTurns();
 
   constructor(
     private readonly pool: pg.Pool,
@@ -106,7 +115,7 @@ export class WorkflowLedger {
 
   /** Start a claimed workflow run (workflow-runs.ts); the step runs made, to hand to the queue. */
   start(claim: TransactingAttempt, graph: WorkflowGraph): Promise<ReadyStepRun[]> {
-    return startWorkflow(this.pool, this.t, this.lockHoldMs, claim, graph);
+    return this.inTurn(claim.runId, () => startWorkflow(this.pool, this.t, this.lockHoldMs, claim, graph));
   }
 
   /** The input of a step run: its needs' results. */
@@ -126,12 +135,14 @@ export class WorkflowLedger {
 
   /** Complete a step run with its result (no ctx.transaction); null: refused (a newer attempt holds it). */
   complete(graph: WorkflowGraph, ref: StepRunRef, result: unknown): Promise<ReadyStepRun[] | null> {
-    return completeStep(this.pool, this.t, this.lockHoldMs, graph, ref, result);
+    return this.inTurn(ref.workflowRunId, () => completeStep(this.pool, this.t, this.lockHoldMs, graph, ref, result));
   }
 
   /** Several step runs of one workflow run completed in one transaction (see completeStepsOfRun). */
   completeMany(items: readonly StepCompletion[]): Promise<StepCompletionOutcome[]> {
-    return completeStepsOfRun(this.pool, this.t, this.lockHoldMs, items);
+    const run = items[0]?.ref.workflowRunId;
+    const all = () => completeStepsOfRun(this.pool, this.t, this.lockHoldMs, items);
+    return run === undefined ? all() : this.inTurn(run, all);
   }
 
   /**
@@ -165,30 +176,32 @@ export class WorkflowLedger {
     ref: StepRunRef,
     result: unknown,
   ): Promise<ReadyStepRun[] | null> {
-    try {
-      const made = await completeStepIn(tx.client, this.t, this.lockHoldMs, graph, ref, result);
-      if (made === null) {
-        await tx.rollback();
-        return null;
+    return this.inTurn(ref.workflowRunId, async () => {
+      try {
+        const made = await completeStepIn(tx.client, this.t, this.lockHoldMs, graph, ref, result);
+        if (made === null) {
+          await tx.rollback();
+          return null;
+        }
+        await tx.commit();
+        return made;
+      } finally {
+        if (tx.isOpen) await tx.rollback().catch(() => undefined);
       }
-      await tx.commit();
-      return made;
-    } finally {
-      if (tx.isOpen) await tx.rollback().catch(() => undefined);
-    }
+    });
   }
 
   /** A step run failed for good: its workflow run fails (workflow-runs.ts). */
   fail(ref: StepRunRef, error: unknown): Promise<boolean> {
-    return failStep(this.pool, this.t, this.lockHoldMs, ref, error);
+    return this.inTurn(ref.workflowRunId, () => failStep(this.pool, this.t, this.lockHoldMs, ref, error));
   }
 
   cancel(id: bigint, reason: string): Promise<{ cancelled: boolean; steps: bigint[] }> {
-    return cancelWorkflow(this.pool, this.t, this.lockHoldMs, id, reason);
+    return this.inTurn(id, () => cancelWorkflow(this.pool, this.t, this.lockHoldMs, id, reason));
   }
 
   retry(id: bigint, graphOf: GraphOf): Promise<ReadyStepRun[]> {
-    return retryWorkflow(this.pool, this.t, this.lockHoldMs, id, graphOf);
+    return this.inTurn(id, () => retryWorkflow(this.pool, this.t, this.lockHoldMs, id, graphOf));
   }
 
   signal(
@@ -196,7 +209,7 @@ export class WorkflowLedger {
     o: { name: string; payload: unknown; by: string },
     graphOf: GraphOf,
   ): Promise<{ accepted: boolean; made: ReadyStepRun[] }> {
-    return signalWorkflow(this.pool, this.t, this.lockHoldMs, id, o, graphOf);
+    return this.inTurn(id, () => signalWorkflow(this.pool, this.t, this.lockHoldMs, id, o, graphOf));
   }
 
   /** Fail running workflow runs whose definition no live replica has (`defined`: what they define). */
@@ -209,5 +222,10 @@ export class WorkflowLedger {
 
   timeOutWaits(graphOf: GraphOf, limit: number): Promise<{ timedOut: number; made: ReadyStepRun[] }> {
     return timeOutWaits(this.pool, this.t, this.lockHoldMs, graphOf, limit);
+  }
+
+  /** `fn`, which takes workflow run `id`'s lock, once this replica's earlier calls on that run are done. */
+  private inTurn<T>(id: bigint, fn: () => Promise<T>): Promise<T> {
+    return this.turns.run(id.toString(), fn);
   }
 }
