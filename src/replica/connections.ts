@@ -5,6 +5,7 @@
 import pg from 'pg';
 import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
+import { reportClientErrors } from '../db/client-errors.js';
 import { ledgerConnection } from '../db/ledger-url.js';
 import { settlesWithin } from '../settles-within.js';
 
@@ -35,17 +36,21 @@ export function ledgerPool(url: string, replicaId: string, connectTimeoutMs = LE
  * leave the scheduler without a connection: a fire, a stand-in or a beat never waits behind them.
  * Made from the ledger URL, or from the settings of the pool the replica was given.
  */
-export function schedulerPool(from: string | pg.Pool, replicaId: string): pg.Pool {
+export function schedulerPool(from: string | pg.Pool, replicaId: string, warn: Warn): pg.Pool {
   const settings: pg.PoolConfig =
     typeof from === 'string'
       ? { ...ledgerConnection(from), connectionTimeoutMillis: LEDGER_POOL_CONNECT_TIMEOUT_MS }
       : // pg.Pool keeps the config it was made with (a Client class for several hosts included).
         { ...(from as pg.Pool & { options: pg.PoolConfig }).options };
-  return new pg.Pool({
+  const pool = new pg.Pool({
     ...settings,
     fallback_application_name: `${ledgerSessionName(replicaId)} scheduler`,
     max: SCHEDULER_POOL_MAX,
   });
+  // Always the replica's own: its connections' errors are logged here, as those of a pool it made.
+  reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
+  watchConnections({ pool }, warn);
+  return pool;
 }
 
 /**

@@ -52,7 +52,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   readonly registry: JobRegistry;
   /** The ledger on the replica's pool: its worker's runs, workflows, the admin's writes. */
   readonly ledger: Ledger;
-  /** The same ledger on the scheduler's own connections (replica/connections.ts's schedulerPool). */
+  /** The same ledger on the scheduler's own connections, which runs waiting on locks cannot take (connections.ts). */
   private readonly schedulerLedger: Ledger;
   readonly logger: Logger;
   readonly startedAt: number;
@@ -93,15 +93,10 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     // Connection errors of the clients made here are ours to log; the caller's clients are theirs.
     watchConnections({ pool: o.pool ? undefined : pool, redis: o.redis ? undefined : this.redis }, warn);
     const ledger = (this.ledger = new Ledger(pool, this.schema));
-    // The scheduler's connections are its own (connections.ts): runs waiting on locks cannot starve it.
     const schedulerLedger = (this.schedulerLedger = new Ledger(
-      schedulerPool(o.databaseUrl ?? pool, o.replicaId),
+      schedulerPool(o.databaseUrl ?? pool, o.replicaId, warn),
       this.schema,
     ));
-    reportClientErrors(schedulerLedger.pool, (err) =>
-      warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'),
-    );
-    watchConnections({ pool: schedulerLedger.pool }, warn);
     this.ledgerClock = o.clock ? undefined : schedulerClock(schedulerLedger, logger);
     const clock = (this.clock = o.clock ?? this.ledgerClock!);
     const registry = this.registry;
