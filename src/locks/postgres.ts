@@ -154,7 +154,11 @@ export class PostgresLeaseBackend implements LeaseBackend {
       this.listenConfig = { ...(options.pool.options as LedgerConnection), ...bounds };
     } else if (options.connectionString) {
       // A multi-host URL (libpq's form) gets a client that picks the read-write host.
-      const connection = ledgerConnection(options.connectionString);
+      // Named in pg_stat_activity beside the replica's own sessions (unless the URL names them).
+      const connection = {
+        ...ledgerConnection(options.connectionString),
+        fallback_application_name: 'cronwarden lease',
+      };
       this.pool = new pg.Pool({
         ...connection,
         max: 4,
