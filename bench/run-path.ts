@@ -8,6 +8,8 @@
  * - write: the handler inserts one row. Raw: BEGIN / INSERT / COMMIT on a pooled client.
  *   cronwarden: `ctx.transaction((tx) => tx.query(INSERT))`, so the row and the run's completion
  *   commit together.
+ * - pipelined: as write, with `ctx.transaction(fn, { pipelined: true })` (each group's callbacks at
+ *   once, their INSERTs pipelined on its connection); raw does the same as for write.
  * - empty: the handler does nothing. cronwarden still claims (a durable token) and completes.
  * Rounds go raw, ours, ours, raw per workload, so a drift in the machine's load weighs on both.
  * Reported: runs/s and its ratio, CPU ms per run (Node, PostgreSQL, Redis, total), WAL bytes per run.
@@ -30,7 +32,7 @@ import { cpuMsOf, loadAverage, ownCpuMs } from './cpu.js';
 import { fmt, table } from './stats.js';
 
 const CONCURRENCY = 10;
-export type Workload = 'write' | 'empty';
+export type Workload = 'write' | 'pipelined' | 'empty';
 
 export interface Servers {
   pg: PostgresCluster;
@@ -52,7 +54,7 @@ function flag(name: string, fallback: string): string {
 
 export async function benchRunPath(): Promise<Record<string, unknown>> {
   const runs = Number(flag('runs', '10000'));
-  const workloads = flag('workloads', 'write,empty').split(',') as Workload[];
+  const workloads = flag('workloads', 'write,pipelined,empty').split(',') as Workload[];
   const s = await servers();
   const loadBefore = loadAverage();
   const results: Record<string, unknown> = { runs, concurrency: CONCURRENCY, loadBefore };
@@ -227,8 +229,9 @@ export async function oursRound(s: Servers, w: Workload, n: number, base = Date.
       w === 'empty'
         ? () => undefined
         : async (ctx) => {
-            await ctx.transaction((tx) =>
-              tx.query('INSERT INTO public.effects (run) VALUES ($1)', [`${ns}-${ctx.runId}`]),
+            await ctx.transaction(
+              (tx) => tx.query('INSERT INTO public.effects (run) VALUES ($1)', [`${ns}-${ctx.runId}`]),
+              { pipelined: w === 'pipelined' },
             );
           },
   });

@@ -16,7 +16,7 @@ const all: Record<string, () => Promise<Record<string, unknown>>> = {
   // Takes options after its name: `npm run bench -- kill-leader --duration 120 --kill-every 20`.
   'kill-leader': async () => (await import('./kill-leader.js')).benchKillLeader(process.argv.slice(2)),
   speed: async () => (await import('./speed.js')).benchSpeed(),
-  // `npm run bench -- run-path --runs 10000 --workloads write,empty`
+  // `npm run bench -- run-path --runs 10000 --workloads write,pipelined,empty`
   'run-path': async () => (await import('./run-path.js')).benchRunPath(),
   // `npm run bench -- wal --runs 2000`: the run path's WAL by record and relation (pg_waldump)
   wal: async () => (await import('./wal.js')).benchWal(),

@@ -82,17 +82,25 @@ async function perRunOverhead(runs: number) {
   const s = await servers();
   try {
     const write = await compareRunPath(s, 'write', runs);
+    const pipelined = await compareRunPath(s, 'pipelined', runs);
     const empty = await compareRunPath(s, 'empty', runs);
     const targets = [
       { measure: 'write: runs/s vs raw worker', value: fmt(write.ratio), target: '>= 2' },
+      { measure: 'write, pipelined: runs/s vs raw worker', value: fmt(pipelined.ratio), target: '>= 2' },
       { measure: 'empty handler: runs/s vs raw worker', value: fmt(empty.ratio), target: '>= 1' },
       { measure: 'write: CPU ms per run', value: fmt(write.ours.cpuMsPerRun.total, 3), target: '<= 0.4' },
+      {
+        measure: 'write, pipelined: CPU ms per run',
+        value: fmt(pipelined.ours.cpuMsPerRun.total, 3),
+        target: '<= 0.4',
+      },
       { measure: 'write: WAL bytes per run', value: fmt(write.ours.walBytesPerRun, 0), target: '<= 1024' },
     ];
     table(`Per-run overhead, write handler: ${2 * runs} runs each, concurrency 10`, runPathRows(write));
+    table(`Per-run overhead, pipelined write: ${2 * runs} runs each, concurrency 10`, runPathRows(pipelined));
     table(`Per-run overhead, empty handler: ${2 * runs} runs each, concurrency 10`, runPathRows(empty));
     table('Run path against its targets', targets);
-    return { runs: 2 * runs, write, empty };
+    return { runs: 2 * runs, write, pipelined, empty };
   } finally {
     await s.pool.end();
     await s.conn.quit();

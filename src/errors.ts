@@ -83,6 +83,25 @@ export class BackendUnavailableError extends CronwardenError {
   }
 }
 
+/**
+ * A `ctx.transaction(fn, { pipelined: true })` callback sent a statement that needs the
+ * transaction to itself (a row lock, a savepoint, a setting, a cursor): pipelined callbacks share
+ * one transaction with other runs' and their statements interleave, so such a statement could
+ * lose another run's update. Nothing of the run committed; drop `pipelined` for this job.
+ */
+export class PipelinedStatementError extends InvalidArgumentError {
+  constructor(
+    readonly statement: string,
+    readonly reason: string,
+  ) {
+    super(
+      `ctx.transaction({ pipelined: true }) refused ${reason} (${statement.slice(0, 80)}): pipelined callbacks share their ` +
+        'transaction with other runs, so a statement that locks or changes the transaction itself is not allowed; ' +
+        'call ctx.transaction without pipelined for this job',
+    );
+  }
+}
+
 /** A write carried a fencing token lower than one already accepted for the same resource. */
 export class StaleTokenError extends CronwardenError {
   readonly retryable = false;

@@ -6,7 +6,7 @@ export {
   type MisfirePolicy,
   type OverlapPolicy,
 } from './jobs/define-job.js';
-export type { JobContext, JobHandler, TransactionClient } from './jobs/job-context.js';
+export type { JobContext, JobHandler, TransactionClient, TransactionOptions } from './jobs/job-context.js';
 export {
   defineWorkflow,
   isWorkflow,

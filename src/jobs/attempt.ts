@@ -10,7 +10,7 @@ import type { Claim, RunLedger, TransactionResult } from '../ledger/run-ledger.j
 import { slotToken } from '../ledger/slot-token.js';
 import type { JobDefinition } from './define-job.js';
 import { idempotencyKey } from './idempotency-key.js';
-import type { JobContext, TransactionClient } from './job-context.js';
+import type { JobContext, TransactionClient, TransactionOptions } from './job-context.js';
 import { ledgerCall } from './ledger-call.js';
 import { unwatchAbort, watchAbort } from './abort-watch.js';
 import type { SlotLoan } from './slot-loan.js';
@@ -21,6 +21,7 @@ export type AttemptLedger = Pick<RunLedger, 'fenceRun'> & {
     claim: Claim,
     fn: (tx: pg.PoolClient) => Promise<T>,
     loan?: SlotLoan,
+    options?: TransactionOptions,
   ): Promise<TransactionResult<T>>;
 };
 
@@ -148,15 +149,19 @@ export class Attempt {
         this.refuseIfAbandoned();
         await ledgerCall(`ctx.fence of run ${claim.runId}`, () => this.ledger.fenceRun(resource, claim, tx));
       },
-      transaction: (fn) => this.transact(fn),
+      transaction: (fn, options) => this.transact(fn, options),
     };
     // Assigned after the literal when there is one, rather than spread into it.
     if (claim.coalesced) ctx.coalesced = claim.coalesced;
     return ctx;
   }
 
-  private async transact<T>(fn: (tx: TransactionClient) => Promise<T>): Promise<T | undefined> {
+  private async transact<T>(
+    fn: (tx: TransactionClient) => Promise<T>,
+    options?: TransactionOptions,
+  ): Promise<T | undefined> {
     const { claim } = this;
+    checkTransactionOptions(options);
     // The completion record belongs to the one transaction of the attempt: a second call would
     // find the run completed (by this very attempt) and record it as skipped.
     if (this.transactionCalled) {
@@ -167,7 +172,7 @@ export class Attempt {
     this.transactionCalled = true;
     this.refuseIfAbandoned();
     const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () =>
-      this.ledger.completeInTransaction(claim, fn, this.loan),
+      this.ledger.completeInTransaction(claim, fn, this.loan, options),
     );
     if (result.status === 'skipped') {
       this.transaction = 'skipped';
@@ -198,5 +203,20 @@ async function untilAbandoned<T>(work: Promise<T>, abandon: AbortSignal | undefi
     return await Promise.race([work, abandoned]);
   } finally {
     unwatchAbort(abandon, onAbort);
+  }
+}
+
+/** ctx.transaction's options as a handler may pass them (from JavaScript, anything). */
+function checkTransactionOptions(options: unknown): void {
+  if (options === undefined) return;
+  if (typeof options !== 'object' || options === null || Array.isArray(options))
+    throw new InvalidArgumentError(`ctx.transaction options must be an object, got ${JSON.stringify(options)}`);
+  for (const [key, value] of Object.entries(options)) {
+    if (key !== 'pipelined')
+      throw new InvalidArgumentError(`ctx.transaction has no option "${key}" (it takes: pipelined)`);
+    if (value !== undefined && typeof value !== 'boolean')
+      throw new InvalidArgumentError(
+        `ctx.transaction option pipelined must be true or false, got ${JSON.stringify(value)}`,
+      );
   }
 }

@@ -71,7 +71,20 @@ export interface JobContext {
    * skipped. May be called once per attempt: a second call throws InvalidArgumentError (put all
    * of the run's writes in one transaction).
    */
-  transaction<T>(fn: (tx: TransactionClient) => Promise<T>): Promise<T | undefined>;
+  transaction<T>(fn: (tx: TransactionClient) => Promise<T>, options?: TransactionOptions): Promise<T | undefined>;
+}
+
+/** How ctx.transaction may share its database transaction with other runs' (group commit). */
+export interface TransactionOptions {
+  /**
+   * fn is independent of other runs' callbacks: it does not read what they write, lock rows to wait
+   * for them, or use savepoints or settings. Then the callbacks of a group commit run at once and
+   * their statements are pipelined on one connection instead of sent one answer after another.
+   * A statement that needs the transaction to itself (FOR UPDATE / SHARE, LOCK, advisory locks,
+   * SAVEPOINT, SET, a cursor) is refused with PipelinedStatementError, nothing of the run
+   * committed. Default false. Ignored in a workflow step.
+   */
+  readonly pipelined?: boolean;
 }
 
 /** A job's code: may return a promise, which is awaited; what it resolves to is not used. */

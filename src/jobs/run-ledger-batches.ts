@@ -20,6 +20,7 @@ import type {
 import type { Queryable } from '../ledger/transaction.js';
 import { MicroBatcher, flushByGroup } from './micro-batcher.js';
 import type { SlotLoan } from './slot-loan.js';
+import type { TransactionOptions } from './job-context.js';
 import { systemClock, type Clock } from '../clock.js';
 
 /**
@@ -85,9 +86,15 @@ export class RunLedgerBatches {
       maxGroup > 1
         ? new MicroBatcher(
             async (items) =>
-              (await this.ledger.completeGroupInTransaction(items)).map((o) =>
-                o.kind === 'failed' ? { ok: false, error: o.error } : { ok: true, value: o },
-              ),
+              // Pipelined callbacks and the others in groups of their own, side by side.
+              (
+                await flushByGroup(
+                  items,
+                  (item) => item.pipelined === true,
+                  (group) => this.ledger.completeGroupInTransaction(group),
+                  { parallel: true },
+                )
+              ).map((o) => (o.kind === 'failed' ? { ok: false, error: o.error } : { ok: true, value: o })),
             { maxBatch: maxGroup, maxInFlight: o.groupsInFlight ?? 2 },
           )
         : undefined;
@@ -118,6 +125,7 @@ export class RunLedgerBatches {
     claim: Claim,
     fn: (tx: pg.PoolClient) => Promise<T>,
     loan?: SlotLoan,
+    options: TransactionOptions = {},
   ): Promise<TransactionResult<T>> {
     if (!this.transactions) return this.ledger.completeInTransaction(claim, fn);
     let lent = false;
@@ -126,7 +134,7 @@ export class RunLedgerBatches {
       lent = false;
       await loan!.takeBack();
     };
-    const item: GroupItem = { claim, fn };
+    const item: GroupItem = { claim, fn, pipelined: options.pipelined === true };
     const calledAt = this.clock.monotonic();
     if (loan)
       item.onCallbacksDone = () => {

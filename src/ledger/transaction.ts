@@ -30,8 +30,13 @@ export class HeldTransaction {
   static async begin(
     pool: pg.Pool,
     opening?: string | SentSql,
+    o: { pipelined?: boolean } = {},
   ): Promise<{ tx: HeldTransaction; opened?: pg.QueryResult }> {
     const tx = new HeldTransaction(await pool.connect());
+    // Pipeline mode for the whole transaction: its statements may go out before earlier answers
+    // (run-transactions.ts, pipelined callbacks). Off again once COMMIT or ROLLBACK has answered,
+    // by which time nothing sent is left unanswered, before the client goes back to the pool.
+    if (o.pipelined) tx.setPipelined(true);
     try {
       if (opening === undefined) {
         await tx.client.query('BEGIN');
@@ -92,9 +97,14 @@ export class HeldTransaction {
     if ((err as { code?: string }).code === '26000') this.broken ??= err as Error;
   }
 
+  private setPipelined(on: boolean): void {
+    (this.client as { pipeline: boolean }).pipeline = on;
+  }
+
   private end(): void {
     if (!this.open) return;
     this.open = false;
+    if (this.client.pipeline) this.setPipelined(false);
     this.client.off('error', this.onError);
     this.client.release(this.broken);
   }
@@ -106,14 +116,16 @@ export class HeldTransaction {
  * Round trips can be saved with parameterless statements (simple-protocol queries of two
  * statements): `opening` is sent with BEGIN and its result handed to `fn` (`more.opened`), and
  * `more.commitWith(sql)` sends `sql` with COMMIT. A statement that fails there leaves the
- * transaction aborted and uncommitted: `fn` may then roll back.
+ * transaction aborted and uncommitted: `fn` may then roll back. `o.pipelined`: the client is in
+ * node-postgres's pipeline mode until the transaction ends.
  */
 export async function withTransaction<T>(
   pool: pg.Pool,
   fn: (client: pg.PoolClient, rollback: () => Promise<void>, more: TransactionExtras) => Promise<T>,
   opening?: string | SentSql,
+  o: { pipelined?: boolean } = {},
 ): Promise<T> {
-  const { tx, opened } = await HeldTransaction.begin(pool, opening);
+  const { tx, opened } = await HeldTransaction.begin(pool, opening, o);
   try {
     const value = await fn(tx.client, () => tx.rollback(), {
       opened,

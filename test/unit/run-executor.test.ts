@@ -167,6 +167,39 @@ describe('RunExecutor (in-memory ledger)', () => {
     assert.equal(t.run(runId).state, 'completed');
   });
 
+  it('ctx.transaction refuses options it does not know, before calling fn, and keeps the call for a good one', async () => {
+    const t = setup();
+    const runId = await t.fire();
+    const refusals: unknown[] = [];
+    let called = 0;
+    t.handle(async (ctx) => {
+      const fn = async (tx: Parameters<Parameters<JobContext['transaction']>[0]>[0]) => {
+        called++;
+        return write(ctx, 'once')(tx);
+      };
+      for (const bad of [{ pipelined: 'yes' }, { pipeline: true }, 'pipelined', null, [true]])
+        refusals.push(await ctx.transaction(fn, bad as never).catch((err: unknown) => err));
+      await ctx.transaction(fn, { pipelined: true });
+    });
+    const result = await t.executor.execute(runId, { finalAttempt: true });
+    assert.equal(result.status, 'completed');
+    assert.equal(called, 1);
+    assert.deepEqual(
+      refusals.map((e) => (e instanceof InvalidArgumentError ? e.message : String(e))),
+      [
+        'ctx.transaction option pipelined must be true or false, got "yes"',
+        'ctx.transaction has no option "pipeline" (it takes: pipelined)',
+        'ctx.transaction options must be an object, got "pipelined"',
+        'ctx.transaction options must be an object, got null',
+        'ctx.transaction options must be an object, got [true]',
+      ],
+    );
+    assert.deepEqual(
+      t.runs.effects.map((e) => e.values),
+      [[runId.toString(), 'once']],
+    );
+  });
+
   it('a handler that throws: retrying while attempts remain, failed on the final attempt; the error is rethrown', async () => {
     const t = setup();
     const runId = await t.fire();

@@ -1,0 +1,178 @@
+/**
+ * Pipelined ctx.transaction callbacks (src/ledger/run-transactions.ts, pipelined-client.ts) against
+ * real PostgreSQL: a group's callbacks run at once on one connection in pipeline mode and commit
+ * with their runs' completions; a statement that would let one run's read-then-write lose
+ * another's is refused before it is sent, and nothing of a refused or failed group commits.
+ */
+import { after, before, describe, it } from 'node:test';
+import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
+import { PipelinedStatementError } from '../../src/errors.js';
+import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
+import { Ledger } from '../../src/ledger/ledger.js';
+import type { Claim, GroupOutcome } from '../../src/ledger/run-ledger.js';
+import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
+import { claimedRuns } from '../support/claimed-runs.js';
+
+describe('pipelined ctx.transaction (real PostgreSQL)', () => {
+  let db: TestDatabase;
+  let pool: pg.Pool;
+  let ledger: Ledger;
+  let claim: (n: number) => Promise<Claim[]>;
+
+  before(async () => {
+    db = await createTestDatabase();
+    // One connection: the group's, then every check after it, meets the same client.
+    pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    ledger = new Ledger(pool, db.schema);
+    claim = claimedRuns(ledger, { job: 'pipelined' });
+    await pool.query(`CREATE TABLE "${db.schema}".effects (run bigint PRIMARY KEY)`);
+    await pool.query(`CREATE TABLE "${db.schema}".counter (id int PRIMARY KEY, n int NOT NULL)`);
+    await pool.query(`INSERT INTO "${db.schema}".counter VALUES (1, 0)`);
+  });
+  after(async () => {
+    await pool.end();
+    await db.drop();
+  });
+
+  const effect = (tx: pg.PoolClient, c: Claim) =>
+    tx.query(`INSERT INTO "${db.schema}".effects (run) VALUES ($1)`, [c.runId.toString()]);
+  const effects = async (claims: Claim[]) =>
+    (
+      await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".effects WHERE run = ANY($1)`, [
+        claims.map((c) => c.runId.toString()),
+      ])
+    ).rows[0]!.n;
+  const completed = async (claims: Claim[]) =>
+    (
+      await pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${ledger.tables.runs} WHERE id = ANY($1) AND state = 'completed'`,
+        [claims.map((c) => c.runId.toString())],
+      )
+    ).rows[0]!.n;
+  const kinds = (outcomes: GroupOutcome[]) => outcomes.map((o) => (o.kind === 'done' ? o.result.status : o.kind));
+
+  it("runs the group's callbacks at once, pipelined, and commits each effect with its completion", async () => {
+    const claims = await claim(10);
+    let started = 0;
+    const startedAtFirstAnswer: number[] = [];
+    const modes: boolean[] = [];
+    const outcomes = await ledger.runs.completeGroupInTransaction(
+      claims.map((c) => ({
+        claim: c,
+        pipelined: true,
+        fn: async (tx: pg.PoolClient) => {
+          started++;
+          modes.push(tx.pipeline);
+          await effect(tx, c);
+          startedAtFirstAnswer.push(started);
+          return c.runId;
+        },
+      })),
+    );
+    assert.deepEqual(kinds(outcomes), Array(10).fill('committed'));
+    assert.deepEqual(
+      outcomes.map((o) => o.kind === 'done' && o.result.status === 'committed' && o.result.value),
+      claims.map((c) => c.runId),
+    );
+    // Every callback had sent its INSERT before the first one's answer came back.
+    assert.equal(startedAtFirstAnswer[0], 10);
+    assert.deepEqual(modes, Array(10).fill(true));
+    assert.equal(await effects(claims), 10);
+    assert.equal(await completed(claims), 10);
+    // The connection went back to the pool out of pipeline mode.
+    const client = await pool.connect();
+    try {
+      assert.equal(client.pipeline, false);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('refuses a locking read-then-write, which would lose updates between the runs of one group', async () => {
+    const claims = await claim(10);
+    const counter = async () =>
+      (await pool.query<{ n: number }>(`SELECT n FROM "${db.schema}".counter WHERE id = 1`)).rows[0]!.n;
+    const increment = async (tx: pg.PoolClient) => {
+      const { rows } = await tx.query<{ n: number }>(`SELECT n FROM "${db.schema}".counter WHERE id = 1 FOR UPDATE`);
+      await tx.query(`UPDATE "${db.schema}".counter SET n = $1 WHERE id = 1`, [rows[0]!.n + 1]);
+    };
+    const before = await counter();
+    const outcomes = await ledger.runs.completeGroupInTransaction(
+      claims.map((c) => ({ claim: c, pipelined: true, fn: increment })),
+    );
+    assert.deepEqual(kinds(outcomes), Array(10).fill('failed'));
+    for (const o of outcomes) {
+      assert.ok(o.kind === 'failed' && o.error instanceof PipelinedStatementError, JSON.stringify(o.kind));
+      assert.match((o.error as Error).message, /FOR UPDATE/);
+    }
+    assert.equal(await counter(), before);
+    assert.equal(await completed(claims), 0);
+    // The same callbacks in turn (not pipelined) in one group: every increment counts.
+    const again = await ledger.runs.completeGroupInTransaction(claims.map((c) => ({ claim: c, fn: increment })));
+    assert.deepEqual(kinds(again), Array(10).fill('committed'));
+    assert.equal(await counter(), before + 10);
+  });
+
+  it('a callback that catches its refusal still fails its run; the others are redone, nothing committed', async () => {
+    const claims = await claim(4);
+    const outcomes = await ledger.runs.completeGroupInTransaction(
+      claims.map((c, i) => ({
+        claim: c,
+        pipelined: true,
+        fn: async (tx: pg.PoolClient) => {
+          if (i === 2) await tx.query('SAVEPOINT mine').catch(() => undefined);
+          await effect(tx, c);
+        },
+      })),
+    );
+    assert.deepEqual(kinds(outcomes), ['redo', 'redo', 'failed', 'redo']);
+    assert.equal(await effects(claims), 0);
+    assert.equal(await completed(claims), 0);
+  });
+
+  it('waits for every callback before rolling back: a slow one never writes outside the transaction', async () => {
+    const claims = await claim(3);
+    const outcomes = await ledger.runs.completeGroupInTransaction(
+      claims.map((c, i) => ({
+        claim: c,
+        pipelined: true,
+        fn: async (tx: pg.PoolClient) => {
+          if (i === 0) throw new Error('handler failed');
+          if (i === 1) await sleep(100);
+          await effect(tx, c).catch(() => undefined);
+        },
+      })),
+    );
+    assert.deepEqual(kinds(outcomes), ['redo', 'redo', 'redo']);
+    await sleep(150); // past the slow callback's INSERT
+    assert.equal(await effects(claims), 0);
+    assert.equal(await completed(claims), 0);
+  });
+
+  it('through the batches: pipelined and in-turn callbacks at once, each effect once, refusals redone alone or failed', async () => {
+    const batches = new RunLedgerBatches(ledger.runs);
+    const claims = await claim(20);
+    const results = await Promise.allSettled(
+      claims.map((c, i) =>
+        batches.completeInTransaction(c, (tx) => effect(tx, c), undefined, { pipelined: i % 2 === 0 }),
+      ),
+    );
+    assert.ok(results.every((r) => r.status === 'fulfilled' && r.value.status === 'committed'));
+    assert.equal(await effects(claims), 20);
+    assert.equal(await completed(claims), 20);
+    // A cursor in a pipelined callback is refused: the run fails, its neighbour is redone alone.
+    const [a, b] = await claim(2);
+    const [refused, redone] = await Promise.allSettled([
+      batches.completeInTransaction(a!, (tx) => tx.query({ text: 'SELECT 1', rows: 1 } as pg.QueryConfig), undefined, {
+        pipelined: true,
+      }),
+      batches.completeInTransaction(b!, (tx) => effect(tx, b!), undefined, { pipelined: true }),
+    ]);
+    assert.equal(redone.status, 'fulfilled');
+    assert.equal(await effects([b!]), 1);
+    assert.equal(refused.status, 'rejected');
+    assert.equal(await completed([a!]), 0);
+  });
+});
