@@ -7,6 +7,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { reportClientErrors } from '../db/client-errors.js';
 import { ledgerConnection } from '../db/ledger-url.js';
+import { poolSettings } from '../db/pool-settings.js';
 import { settlesWithin } from '../settles-within.js';
 
 /** How long a query waits for a connection from the ledger's pool. */
@@ -40,8 +41,7 @@ export function schedulerPool(from: string | pg.Pool, replicaId: string, warn: W
   const settings: pg.PoolConfig =
     typeof from === 'string'
       ? { ...ledgerConnection(from), connectionTimeoutMillis: LEDGER_POOL_CONNECT_TIMEOUT_MS }
-      : // pg.Pool keeps the config it was made with (a Client class for several hosts included).
-        { ...(from as pg.Pool & { options: pg.PoolConfig }).options };
+      : { ...poolSettings(from) };
   const pool = new pg.Pool({
     ...settings,
     fallback_application_name: `${ledgerSessionName(replicaId)} scheduler`,
@@ -66,7 +66,7 @@ export function ledgerSessionName(replicaId: string): string {
 
 /** Back to the usual connect timeout: pg.Pool reads its options for every connection it makes. */
 export function usualConnectTimeout(pool: pg.Pool): void {
-  (pool as pg.Pool & { options: pg.PoolConfig }).options.connectionTimeoutMillis = LEDGER_POOL_CONNECT_TIMEOUT_MS;
+  poolSettings(pool).connectionTimeoutMillis = LEDGER_POOL_CONNECT_TIMEOUT_MS;
 }
 
 /** BullMQ's producer connection (the worker's blocking ones are duplicates of it). */
