@@ -48,7 +48,7 @@ export function schedulerPool(from: string | pg.Pool, replicaId: string, warn: W
     max: SCHEDULER_POOL_MAX,
   });
   // Always the replica's own: its connections' errors are logged here, as those of a pool it made.
-  reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
+  warnLostClients(pool, warn);
   watchConnections({ pool }, warn);
   return pool;
 }
@@ -80,6 +80,14 @@ type Warn = (kind: string, fields: object, message: string) => void;
 export function watchConnections(c: { pool?: pg.Pool; redis?: Redis }, warn: Warn): void {
   c.pool?.on('error', (err) => warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
   c.redis?.on('error', (err) => warn(`redis:${err.message}`, { err }, 'Redis connection error'));
+}
+
+/**
+ * A connection the server drops while a replica's pool has it checked out is logged (rate-limited
+ * by `warn`), never unhandled (client-errors.ts): for the runs' pool and the scheduler's alike.
+ */
+export function warnLostClients(pool: pg.Pool, warn: Warn): void {
+  reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
 }
 
 /**
