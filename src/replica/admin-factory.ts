@@ -3,6 +3,7 @@ import type pg from 'pg';
 import { AdminServer } from '../admin/server.js';
 import { AdminThread } from '../admin/admin-thread.js';
 import type { ReplicaView } from '../admin/replica-view.js';
+import { poolSettings } from '../db/pool-settings.js';
 import type { LeaseBackend } from '../locks/lease.js';
 import type { ResolvedAdminOptions } from './replica-defaults.js';
 import { InvalidConfigError } from '../errors.js';
@@ -39,8 +40,8 @@ export function createAdmin(o: AdminFactoryOptions): AdminServer | AdminThread {
     return new AdminThread({ ...admin, databaseUrl: o.databaseUrl, niceness: a.niceness });
   return new AdminServer({
     ...admin,
-    // pg.Pool keeps the config it was made with; the admin pool copies its connection settings.
-    databaseUrl: o.databaseUrl ?? (o.pool as pg.Pool & { options: pg.PoolConfig }).options,
+    // The admin pool copies the connection settings of the pool the replica was given.
+    databaseUrl: o.databaseUrl ?? poolSettings(o.pool),
   });
 }
 

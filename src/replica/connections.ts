@@ -7,6 +7,7 @@ import { Redis, type RedisOptions } from 'ioredis';
 import type { Logger } from 'pino';
 import { reportClientErrors } from '../db/client-errors.js';
 import { ledgerConnection } from '../db/ledger-url.js';
+import { poolSettings } from '../db/pool-settings.js';
 import { settlesWithin } from '../settles-within.js';
 
 /** How long a query waits for a connection from the ledger's pool. */
@@ -40,15 +41,14 @@ export function schedulerPool(from: string | pg.Pool, replicaId: string, warn: W
   const settings: pg.PoolConfig =
     typeof from === 'string'
       ? { ...ledgerConnection(from), connectionTimeoutMillis: LEDGER_POOL_CONNECT_TIMEOUT_MS }
-      : // pg.Pool keeps the config it was made with (a Client class for several hosts included).
-        { ...(from as pg.Pool & { options: pg.PoolConfig }).options };
+      : { ...poolSettings(from) };
   const pool = new pg.Pool({
     ...settings,
     fallback_application_name: `${ledgerSessionName(replicaId)} scheduler`,
     max: SCHEDULER_POOL_MAX,
   });
   // Always the replica's own: its connections' errors are logged here, as those of a pool it made.
-  reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
+  warnLostClients(pool, warn);
   watchConnections({ pool }, warn);
   return pool;
 }
@@ -66,7 +66,7 @@ export function ledgerSessionName(replicaId: string): string {
 
 /** Back to the usual connect timeout: pg.Pool reads its options for every connection it makes. */
 export function usualConnectTimeout(pool: pg.Pool): void {
-  (pool as pg.Pool & { options: pg.PoolConfig }).options.connectionTimeoutMillis = LEDGER_POOL_CONNECT_TIMEOUT_MS;
+  poolSettings(pool).connectionTimeoutMillis = LEDGER_POOL_CONNECT_TIMEOUT_MS;
 }
 
 /** BullMQ's producer connection (the worker's blocking ones are duplicates of it). */
@@ -80,6 +80,14 @@ type Warn = (kind: string, fields: object, message: string) => void;
 export function watchConnections(c: { pool?: pg.Pool; redis?: Redis }, warn: Warn): void {
   c.pool?.on('error', (err) => warn(`pg:${err.message}`, { err }, 'idle PostgreSQL connection error'));
   c.redis?.on('error', (err) => warn(`redis:${err.message}`, { err }, 'Redis connection error'));
+}
+
+/**
+ * A connection the server drops while a replica's pool has it checked out is logged (rate-limited
+ * by `warn`), never unhandled (client-errors.ts): for the runs' pool and the scheduler's alike.
+ */
+export function warnLostClients(pool: pg.Pool, warn: Warn): void {
+  reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
 }
 
 /**

@@ -5,7 +5,6 @@ import type { AdminServer } from '../admin/server.js';
 import type { AdminThread } from '../admin/admin-thread.js';
 import type { ReplicaEvents, ReplicaView, RuntimeAdmin } from '../admin/replica-view.js';
 import { systemClock, type Clock } from '../clock.js';
-import { reportClientErrors } from '../db/client-errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { JobRegistry } from '../jobs/job-registry.js';
 import { BullmqDelivery } from '../jobs/bullmq-delivery.js';
@@ -21,7 +20,7 @@ import type { ElectorRole } from '../scheduler/election/elector.js';
 import type { LedgerClock } from '../scheduler/election/ledger-clock.js';
 import { advertisedUrl, createAdmin, listenFailure } from './admin-factory.js';
 import { checkLeaseBackend } from './lease-backend-check.js';
-import { deliveryRedis, endPool, ledgerPool, schedulerPool, watchConnections } from './connections.js';
+import { deliveryRedis, endPool, ledgerPool, schedulerPool, warnLostClients, watchConnections } from './connections.js';
 import { MemberHeartbeat, shardedBeatMs } from './member-heartbeat.js';
 import { resolveReplicaOptions, type ResolvedReplicaOptions } from './replica-defaults.js';
 import type { ReplicaOptions } from './replica-options.js';
@@ -89,7 +88,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     const warn = limitedWarn(logger, () => (o.clock ?? systemClock).monotonic());
     const pool = o.pool ?? ledgerPool(o.databaseUrl!, o.replicaId);
     this.redis = o.redis ?? deliveryRedis(o.redisUrl!);
-    reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
+    warnLostClients(pool, warn);
     // Connection errors of the clients made here are ours to log; the caller's clients are theirs.
     watchConnections({ pool: o.pool ? undefined : pool, redis: o.redis ? undefined : this.redis }, warn);
     const ledger = (this.ledger = new Ledger(pool, this.schema));

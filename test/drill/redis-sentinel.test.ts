@@ -9,7 +9,35 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { createLeaseBackend, parseSentinelUrl } from '../../src/locks/create-backend.js';
 import { InvalidConfigError } from '../../src/errors.js';
 import { Redis } from 'ioredis';
-import { SENTINEL_MASTER, startSentinelGroup } from '../../src/drill/servers/redis-sentinel.js';
+import { SENTINEL_MASTER, startSentinelGroup, waitForGroup } from '../../src/drill/servers/redis-sentinel.js';
+
+async function ask(port: number, ...args: string[]): Promise<unknown> {
+  const c = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1 });
+  try {
+    return await c.call(args[0]!, ...args.slice(1));
+  } finally {
+    c.disconnect();
+  }
+}
+
+/** The primary's port as each Sentinel of the group at `url` names it. */
+async function named(url: string): Promise<number[]> {
+  return Promise.all(
+    parseSentinelUrl(url).sentinels.map(async (s) =>
+      Number(((await ask(s.port, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER)) as string[])[1]),
+    ),
+  );
+}
+
+/** Has the Sentinels fail the primary over by hand (as they do on their own when it answers late). */
+async function handFailover(url: string, from: number): Promise<void> {
+  await ask(parseSentinelUrl(url).sentinels[0]!.port, 'SENTINEL', 'FAILOVER', SENTINEL_MASTER);
+  for (let i = 0; i < 300 && (await named(url)).some((p) => p === from); i++) await sleep(100);
+  assert.ok(
+    (await named(url)).every((p) => p !== from),
+    'the Sentinels moved the primary',
+  );
+}
 
 describe('redis lease backend through Sentinel', () => {
   it('parses redis-sentinel://host:port,.../name and refuses anything else', () => {
@@ -78,32 +106,30 @@ describe('redis lease backend through Sentinel', () => {
     { timeout: 120_000 },
     async () => {
       const group = await startSentinelGroup();
-      const { sentinels } = parseSentinelUrl(group.url);
-      const ask = async (port: number, ...args: string[]) => {
-        const c = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 1 });
-        try {
-          return await c.call(args[0]!, ...args.slice(1));
-        } finally {
-          c.disconnect();
-        }
-      };
-      const named = async () =>
-        Promise.all(
-          sentinels.map(async (s) =>
-            Number(((await ask(s.port, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER)) as string[])[1]),
-          ),
-        );
       try {
         const first = group.primary.port;
-        await ask(sentinels[0]!.port, 'SENTINEL', 'FAILOVER', SENTINEL_MASTER);
-        for (let i = 0; i < 300 && (await named()).some((p) => p === first); i++) await sleep(100);
-        assert.ok(
-          (await named()).every((p) => p !== first),
-          'the Sentinels moved the primary',
-        );
+        await handFailover(group.url, first);
         await group.failover();
         assert.equal(group.primary.port, first, 'the node the Sentinels had demoted is the primary again');
-        assert.deepEqual(await named(), [first, first, first]);
+        assert.deepEqual(await named(group.url), [first, first, first]);
+      } finally {
+        await group.cleanup();
+      }
+    },
+  );
+
+  it(
+    'waiting for the group reads the roles again: after the Sentinels failed over (as they may during set-up), it accepts the swapped roles',
+    { timeout: 120_000 },
+    async () => {
+      const group = await startSentinelGroup();
+      try {
+        const stale = { primary: group.primary, replica: group.replica };
+        await handFailover(group.url, stale.primary.port);
+        const sentinelPorts = parseSentinelUrl(group.url).sentinels.map((s) => s.port);
+        const roles = await waitForGroup(sentinelPorts, stale);
+        assert.equal(roles.primary, stale.replica, 'the node the Sentinels promoted is the primary');
+        assert.equal(roles.replica, stale.primary, 'the demoted node is its replica, online and in sync');
       } finally {
         await group.cleanup();
       }

@@ -30,6 +30,7 @@ export interface SentinelGroup {
   /** `redis-sentinel://127.0.0.1:p1,127.0.0.1:p2,127.0.0.1:p3/cw`: the lease backend's URL. */
   readonly url: string;
   readonly primary: RedisNode;
+  readonly replica: RedisNode;
   /** What struck, and when the primary was killed (the fault proper; epoch ms). */
   failover(options?: { lagMs?: number }): Promise<{ detail: string; killedAt: number }>;
   cleanup(): Promise<void>;
@@ -134,34 +135,25 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
     await primary.server.start();
     await replica.server.start();
     await Promise.all(sentinels.map((s) => s.start()));
-    await waitForGroup(sentinelPorts, replica);
+    ({ primary, replica } = await waitForGroup(sentinelPorts, { primary, replica }));
   } catch (err) {
     for (const s of all()) await s.kill();
     removeDir(dir);
     throw err;
   }
-  const masterPort = async (sentinelPort: number) =>
-    Number((await command<string[] | null>(sentinelPort, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER))?.[1]);
   return {
     url: `redis-sentinel://${sentinelPorts.map((p) => `127.0.0.1:${p}`).join(',')}/${SENTINEL_MASTER}`,
     get primary() {
       return primary;
     },
+    get replica() {
+      return replica;
+    },
     async failover(o = {}) {
-      // The Sentinels may have failed over on their own since (under load a primary that answered
-      // late looks down to them): follow the primary they agree on, so the kill strikes it.
-      let agreed = 0;
-      await waitFor('the Sentinels to agree on the primary', async () => {
-        const named = await Promise.all(sentinelPorts.map(masterPort));
-        agreed = named[0]!;
-        return named.every((p) => p === agreed && (p === primary.port || p === replica.port))
-          ? undefined
-          : `the Sentinels name ${named.join(', ')}`;
-      });
-      if (agreed === replica.port) [primary, replica] = [replica, primary];
       // A failover needs a replica in sync that every Sentinel knows (the one before it left the
-      // old primary to resync in the background: nothing in the drill needs it until now).
-      await waitForGroup(sentinelPorts, replica);
+      // old primary to resync in the background: nothing in the drill needs it until now). The
+      // Sentinels may have failed over on their own since: the kill strikes the primary they name.
+      ({ primary, replica } = await waitForGroup(sentinelPorts, { primary, replica }));
       // Lag on purpose: an output buffer limit of one byte for replicas makes the primary drop the
       // replica at its next write, and again at every resync, so the replica keeps the state of
       // this moment. (Stopping the replica would not do: the kernel buffers the stream for it.)
@@ -173,7 +165,7 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
       await primary.server.kill();
       const promoted = replica;
       await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () => {
-        const named = await Promise.all(sentinelPorts.map(masterPort));
+        const named = await namedPrimaries(sentinelPorts);
         return named.every((p) => p === promoted.port) ? undefined : `the Sentinels name ${named.join(', ')}`;
       });
       const promotedAfter = Date.now() - killedAt;
@@ -195,31 +187,70 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
   };
 }
 
-/** Every Sentinel knows the replica (online, in sync) and the two other Sentinels: a failover can happen. */
-async function waitForGroup(sentinelPorts: number[], replica: RedisNode): Promise<void> {
+/** The two Redis nodes as the Sentinels see them. */
+export interface Roles {
+  primary: RedisNode;
+  replica: RedisNode;
+}
+
+/**
+ * Waits until the Sentinels agree on one of the two nodes as primary, every one knows the other as
+ * an online replica in sync with it, and knows the other Sentinels: a failover can happen. Returns
+ * the roles they agree on, which need not be the caller's: they fail over on their own when a
+ * loaded primary answers late (even during set-up), so the roles are read again at every poll.
+ */
+export async function waitForGroup(sentinelPorts: number[], nodes: Roles): Promise<Roles> {
+  let roles = nodes;
   await waitFor(
-    'the Sentinels to find the replica and each other',
+    'the Sentinels to agree on the primary and find its replica and each other',
     async () => {
+      const named = await namedPrimaries(sentinelPorts);
+      const agreed = rolesNamed(named, nodes);
+      if (!agreed) return `the Sentinels name ${named.join(', ')} as primary`;
+      roles = agreed;
       const seen: string[] = [];
       for (const port of sentinelPorts) {
-        const replicas = await command<string[][]>(port, 'SENTINEL', 'REPLICAS', SENTINEL_MASTER);
-        const f = replicas.map(fields).find((r) => r.port === String(replica.port));
-        const others = await command<unknown[]>(port, 'SENTINEL', 'SENTINELS', SENTINEL_MASTER);
-        const ready =
-          f !== undefined &&
-          !/s_down|o_down|disconnected/.test(f.flags ?? '') &&
-          f['master-link-status'] === 'ok' &&
-          others.length >= sentinelPorts.length - 1;
-        if (!ready) {
-          const state = f ? `flags ${f.flags}, link ${f['master-link-status']}` : 'unknown';
-          seen.push(`sentinel :${port}: replica :${replica.port} ${state}, ${others.length} other sentinels`);
-        }
+        const missing = await replicaMissing(port, roles.replica, sentinelPorts.length - 1);
+        if (missing) seen.push(`sentinel :${port}: ${missing}`);
       }
       return seen.length ? seen.join('; ') : undefined;
     },
     60_000,
-    () => `${replica.label} log:\n${replica.server.logTail(15)}`,
+    () => `${roles.replica.label} log:\n${roles.replica.server.logTail(15)}`,
   );
+  return roles;
+}
+
+/** The port of the primary each Sentinel names (NaN from one that names none). */
+async function namedPrimaries(sentinelPorts: number[]): Promise<number[]> {
+  return Promise.all(
+    sentinelPorts.map(async (port) =>
+      Number((await command<string[] | null>(port, 'SENTINEL', 'GET-MASTER-ADDR-BY-NAME', SENTINEL_MASTER))?.[1]),
+    ),
+  );
+}
+
+/** The roles when every Sentinel names the same one of the two nodes as primary; else undefined. */
+function rolesNamed(named: number[], { primary, replica }: Roles): Roles | undefined {
+  if (!named.every((p) => p === named[0])) return undefined;
+  if (named[0] === primary.port) return { primary, replica };
+  if (named[0] === replica.port) return { primary: replica, replica: primary };
+  return undefined;
+}
+
+/** What the Sentinel at `port` still lacks to fail over to `replica`; undefined once nothing. */
+async function replicaMissing(port: number, replica: RedisNode, otherSentinels: number): Promise<string | undefined> {
+  const replicas = await command<string[][]>(port, 'SENTINEL', 'REPLICAS', SENTINEL_MASTER);
+  const f = replicas.map(fields).find((r) => r.port === String(replica.port));
+  const others = await command<unknown[]>(port, 'SENTINEL', 'SENTINELS', SENTINEL_MASTER);
+  const ready =
+    f !== undefined &&
+    !/s_down|o_down|disconnected/.test(f.flags ?? '') &&
+    f['master-link-status'] === 'ok' &&
+    others.length >= otherSentinels;
+  if (ready) return undefined;
+  const state = f ? `flags ${f.flags}, link ${f['master-link-status']}` : 'unknown';
+  return `replica :${replica.port} ${state}, ${others.length} other sentinels`;
 }
 
 function fields(flat: string[]): Record<string, string> {
