@@ -2,7 +2,8 @@
  * Issue 26: a worker killed with SIGKILL in the middle of a delivered batch. Some of its runs had
  * committed, some were inside their transaction, some were claimed and waiting for a handler slot.
  * Every run of the batch ends completed once with its effect once, and the runs the dead worker
- * held are taken over once it stops beating (its liveness window), not after BullMQ's lock.
+ * held are taken over once it stops beating (its liveness window), not after BullMQ's lock. Twice:
+ * with the group's callbacks in turn, and pipelined (ctx.transaction(fn, { pipelined: true })).
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -21,73 +22,76 @@ const RUNS = 30;
 describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', () => {
   const env = effectsSuite();
 
-  it(
-    "every run of the batch ends once, with its effect once; the dead worker's runs are taken over after its liveness window",
-    { timeout: 90_000 },
-    async () => {
-      const namespace = `bk${randomUUID().slice(0, 8)}`;
-      const { deliverMany, close } = effectDelivery(env, namespace);
-      const base = {
-        databaseUrl: env.db.url,
-        redisUrl: SHARED_REDIS_URL,
-        namespace,
-        lockDurationMs: LOCK_MS,
-        livenessMs: LIVENESS_MS,
-        job: 'effect',
-      };
-      const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
-      let b: EventedChild | undefined;
-      try {
-        await a.waitFor((e) => e.event === 'ready', 20_000);
-        const runIds = await deliverMany(RUNS, new Date(Date.UTC(2026, 0, 1)));
-        // The first handlers commit after 1 s; kill A as the first commits: the rest of that wave is
-        // inside its transaction, more runs are claimed and waiting for a slot, more not claimed yet.
-        await a.waitFor((e) => e.event === 'committed', 20_000);
-        const killedAt = Date.now();
-        a.signal('SIGKILL');
-        await a.exited;
-        const committedByA = a.events.filter((e) => e.event === 'committed').length;
-        b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` });
-        const ids = runIds.map(String);
-        const deadline = Date.now() + 60_000;
-        let done = 0;
-        while (Date.now() < deadline) {
-          done = await runsInState(env.db.pool, runIds, 'completed');
-          if (done === RUNS) break;
-          await new Promise((r) => setTimeout(r, 100));
+  for (const pipelined of [false, true])
+    it(
+      `every run of the batch ends once, with its effect once; the dead worker's runs are taken over after its liveness window${pipelined ? ' (pipelined ctx.transaction)' : ''}`,
+      { timeout: 90_000 },
+      async () => {
+        const namespace = `bk${randomUUID().slice(0, 8)}`;
+        const { deliverMany, close } = effectDelivery(env, namespace);
+        const base = {
+          databaseUrl: env.db.url,
+          redisUrl: SHARED_REDIS_URL,
+          namespace,
+          lockDurationMs: LOCK_MS,
+          livenessMs: LIVENESS_MS,
+          job: 'effect',
+          pipelined,
+        };
+        const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
+        let b: EventedChild | undefined;
+        try {
+          await a.waitFor((e) => e.event === 'ready', 20_000);
+          // Slots of their own in each round: the two share a ledger, whose runs are unique per slot.
+          const runIds = await deliverMany(RUNS, new Date(Date.UTC(pipelined ? 2027 : 2026, 0, 1)));
+          // The first handlers commit after 1 s; kill A as the first commits: the rest of that wave is
+          // inside its transaction, more runs are claimed and waiting for a slot, more not claimed yet.
+          await a.waitFor((e) => e.event === 'committed', 20_000);
+          const killedAt = Date.now();
+          a.signal('SIGKILL');
+          await a.exited;
+          const committedByA = a.events.filter((e) => e.event === 'committed').length;
+          b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` });
+          const ids = runIds.map(String);
+          const deadline = Date.now() + 60_000;
+          let done = 0;
+          while (Date.now() < deadline) {
+            done = await runsInState(env.db.pool, runIds, 'completed');
+            if (done === RUNS) break;
+            await new Promise((r) => setTimeout(r, 100));
+          }
+          const settledMs = Date.now() - killedAt;
+          assert.equal(done, RUNS, `every run completed (${done} of ${RUNS})`);
+          const effects = await env.db.pool.query<{ run_id: string; n: string; attempt: number }>(
+            'SELECT run_id, count(*) AS n, max(attempt) AS attempt FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
+            [ids],
+          );
+          assert.equal(effects.rows.length, RUNS, 'every run has its effect');
+          assert.ok(
+            effects.rows.every((r) => Number(r.n) === 1),
+            `no run has its effect twice: ${JSON.stringify(effects.rows.filter((r) => Number(r.n) !== 1))}`,
+          );
+          const byA = effects.rows.filter((r) => r.attempt === 1).length;
+          assert.ok(byA >= committedByA && byA < RUNS, `A committed ${byA} before it died, B the other ${RUNS - byA}`);
+          const attempts = await env.db.pool.query<{ worker: string; state: string; error: string | null }>(
+            'SELECT worker, state, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])',
+            [ids],
+          );
+          const running = attempts.rows.filter((r) => r.state === 'running');
+          assert.deepEqual(running, [], 'no attempt of a settled run is left running');
+          const stale = attempts.rows.filter((r) => r.state === 'stale');
+          assert.ok(stale.length > 0, "the dead worker's attempts are settled stale");
+          assert.ok(
+            stale.every((r) => r.worker === `A-${namespace}` && /stopped beating/.test(r.error ?? '')),
+            JSON.stringify(stale.slice(0, 3)),
+          );
+          // B needs a few seconds to start; the runs wait for A's liveness window, not BullMQ's 60 s lock.
+          assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
+        } finally {
+          await a.kill();
+          await b?.kill();
+          await close();
         }
-        const settledMs = Date.now() - killedAt;
-        assert.equal(done, RUNS, `every run completed (${done} of ${RUNS})`);
-        const effects = await env.db.pool.query<{ run_id: string; n: string; attempt: number }>(
-          'SELECT run_id, count(*) AS n, max(attempt) AS attempt FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
-          [ids],
-        );
-        assert.equal(effects.rows.length, RUNS, 'every run has its effect');
-        assert.ok(
-          effects.rows.every((r) => Number(r.n) === 1),
-          `no run has its effect twice: ${JSON.stringify(effects.rows.filter((r) => Number(r.n) !== 1))}`,
-        );
-        const byA = effects.rows.filter((r) => r.attempt === 1).length;
-        assert.ok(byA >= committedByA && byA < RUNS, `A committed ${byA} before it died, B the other ${RUNS - byA}`);
-        const attempts = await env.db.pool.query<{ worker: string; state: string; error: string | null }>(
-          'SELECT worker, state, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])',
-          [ids],
-        );
-        const running = attempts.rows.filter((r) => r.state === 'running');
-        assert.deepEqual(running, [], 'no attempt of a settled run is left running');
-        const stale = attempts.rows.filter((r) => r.state === 'stale');
-        assert.ok(stale.length > 0, "the dead worker's attempts are settled stale");
-        assert.ok(
-          stale.every((r) => r.worker === `A-${namespace}` && /stopped beating/.test(r.error ?? '')),
-          JSON.stringify(stale.slice(0, 3)),
-        );
-        // B needs a few seconds to start; the runs wait for A's liveness window, not BullMQ's 60 s lock.
-        assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
-      } finally {
-        await a.kill();
-        await b?.kill();
-        await close();
-      }
-    },
-  );
+      },
+    );
 });
