@@ -210,9 +210,7 @@ async function startLease(kind: BackendKind, sentinel: boolean): Promise<LeaseSe
     const group = await startSentinelGroup();
     return {
       config: { kind: 'redis', url: group.url },
-      restart: async () => {
-        await group.primary.server.restart('kill');
-      },
+      restart: () => group.restartPrimary(),
       failover: (lagMs) => group.failover({ lagMs }),
       cleanup: () => group.cleanup(),
     };

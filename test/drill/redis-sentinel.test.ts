@@ -119,7 +119,7 @@ describe('redis lease backend through Sentinel', () => {
   );
 
   it(
-    'waiting for the group reads the roles again: after the Sentinels failed over (as they may during set-up), it accepts the swapped roles',
+    'waiting for the group reads the roles again: after the Sentinels failed over (as they may during set-up), it accepts the swapped roles, and a restart strikes the new primary',
     { timeout: 120_000 },
     async () => {
       const group = await startSentinelGroup();
@@ -130,6 +130,13 @@ describe('redis lease backend through Sentinel', () => {
         const roles = await waitForGroup(sentinelPorts, stale);
         assert.equal(roles.primary, stale.replica, 'the node the Sentinels promoted is the primary');
         assert.equal(roles.replica, stale.primary, 'the demoted node is its replica, online and in sync');
+        // The drill's restart fault strikes the primary they name too, not the one recorded at set-up.
+        const promotedPid = stale.replica.server.pid;
+        const demotedPid = stale.primary.server.pid;
+        await group.restartPrimary();
+        assert.equal(group.primary, stale.replica);
+        assert.notEqual(stale.replica.server.pid, promotedPid, 'the promoted node was restarted');
+        assert.equal(stale.primary.server.pid, demotedPid, 'the demoted node was left alone');
       } finally {
         await group.cleanup();
       }

@@ -33,6 +33,8 @@ export interface SentinelGroup {
   readonly replica: RedisNode;
   /** What struck, and when the primary was killed (the fault proper; epoch ms). */
   failover(options?: { lagMs?: number }): Promise<{ detail: string; killedAt: number }>;
+  /** Kill and restart the node the Sentinels name as primary now (the drill's `restart` fault). */
+  restartPrimary(): Promise<void>;
   cleanup(): Promise<void>;
 }
 
@@ -148,6 +150,15 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
     },
     get replica() {
       return replica;
+    },
+    async restartPrimary() {
+      // The Sentinels may have failed over on their own since the last wait: strike the primary
+      // they name, not the one recorded then (no wait for a replica in sync: this fault needs none).
+      ({ primary, replica } = rolesNamed(await namedPrimaries(sentinelPorts), { primary, replica }) ?? {
+        primary,
+        replica,
+      });
+      await primary.server.restart('kill');
     },
     async failover(o = {}) {
       // A failover needs a replica in sync that every Sentinel knows (the one before it left the
