@@ -8,6 +8,8 @@ import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import { drizzle } from 'drizzle-orm/node-postgres';
+import { bigint, pgSchema } from 'drizzle-orm/pg-core';
 import { PipelinedStatementError } from '../../src/errors.js';
 import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import { Ledger } from '../../src/ledger/ledger.js';
@@ -88,6 +90,23 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     } finally {
       client.release();
     }
+  });
+
+  it('drizzle on the pipelined client: its statements go out pipelined and commit with the completions', async () => {
+    const claims = await claim(5);
+    const effects_ = pgSchema(db.schema).table('effects', { run: bigint('run', { mode: 'bigint' }).primaryKey() });
+    const outcomes = await ledger.runs.completeGroupInTransaction(
+      claims.map((c) => ({
+        claim: c,
+        pipelined: true,
+        fn: async (tx: pg.PoolClient) => {
+          await drizzle(tx).insert(effects_).values({ run: c.runId });
+        },
+      })),
+    );
+    assert.deepEqual(kinds(outcomes), Array(5).fill('committed'));
+    assert.equal(await effects(claims), 5);
+    assert.equal(await completed(claims), 5);
   });
 
   it('refuses a locking read-then-write, which would lose updates between the runs of one group', async () => {
