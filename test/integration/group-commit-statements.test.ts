@@ -4,47 +4,20 @@
  * the same transaction are planned as usual, and a handler that drops the connection's prepared
  * statements costs a redo, never a lost or doubled effect.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import pg from 'pg';
-import { Ledger } from '../../src/ledger/ledger.js';
-import type { Claim } from '../../src/ledger/run-ledger.js';
-import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
-import { claimedRuns } from '../support/claimed-runs.js';
+import type pg from 'pg';
+import { groupCommitLedger } from '../support/group-commit-ledger.js';
 
 describe('group commit statements (real PostgreSQL)', () => {
-  let db: TestDatabase;
-  let pool: pg.Pool;
-  let ledger: Ledger;
-  let claim: (n: number) => Promise<Claim[]>;
-
-  before(async () => {
-    db = await createTestDatabase();
-    // One connection: every group meets what the one before it prepared.
-    pool = new pg.Pool({ connectionString: db.url, max: 1 });
-    ledger = new Ledger(pool, db.schema);
-    claim = claimedRuns(ledger, { job: 'group' });
-    await pool.query(`CREATE TABLE "${db.schema}".effects (run bigint PRIMARY KEY)`);
-  });
-  after(async () => {
-    await pool.end();
-    await db.drop();
-  });
-
-  const effect = (tx: pg.PoolClient, c: Claim) =>
-    tx.query(`INSERT INTO "${db.schema}".effects (run) VALUES ($1)`, [c.runId.toString()]);
-  const effects = async (claims: Claim[]) =>
-    (
-      await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".effects WHERE run = ANY($1)`, [
-        claims.map((c) => c.runId.toString()),
-      ])
-    ).rows[0]!.n;
+  const env = groupCommitLedger('group');
+  const { claim, effect, effects } = env;
 
   it("the handlers' statements run with the connection's usual planner settings", async () => {
     for (let round = 0; round < 7; round++) {
       const claims = await claim(3);
       const seen: string[] = [];
-      const outcomes = await ledger.runs.completeGroupInTransaction(
+      const outcomes = await env.ledger.runs.completeGroupInTransaction(
         claims.map((c) => ({
           claim: c,
           fn: async (tx: pg.PoolClient) => {
@@ -62,14 +35,14 @@ describe('group commit statements (real PostgreSQL)', () => {
       assert.equal(await effects(claims), 3);
     }
     // And after the transaction, on the same connection.
-    const after = await pool.query<{ s: string }>(`SELECT current_setting('enable_seqscan') AS s`);
+    const after = await env.pool.query<{ s: string }>(`SELECT current_setting('enable_seqscan') AS s`);
     assert.equal(after.rows[0]!.s, 'on');
   });
 
   it('a handler that deallocates the prepared statements makes its group redo, each effect once', async () => {
     const claims = await claim(4);
     const calls = new Map<bigint, number>();
-    const outcomes = await ledger.runs.completeGroupInTransaction(
+    const outcomes = await env.ledger.runs.completeGroupInTransaction(
       claims.map((c, i) => ({
         claim: c,
         fn: async (tx: pg.PoolClient) => {
@@ -87,7 +60,7 @@ describe('group commit statements (real PostgreSQL)', () => {
     );
     assert.equal(await effects(claims), 0);
     for (const c of claims) {
-      const alone = await ledger.runs.completeInTransaction(c, async (tx) => {
+      const alone = await env.ledger.runs.completeInTransaction(c, async (tx) => {
         calls.set(c.runId, (calls.get(c.runId) ?? 0) + 1);
         await effect(tx, c);
       });
@@ -97,7 +70,7 @@ describe('group commit statements (real PostgreSQL)', () => {
     assert.deepEqual([...calls.values()], [2, 2, 2, 2]);
     // The next group prepares them again and commits in one go.
     const next = await claim(2);
-    const again = await ledger.runs.completeGroupInTransaction(
+    const again = await env.ledger.runs.completeGroupInTransaction(
       next.map((c) => ({ claim: c, fn: (tx) => effect(tx, c) })),
     );
     assert.ok(again.every((o) => o.kind === 'done' && o.result.status === 'committed'));

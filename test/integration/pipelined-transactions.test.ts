@@ -4,52 +4,27 @@
  * with their runs' completions; a statement that would let one run's read-then-write lose
  * another's is refused before it is sent, and nothing of a refused or failed group commits.
  */
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { setTimeout as sleep } from 'node:timers/promises';
-import pg from 'pg';
+import type pg from 'pg';
 import { drizzle } from 'drizzle-orm/node-postgres';
 import { bigint, pgSchema } from 'drizzle-orm/pg-core';
 import { PipelinedStatementError } from '../../src/errors.js';
 import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
-import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim, GroupOutcome } from '../../src/ledger/run-ledger.js';
-import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
-import { claimedRuns } from '../support/claimed-runs.js';
+import { groupCommitLedger } from '../support/group-commit-ledger.js';
 
 describe('pipelined ctx.transaction (real PostgreSQL)', () => {
-  let db: TestDatabase;
-  let pool: pg.Pool;
-  let ledger: Ledger;
-  let claim: (n: number) => Promise<Claim[]>;
-
-  before(async () => {
-    db = await createTestDatabase();
-    // One connection: the group's, then every check after it, meets the same client.
-    pool = new pg.Pool({ connectionString: db.url, max: 1 });
-    ledger = new Ledger(pool, db.schema);
-    claim = claimedRuns(ledger, { job: 'pipelined' });
-    await pool.query(`CREATE TABLE "${db.schema}".effects (run bigint PRIMARY KEY)`);
-    await pool.query(`CREATE TABLE "${db.schema}".counter (id int PRIMARY KEY, n int NOT NULL)`);
-    await pool.query(`INSERT INTO "${db.schema}".counter VALUES (1, 0)`);
+  const env = groupCommitLedger('pipelined', async (pool, schema) => {
+    await pool.query(`CREATE TABLE "${schema}".counter (id int PRIMARY KEY, n int NOT NULL)`);
+    await pool.query(`INSERT INTO "${schema}".counter VALUES (1, 0)`);
   });
-  after(async () => {
-    await pool.end();
-    await db.drop();
-  });
-
-  const effect = (tx: pg.PoolClient, c: Claim) =>
-    tx.query(`INSERT INTO "${db.schema}".effects (run) VALUES ($1)`, [c.runId.toString()]);
-  const effects = async (claims: Claim[]) =>
-    (
-      await pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM "${db.schema}".effects WHERE run = ANY($1)`, [
-        claims.map((c) => c.runId.toString()),
-      ])
-    ).rows[0]!.n;
+  const { claim, effect, effects } = env;
   const completed = async (claims: Claim[]) =>
     (
-      await pool.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM ${ledger.tables.runs} WHERE id = ANY($1) AND state = 'completed'`,
+      await env.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM ${env.ledger.tables.runs} WHERE id = ANY($1) AND state = 'completed'`,
         [claims.map((c) => c.runId.toString())],
       )
     ).rows[0]!.n;
@@ -60,7 +35,7 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     let started = 0;
     const startedAtFirstAnswer: number[] = [];
     const modes: boolean[] = [];
-    const outcomes = await ledger.runs.completeGroupInTransaction(
+    const outcomes = await env.ledger.runs.completeGroupInTransaction(
       claims.map((c) => ({
         claim: c,
         pipelined: true,
@@ -84,7 +59,7 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     assert.equal(await effects(claims), 10);
     assert.equal(await completed(claims), 10);
     // The connection went back to the pool out of pipeline mode.
-    const client = await pool.connect();
+    const client = await env.pool.connect();
     try {
       assert.equal(client.pipeline, false);
     } finally {
@@ -94,8 +69,8 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
 
   it('drizzle on the pipelined client: its statements go out pipelined and commit with the completions', async () => {
     const claims = await claim(5);
-    const effects_ = pgSchema(db.schema).table('effects', { run: bigint('run', { mode: 'bigint' }).primaryKey() });
-    const outcomes = await ledger.runs.completeGroupInTransaction(
+    const effects_ = pgSchema(env.db.schema).table('effects', { run: bigint('run', { mode: 'bigint' }).primaryKey() });
+    const outcomes = await env.ledger.runs.completeGroupInTransaction(
       claims.map((c) => ({
         claim: c,
         pipelined: true,
@@ -112,13 +87,15 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
   it('refuses a locking read-then-write, which would lose updates between the runs of one group', async () => {
     const claims = await claim(10);
     const counter = async () =>
-      (await pool.query<{ n: number }>(`SELECT n FROM "${db.schema}".counter WHERE id = 1`)).rows[0]!.n;
+      (await env.pool.query<{ n: number }>(`SELECT n FROM "${env.db.schema}".counter WHERE id = 1`)).rows[0]!.n;
     const increment = async (tx: pg.PoolClient) => {
-      const { rows } = await tx.query<{ n: number }>(`SELECT n FROM "${db.schema}".counter WHERE id = 1 FOR UPDATE`);
-      await tx.query(`UPDATE "${db.schema}".counter SET n = $1 WHERE id = 1`, [rows[0]!.n + 1]);
+      const { rows } = await tx.query<{ n: number }>(
+        `SELECT n FROM "${env.db.schema}".counter WHERE id = 1 FOR UPDATE`,
+      );
+      await tx.query(`UPDATE "${env.db.schema}".counter SET n = $1 WHERE id = 1`, [rows[0]!.n + 1]);
     };
     const before = await counter();
-    const outcomes = await ledger.runs.completeGroupInTransaction(
+    const outcomes = await env.ledger.runs.completeGroupInTransaction(
       claims.map((c) => ({ claim: c, pipelined: true, fn: increment })),
     );
     assert.deepEqual(kinds(outcomes), Array(10).fill('failed'));
@@ -129,14 +106,14 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     assert.equal(await counter(), before);
     assert.equal(await completed(claims), 0);
     // The same callbacks in turn (not pipelined) in one group: every increment counts.
-    const again = await ledger.runs.completeGroupInTransaction(claims.map((c) => ({ claim: c, fn: increment })));
+    const again = await env.ledger.runs.completeGroupInTransaction(claims.map((c) => ({ claim: c, fn: increment })));
     assert.deepEqual(kinds(again), Array(10).fill('committed'));
     assert.equal(await counter(), before + 10);
   });
 
   it('a callback that catches its refusal still fails its run; the others are redone, nothing committed', async () => {
     const claims = await claim(4);
-    const outcomes = await ledger.runs.completeGroupInTransaction(
+    const outcomes = await env.ledger.runs.completeGroupInTransaction(
       claims.map((c, i) => ({
         claim: c,
         pipelined: true,
@@ -153,7 +130,7 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
 
   it('waits for every callback before rolling back: a slow one never writes outside the transaction', async () => {
     const claims = await claim(3);
-    const outcomes = await ledger.runs.completeGroupInTransaction(
+    const outcomes = await env.ledger.runs.completeGroupInTransaction(
       claims.map((c, i) => ({
         claim: c,
         pipelined: true,
@@ -171,7 +148,7 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
   });
 
   it('through the batches: pipelined and in-turn callbacks at once, each effect once, refusals redone alone or failed', async () => {
-    const batches = new RunLedgerBatches(ledger.runs);
+    const batches = new RunLedgerBatches(env.ledger.runs);
     const claims = await claim(20);
     const results = await Promise.allSettled(
       claims.map((c, i) =>
