@@ -18,6 +18,7 @@ import type {
   TransactionResult,
 } from '../ledger/run-ledger.js';
 import type { Queryable } from '../ledger/transaction.js';
+import { refusingShared } from '../ledger/pipelined-client.js';
 import { MicroBatcher, flushByGroup } from './micro-batcher.js';
 import type { SlotLoan } from './slot-loan.js';
 import type { TransactionOptions } from './job-context.js';
@@ -127,7 +128,10 @@ export class RunLedgerBatches {
     loan?: SlotLoan,
     options: TransactionOptions = {},
   ): Promise<TransactionResult<T>> {
-    if (!this.transactions) return this.ledger.completeInTransaction(claim, fn);
+    // Alone (group commit off, or redone after its group rolled back), a pipelined callback is
+    // refused the same statements as in a group.
+    const alone = options.pipelined === true ? refusingShared(fn) : fn;
+    if (!this.transactions) return this.ledger.completeInTransaction(claim, alone);
     let lent = false;
     const takeBack = async () => {
       if (!lent) return;
@@ -149,7 +153,7 @@ export class RunLedgerBatches {
     } finally {
       await takeBack();
     }
-    if (outcome.kind === 'redo') return this.ledger.completeInTransaction(claim, fn);
+    if (outcome.kind === 'redo') return this.ledger.completeInTransaction(claim, alone);
     return outcome.result as TransactionResult<T>;
   }
 

@@ -62,6 +62,20 @@ export function pipelinedClient(
   });
 }
 
+/**
+ * A pipelined callback for a transaction of its own (a group of one, a redo, group commit off):
+ * the same statements refused, so a job behaves alike whether its group holds one run or ten, and
+ * a refusal the callback caught still fails its run.
+ */
+export function refusingShared<T>(fn: (tx: pg.PoolClient) => Promise<T>): (tx: pg.PoolClient) => Promise<T> {
+  return async (tx) => {
+    let refused: PipelinedStatementError | undefined;
+    const value = await fn(pipelinedClient(tx, (error) => (refused ??= error)));
+    if (refused) throw refused;
+    return value;
+  };
+}
+
 function refusalOfQuery(config: unknown): { statement: string; reason: string } | undefined {
   if (typeof config === 'string') return withStatement(config);
   if (typeof config === 'object' && config !== null) {

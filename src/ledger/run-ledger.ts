@@ -19,6 +19,7 @@ import {
   type TransactionResult,
 } from './run-transactions.js';
 import type { Queryable } from './transaction.js';
+import { refusingShared } from './pipelined-client.js';
 import { beatWorker, forgetWorker, orphanedRuns } from './worker-liveness.js';
 import {
   acquireSlot,
@@ -97,7 +98,8 @@ export class RunLedger {
     if (items.length === 1) {
       const [item] = items;
       try {
-        return [{ kind: 'done', result: await this.completeInTransaction(item!.claim as Claim, item!.fn) }];
+        const fn = item!.pipelined ? refusingShared(item!.fn) : item!.fn;
+        return [{ kind: 'done', result: await this.completeInTransaction(item!.claim as Claim, fn) }];
       } catch (error) {
         return [{ kind: 'failed', error }];
       }

@@ -111,6 +111,43 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     assert.equal(await counter(), before + 10);
   });
 
+  it('alone, a pipelined callback is refused the same (a group of one, group commit off): a job fails alike at any load', async () => {
+    const locking = (c: Claim) => async (tx: pg.PoolClient) => {
+      await tx.query(`SELECT n FROM "${env.db.schema}".counter WHERE id = 1 FOR UPDATE`);
+      await effect(tx, c);
+    };
+    const [one] = await claim(1);
+    const [outcome] = await env.ledger.runs.completeGroupInTransaction([
+      { claim: one!, pipelined: true, fn: locking(one!) },
+    ]);
+    assert.ok(outcome!.kind === 'failed' && outcome!.error instanceof PipelinedStatementError, kinds([outcome!])[0]);
+    const ungrouped = new RunLedgerBatches(env.ledger.runs, { maxGroup: 1 });
+    const [two, three] = await claim(2);
+    await assert.rejects(
+      ungrouped.completeInTransaction(two!, locking(two!), undefined, { pipelined: true }),
+      PipelinedStatementError,
+    );
+    // Caught by the callback, the refusal still fails the run.
+    await assert.rejects(
+      ungrouped.completeInTransaction(
+        three!,
+        async (tx) => {
+          await tx.query('SAVEPOINT mine').catch(() => undefined);
+          await effect(tx, three!);
+        },
+        undefined,
+        { pipelined: true },
+      ),
+      PipelinedStatementError,
+    );
+    assert.equal(await effects([one!, two!, three!]), 0);
+    assert.equal(await completed([one!, two!, three!]), 0);
+    // Without pipelined, the same callback alone commits.
+    const [four] = await claim(1);
+    assert.equal((await ungrouped.completeInTransaction(four!, locking(four!))).status, 'committed');
+    assert.equal(await effects([four!]), 1);
+  });
+
   it('a callback that catches its refusal still fails its run; the others are redone, nothing committed', async () => {
     const claims = await claim(4);
     const outcomes = await env.ledger.runs.completeGroupInTransaction(
