@@ -20,7 +20,7 @@ import { systemClock } from '../clock.js';
 import { InvalidConfigError } from '../errors.js';
 import type { JobDefinition } from '../jobs/define-job.js';
 import { createLeaseBackend } from '../locks/create-backend.js';
-import { endPool, watchConnections } from '../replica/connections.js';
+import { endPool, lostClientWarning, watchConnections } from '../replica/connections.js';
 import { Replica } from '../replica/replica.js';
 import { defaultReplicaId } from '../replica/replica-defaults.js';
 import { resolveSchema } from '../db/tables.js';
@@ -49,9 +49,7 @@ async function startReplica(flags: SettingFlags): Promise<void> {
   const warn = limitedWarn(logger, () => systemClock.monotonic());
   let checked: CheckedConnections;
   try {
-    checked = await checkStartup(config, backend, schema, (err) =>
-      warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'),
-    );
+    checked = await checkStartup(config, backend, schema, lostClientWarning(warn));
   } catch (err) {
     await settlesWithin(backend.close(), 1000);
     throw err;

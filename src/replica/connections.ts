@@ -87,7 +87,12 @@ export function watchConnections(c: { pool?: pg.Pool; redis?: Redis }, warn: War
  * by `warn`), never unhandled (client-errors.ts): for the runs' pool and the scheduler's alike.
  */
 export function warnLostClients(pool: pg.Pool, warn: Warn): void {
-  reportClientErrors(pool, (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost'));
+  reportClientErrors(pool, lostClientWarning(warn));
+}
+
+/** The warning for a pooled connection the server dropped (also for the start-up checks' pool). */
+export function lostClientWarning(warn: Warn): (err: Error) => void {
+  return (err) => warn(`pg-client:${err.message}`, { err }, 'PostgreSQL connection lost');
 }
 
 /**
