@@ -15,13 +15,15 @@ import { ledgerCall } from './ledger-call.js';
 import { unwatchAbort, watchAbort } from './abort-watch.js';
 import type { SlotLoan } from './slot-loan.js';
 
-/** The ledger operations an attempt's context uses (a group-committing ledger takes the slot loan). */
+/** How ctx.transaction is called: the handler's options, and the slot a group-committing ledger lends. */
+export type CompleteOptions = TransactionOptions & { loan?: SlotLoan | undefined };
+
+/** The ledger operations an attempt's context uses. */
 export type AttemptLedger = Pick<RunLedger, 'fenceRun'> & {
   completeInTransaction<T>(
     claim: Claim,
     fn: (tx: pg.PoolClient) => Promise<T>,
-    loan?: SlotLoan,
-    options?: TransactionOptions,
+    o?: CompleteOptions,
   ): Promise<TransactionResult<T>>;
 };
 
@@ -172,7 +174,7 @@ export class Attempt {
     this.transactionCalled = true;
     this.refuseIfAbandoned();
     const result = await ledgerCall(`ctx.transaction of run ${claim.runId}`, () =>
-      this.ledger.completeInTransaction(claim, fn, this.loan, options),
+      this.ledger.completeInTransaction(claim, fn, { ...options, loan: this.loan }),
     );
     if (result.status === 'skipped') {
       this.transaction = 'skipped';

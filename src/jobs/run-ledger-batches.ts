@@ -18,10 +18,8 @@ import type {
   TransactionResult,
 } from '../ledger/run-ledger.js';
 import type { Queryable } from '../ledger/transaction.js';
-import { refusingShared } from '../ledger/pipelined-client.js';
 import { MicroBatcher, flushByGroup } from './micro-batcher.js';
-import type { SlotLoan } from './slot-loan.js';
-import type { TransactionOptions } from './job-context.js';
+import type { CompleteOptions } from './attempt.js';
 import { systemClock, type Clock } from '../clock.js';
 
 /**
@@ -125,20 +123,18 @@ export class RunLedgerBatches {
   async completeInTransaction<T>(
     claim: Claim,
     fn: (tx: pg.PoolClient) => Promise<T>,
-    loan?: SlotLoan,
-    options: TransactionOptions = {},
+    o: CompleteOptions = {},
   ): Promise<TransactionResult<T>> {
-    // Alone (group commit off, or redone after its group rolled back), a pipelined callback is
-    // refused the same statements as in a group.
-    const alone = options.pipelined === true ? refusingShared(fn) : fn;
-    if (!this.transactions) return this.ledger.completeInTransaction(claim, alone);
+    const { loan } = o;
+    const pipelined = o.pipelined === true;
+    if (!this.transactions) return this.ledger.completeInTransaction(claim, fn, { pipelined });
     let lent = false;
     const takeBack = async () => {
       if (!lent) return;
       lent = false;
       await loan!.takeBack();
     };
-    const item: GroupItem = { claim, fn, pipelined: options.pipelined === true };
+    const item: GroupItem = { claim, fn, pipelined };
     const calledAt = this.clock.monotonic();
     if (loan)
       item.onCallbacksDone = () => {
@@ -153,7 +149,7 @@ export class RunLedgerBatches {
     } finally {
       await takeBack();
     }
-    if (outcome.kind === 'redo') return this.ledger.completeInTransaction(claim, alone);
+    if (outcome.kind === 'redo') return this.ledger.completeInTransaction(claim, fn, { pipelined });
     return outcome.result as TransactionResult<T>;
   }
 

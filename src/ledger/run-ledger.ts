@@ -81,9 +81,17 @@ export class RunLedger {
     return fenceRun(db, this.t, resource, claim);
   }
 
-  /** ctx.transaction alone; see run-transactions.ts. */
-  async completeInTransaction<T>(claim: Claim, fn: (tx: pg.PoolClient) => Promise<T>): Promise<TransactionResult<T>> {
-    const result = await commitOne(this.pool, this.t, claim, fn);
+  /**
+   * ctx.transaction alone; see run-transactions.ts. A pipelined callback is refused, alone too, what
+   * it would be refused in a group (pipelined-client.ts), so a handler never passes alone what
+   * fails it beside others.
+   */
+  async completeInTransaction<T>(
+    claim: Claim,
+    fn: (tx: pg.PoolClient) => Promise<T>,
+    o: { pipelined?: boolean } = {},
+  ): Promise<TransactionResult<T>> {
+    const result = await commitOne(this.pool, this.t, claim, o.pipelined === true ? refusingShared(fn) : fn);
     if (result.status === 'committed') this.witness.finished(claim);
     if (result.status === 'skipped')
       await this.recordSkippedAttempt(claim, 'run already completed by an earlier attempt');
@@ -98,8 +106,8 @@ export class RunLedger {
     if (items.length === 1) {
       const [item] = items;
       try {
-        const fn = item!.pipelined ? refusingShared(item!.fn) : item!.fn;
-        return [{ kind: 'done', result: await this.completeInTransaction(item!.claim as Claim, fn) }];
+        const { claim, fn, pipelined } = item!;
+        return [{ kind: 'done', result: await this.completeInTransaction(claim as Claim, fn, { pipelined }) }];
       } catch (error) {
         return [{ kind: 'failed', error }];
       }

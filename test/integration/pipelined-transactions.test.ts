@@ -122,9 +122,14 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     ]);
     assert.ok(outcome!.kind === 'failed' && outcome!.error instanceof PipelinedStatementError, kinds([outcome!])[0]);
     const ungrouped = new RunLedgerBatches(env.ledger.runs, { maxGroup: 1 });
-    const [two, three] = await claim(2);
+    const [two, three, direct] = await claim(3);
     await assert.rejects(
-      ungrouped.completeInTransaction(two!, locking(two!), undefined, { pipelined: true }),
+      ungrouped.completeInTransaction(two!, locking(two!), { pipelined: true }),
+      PipelinedStatementError,
+    );
+    // The ledger itself refuses it, whoever calls it alone.
+    await assert.rejects(
+      env.ledger.runs.completeInTransaction(direct!, locking(direct!), { pipelined: true }),
       PipelinedStatementError,
     );
     // Caught by the callback, the refusal still fails the run.
@@ -135,13 +140,12 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
           await tx.query('SAVEPOINT mine').catch(() => undefined);
           await effect(tx, three!);
         },
-        undefined,
         { pipelined: true },
       ),
       PipelinedStatementError,
     );
-    assert.equal(await effects([one!, two!, three!]), 0);
-    assert.equal(await completed([one!, two!, three!]), 0);
+    assert.equal(await effects([one!, two!, three!, direct!]), 0);
+    assert.equal(await completed([one!, two!, three!, direct!]), 0);
     // Without pipelined, the same callback alone commits.
     const [four] = await claim(1);
     assert.equal((await ungrouped.completeInTransaction(four!, locking(four!))).status, 'committed');
@@ -188,9 +192,7 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     const batches = new RunLedgerBatches(env.ledger.runs);
     const claims = await claim(20);
     const results = await Promise.allSettled(
-      claims.map((c, i) =>
-        batches.completeInTransaction(c, (tx) => effect(tx, c), undefined, { pipelined: i % 2 === 0 }),
-      ),
+      claims.map((c, i) => batches.completeInTransaction(c, (tx) => effect(tx, c), { pipelined: i % 2 === 0 })),
     );
     assert.ok(results.every((r) => r.status === 'fulfilled' && r.value.status === 'committed'));
     assert.equal(await effects(claims), 20);
@@ -198,10 +200,10 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     // A cursor in a pipelined callback is refused: the run fails, its neighbour is redone alone.
     const [a, b] = await claim(2);
     const [refused, redone] = await Promise.allSettled([
-      batches.completeInTransaction(a!, (tx) => tx.query({ text: 'SELECT 1', rows: 1 } as pg.QueryConfig), undefined, {
+      batches.completeInTransaction(a!, (tx) => tx.query({ text: 'SELECT 1', rows: 1 } as pg.QueryConfig), {
         pipelined: true,
       }),
-      batches.completeInTransaction(b!, (tx) => effect(tx, b!), undefined, { pipelined: true }),
+      batches.completeInTransaction(b!, (tx) => effect(tx, b!), { pipelined: true }),
     ]);
     assert.equal(redone.status, 'fulfilled');
     assert.equal(await effects([b!]), 1);

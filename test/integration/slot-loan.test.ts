@@ -83,7 +83,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
               events.push(`fn ${i}`);
               await insertEffect(tx, claim);
             },
-            loanFor(i, events),
+            { loan: loanFor(i, events) },
           )
           .then((r) => {
             events.push(`answer ${i}`);
@@ -119,7 +119,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
             await sleep(LEND_WITHIN_MS); // three of these: the group's callbacks take 3 × LEND_WITHIN_MS
             await insertEffect(tx, claim);
           },
-          loanFor(i, events),
+          { loan: loanFor(i, events) },
         ),
       ),
     );
@@ -152,7 +152,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
             }
             await insertEffect(tx, claim);
           },
-          loanFor(i, events),
+          { loan: loanFor(i, events) },
         ),
       ),
     );
