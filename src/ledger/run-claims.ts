@@ -19,7 +19,7 @@ import { UNKNOWN_WORKER, writeEndedAttempts } from './attempt-rows.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import type pg from 'pg';
 import { sqlInt, sqlIntArray, sqlText, type Queryable } from './transaction.js';
-import { queryByKey, sqlPrepared } from './sql-prepared.js';
+import { sqlPrepared, type KeyedExecute } from './sql-prepared.js';
 import { claimerAlive } from './worker-liveness.js';
 
 export interface Claim {
@@ -142,23 +142,20 @@ const statements = perSchema((t) => ({
 }));
 
 /**
- * Claim the claimable runs among `runIds` (one result per id, in order); one round trip. Prepared
- * once per connection and planned by key (sql-prepared.ts): a plan cached while cw_runs was small
- * scanned it whole at every claim until an ANALYZE (measured: 90-100 ms a claim of 50 runs once
- * the table held 300,000 runs, 3-5 ms planned by key).
+ * The claim of the claimable runs among `runIds`, to EXECUTE (alone or beside outcomes, RunLedger):
+ * prepared once per connection and planned by key (sql-prepared.ts). A plan cached while cw_runs
+ * was small scanned it whole at every claim until an ANALYZE (measured: 90-100 ms a claim of 50
+ * runs once the table held 300,000 runs, 3-5 ms planned by key).
  */
-export async function claimRuns(
-  pool: pg.Pool,
-  t: Tables,
-  runIds: readonly bigint[],
-  o: ClaimOptions,
-): Promise<ClaimResult[]> {
-  if (runIds.length === 0) return [];
-  const res = await queryByKey(pool, statements(t).claim, [
-    sqlIntArray(runIds),
-    sqlText(o.worker),
-    sqlInt(Math.max(0, Math.floor(o.liveWithinMs))),
-  ]);
+export function claimStatement(t: Tables, runIds: readonly bigint[], o: ClaimOptions): KeyedExecute {
+  return {
+    s: statements(t).claim,
+    args: [sqlIntArray(runIds), sqlText(o.worker), sqlInt(Math.max(0, Math.floor(o.liveWithinMs)))],
+  };
+}
+
+/** What the claim statement answered, as one result per id of `runIds`, in order. */
+export function claimResults(runIds: readonly bigint[], res: pg.QueryResult): ClaimResult[] {
   const byId = new Map((res.rows as ClaimRow[]).map((row) => [row.id, row]));
   return runIds.map((id): ClaimResult => {
     const row = byId.get(id.toString());

@@ -10,7 +10,7 @@ import { UNKNOWN_WORKER, settleOldClaimRows, writeOwnEndedAttempts } from './att
 import { perSchema } from './named-statement.js';
 import type pg from 'pg';
 import { sqlBoolArray, sqlIntArray, sqlTextArray } from './transaction.js';
-import { executeByKey, queryByKey, sqlPrepared, type SentSql } from './sql-prepared.js';
+import { executeByKey, sqlPrepared, type KeyedExecute, type SentSql } from './sql-prepared.js';
 
 export type Outcome = 'completed' | 'failed' | 'retrying' | 'cancelled' | 'superseded';
 
@@ -30,7 +30,7 @@ export interface FinishRequest {
 }
 
 /**
- * Record each request's outcome; true where accepted. The UPDATE locks its rows as it meets them
+ * The statement recording each request's outcome (acceptedInOrder reads its answer). The UPDATE locks its rows as it meets them
  * (in the sorted input's order when it finds each run by its key, in the table's when it scans it),
  * with no `FOR UPDATE` before it: that wrote a second row lock a run into the WAL (and with it gone,
  * the attempts' foreign key check did, until 0022 dropped the key: together 54 B of the run's
@@ -39,20 +39,21 @@ export interface FinishRequest {
  * error its caller answers as any ledger error (a group is redone run by run; a run whose outcome
  * could not be recorded is delivered again, and its claimer may claim it again).
  */
-export async function finishRuns(pool: pg.Pool, t: Tables, requests: readonly FinishRequest[]): Promise<boolean[]> {
-  if (requests.length === 0) return [];
+export function finishStatement(t: Tables, requests: readonly FinishRequest[]): KeyedExecute {
   const errors = requests.map((r) => (r.error === undefined ? null : storedError(r.error)));
-  const res = await queryByKey(pool, statements(t).finish, [
-    sqlIntArray(requests.map((r) => r.runId)),
-    sqlIntArray(requests.map((r) => r.token)),
-    sqlTextArray(requests.map((r) => r.outcome)),
-    sqlIntArray(requests.map((r) => r.attempt)),
-    sqlTextArray(errors.map((e) => e?.message ?? null)),
-    sqlTextArray(errors.map((e) => e?.stack ?? null)),
-    sqlIntArray(requests.map((r) => (r.retryInMs === undefined ? null : Math.max(0, Math.round(r.retryInMs))))),
-    sqlBoolArray(requests.map((r) => r.failure === true)),
-  ]);
-  return acceptedInOrder(requests, res.rows as { run_id: string }[]);
+  return {
+    s: statements(t).finish,
+    args: [
+      sqlIntArray(requests.map((r) => r.runId)),
+      sqlIntArray(requests.map((r) => r.token)),
+      sqlTextArray(requests.map((r) => r.outcome)),
+      sqlIntArray(requests.map((r) => r.attempt)),
+      sqlTextArray(errors.map((e) => e?.message ?? null)),
+      sqlTextArray(errors.map((e) => e?.stack ?? null)),
+      sqlIntArray(requests.map((r) => (r.retryInMs === undefined ? null : Math.max(0, Math.round(r.retryInMs))))),
+      sqlBoolArray(requests.map((r) => r.failure === true)),
+    ],
+  };
 }
 
 /**
@@ -164,8 +165,11 @@ function finishCtes(
     settled AS (${settleOldClaimRows(t, 'input')})`;
 }
 
-/** The finish returns the accepted runs' ids only: saying of each input run whether it was accepted scanned them all, n × n. */
-function acceptedInOrder(requests: readonly FinishRequest[], rows: { run_id: string }[]): boolean[] {
-  const accepted = new Set(rows.map((r) => r.run_id));
+/**
+ * Of each request, whether the finish statement accepted it, in order. The statement returns the
+ * accepted runs' ids only: saying of each input run whether it was accepted scanned them all, n × n.
+ */
+export function acceptedInOrder(requests: readonly FinishRequest[], res: pg.QueryResult): boolean[] {
+  const accepted = new Set((res.rows as { run_id: string }[]).map((r) => r.run_id));
   return requests.map((r) => accepted.has(r.runId.toString()));
 }

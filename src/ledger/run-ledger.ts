@@ -8,8 +8,9 @@
 import type pg from 'pg';
 import { DEFAULT_LEASE_TTL_MS } from './commit-stamps.js';
 import { fenceRun } from './fences.js';
-import { claimRuns, recordSkippedDeliveries, type Claim, type ClaimResult } from './run-claims.js';
-import { finishRuns, type FinishRequest, type Outcome } from './run-finishes.js';
+import { claimResults, claimStatement, recordSkippedDeliveries, type Claim, type ClaimResult } from './run-claims.js';
+import { acceptedInOrder, finishStatement, type FinishRequest, type Outcome } from './run-finishes.js';
+import { queryAllByKey, type KeyedExecute } from './sql-prepared.js';
 import {
   commitGroup,
   commitOne,
@@ -69,11 +70,35 @@ export class RunLedger {
 
   /** Claim many runs in one statement; one result per id, in order. */
   async claimMany(runIds: readonly bigint[], worker: string): Promise<ClaimResult[]> {
-    const results = await claimRuns(this.pool, this.t, runIds, { worker, liveWithinMs: this.claimerLiveWithinMs });
-    for (const r of results) if (r.status === 'claimed') this.witness.saw(r.claim, r.claim.claimedAt);
-    const finished = runIds.filter((_, i) => results[i]!.status === 'finished');
+    return (await this.finishAndClaim([], { runIds, worker })).claimed;
+  }
+
+  /**
+   * A worker's cycle in one round trip and one commit: record `requests`' outcomes (as finishMany),
+   * then claim `claims.runIds` (as claimMany). Both commit, or neither. Claims never wait on a row
+   * (SKIP LOCKED), so this waits no longer than the outcomes alone; an error fails both halves
+   * (RunLedgerBatches sends them apart again when a retry could help one).
+   */
+  async finishAndClaim(
+    requests: readonly FinishRequest[],
+    claims: { runIds: readonly bigint[]; worker: string },
+  ): Promise<{ accepted: boolean[]; claimed: ClaimResult[] }> {
+    const { runIds, worker } = claims;
+    const parts: KeyedExecute[] = [];
+    if (requests.length > 0) parts.push(finishStatement(this.t, requests));
+    if (runIds.length > 0)
+      parts.push(claimStatement(this.t, runIds, { worker, liveWithinMs: this.claimerLiveWithinMs }));
+    if (parts.length === 0) return { accepted: [], claimed: [] };
+    const results = await queryAllByKey(this.pool, parts);
+    const accepted = requests.length > 0 ? acceptedInOrder(requests, results[0]!) : [];
+    const claimed = runIds.length > 0 ? claimResults(runIds, results.at(-1)!) : [];
+    requests.forEach((r, i) => {
+      if (accepted[i]) this.witness.finished(r);
+    });
+    for (const r of claimed) if (r.status === 'claimed') this.witness.saw(r.claim, r.claim.claimedAt);
+    const finished = runIds.filter((_, i) => claimed[i]!.status === 'finished');
     await recordSkippedDeliveries(this.pool, this.t, finished, worker);
-    return results;
+    return { accepted, claimed };
   }
 
   /** ctx.fence on the ledger's pool or inside the handler's transaction; see fences.ts. */
@@ -137,11 +162,7 @@ export class RunLedger {
 
   /** Record many outcomes in one statement; true where accepted, in order. */
   async finishMany(requests: readonly FinishRequest[]): Promise<boolean[]> {
-    const accepted = await finishRuns(this.pool, this.t, requests);
-    requests.forEach((r, i) => {
-      if (accepted[i]) this.witness.finished(r);
-    });
-    return accepted;
+    return (await this.finishAndClaim(requests, { runIds: [], worker: '' })).accepted;
   }
 
   /** Record that this attempt found its run already completed and did nothing. */

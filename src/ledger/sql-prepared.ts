@@ -72,28 +72,63 @@ export function plainSql(sql: string): SentSql {
   return { sql, resultAt: 0, prepared: [] };
 }
 
+/** One prepared statement to EXECUTE, with its arguments as SQL literals. */
+export interface KeyedExecute {
+  readonly s: SqlPrepared;
+  readonly args: readonly string[];
+}
+
 /**
  * EXECUTE `s` with `args` (SQL literals), planned by key, alone on a client of `pool`: a simple
  * query of several statements runs in one implicit transaction, so its LOCAL planner settings end
  * with it. The EXECUTE's result.
  */
 export async function queryByKey(pool: pg.Pool, s: SqlPrepared, args: readonly string[]): Promise<pg.QueryResult> {
-  const sent = executeByKey(s, args, { thenReset: false }); // the implicit transaction ends with it
+  return (await queryAllByKey(pool, [{ s, args }]))[0]!;
+}
+
+/**
+ * EXECUTE each of `parts` in turn, planned by key, in one round trip on a client of `pool`: one
+ * simple query, so one implicit transaction (all of them commit, or none) and one commit. Each
+ * part's own settings apply to it alone. Their results, in order.
+ */
+export async function queryAllByKey(pool: pg.Pool, parts: readonly KeyedExecute[]): Promise<pg.QueryResult[]> {
+  const sent = executeAllByKey(parts);
   const client = await pool.connect();
   // The server going away mid-query is an 'error' event as well as the query's rejection.
   const onError = () => undefined;
   client.on('error', onError);
   try {
     await ensurePrepared(client, sent.prepared);
-    const res = (await client.query(sent.sql)) as unknown as pg.QueryResult[];
+    const res = (await client.query(sent.sql)) as unknown as pg.QueryResult | pg.QueryResult[];
     client.off('error', onError);
     client.release();
-    return res[sent.resultAt]!;
+    // node-postgres answers a one-statement query with its result, not an array.
+    const all = Array.isArray(res) ? res : [res];
+    return sent.resultsAt.map((i) => all[i]!);
   } catch (err) {
     client.off('error', onError);
     client.release(err as Error); // discarded, as pg-pool does after a failed query
     throw err;
   }
+}
+
+/** The SQL of queryAllByKey: the planner's settings once, then each part with its own settings around it. */
+function executeAllByKey(parts: readonly KeyedExecute[]): {
+  sql: string;
+  resultsAt: number[];
+  prepared: SqlPrepared[];
+} {
+  const statements = Object.entries(KEYED_PLANNING).map(([k, v]) => `SET LOCAL ${k} = '${v}'`);
+  const resultsAt: number[] = [];
+  for (const [i, { s, args }] of parts.entries()) {
+    const own = Object.entries(s.settings);
+    for (const [k, v] of own) statements.push(`SET LOCAL ${k} = '${v}'`);
+    resultsAt.push(statements.length);
+    statements.push(`EXECUTE ${s.name}(${args.join(', ')})`);
+    if (i < parts.length - 1) for (const [k] of own) statements.push(`RESET ${k}`);
+  }
+  return { sql: statements.join('; '), resultsAt, prepared: parts.map((p) => p.s) };
 }
 
 const preparedOn = new WeakMap<pg.ClientBase, Set<string>>();
