@@ -4,12 +4,17 @@
  * beating and delivers them to itself. A run whose worker was killed mid-handler starts again
  * within the window plus a poll, on whichever live worker asks first (the claim decides; SKIP
  * LOCKED keeps two askers apart), with no queue and no leader in the way.
+ *
+ * A worker killed and started again under its name within its window (a supervisor's restart)
+ * finds its row still beating: no other worker sees its earlier start's runs as orphans. So at its
+ * start, before it takes any delivery, a worker claims again what the ledger says is running for
+ * it: nothing of this start can be, so it is an earlier start's.
  */
 import type { Logger } from 'pino';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { RunLedger } from '../ledger/run-ledger.js';
 
-export type LivenessLedger = Pick<RunLedger, 'beat' | 'forget' | 'orphans' | 'claimerLiveWithinMs'>;
+export type LivenessLedger = Pick<RunLedger, 'beat' | 'forget' | 'orphans' | 'claimedBy' | 'claimerLiveWithinMs'>;
 
 export interface WorkerLivenessOptions {
   ledger: LivenessLedger;
@@ -26,6 +31,8 @@ export class WorkerLiveness {
   private beatTimer: TimerHandle | undefined;
   private pollTimer: TimerHandle | undefined;
   private stopped = false;
+  /** The runs an earlier start of this worker left running are delivered here (see above). */
+  private earlierStartDone = false;
 
   constructor(private readonly o: WorkerLivenessOptions) {}
 
@@ -39,11 +46,32 @@ export class WorkerLiveness {
     return Math.max(50, Math.min(1000, Math.floor(this.o.ledger.claimerLiveWithinMs / 2)));
   }
 
-  /** Beat once (a claim made before the first beat would look orphaned), then keep beating and polling. */
+  /**
+   * Beat once (a claim made before the first beat would look orphaned), claim again what an earlier
+   * start left running (tried again at each poll should the ledger not answer), then keep beating
+   * and polling. Called before the worker takes any delivery.
+   */
   async start(): Promise<void> {
     await this.beat();
+    await this.earlierStart();
     this.scheduleBeat();
     this.schedulePoll();
+  }
+
+  private async earlierStart(): Promise<void> {
+    if (this.earlierStartDone) return;
+    try {
+      const runs = await this.o.ledger.claimedBy(this.o.worker);
+      this.earlierStartDone = true;
+      if (runs.length > 0)
+        this.o.logger.warn(
+          { runs: runs.map(String) },
+          'runs an earlier start of this worker left running: claiming them again here',
+        );
+      for (const runId of runs) if (!this.stopped) this.o.deliver(runId);
+    } catch (err) {
+      this.o.logger.warn({ err: (err as Error).message }, 'could not look for runs an earlier start left running');
+    }
   }
 
   private scheduleBeat(): void {
@@ -67,6 +95,7 @@ export class WorkerLiveness {
   }
 
   private async poll(): Promise<void> {
+    await this.earlierStart();
     const free = this.o.freeSlots();
     if (free < 1 || this.stopped) return;
     try {

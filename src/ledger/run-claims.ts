@@ -112,7 +112,7 @@ const statements = perSchema((t) => ({
        ${writeEndedAttempts(
          t,
          `SELECT w.id, w.attempts, w.claim_token, c.took_over_from, 'stale', COALESCE(w.claimed_at, now()),
-            CASE WHEN c.took_over_from = $2 THEN 'its outcome was never recorded; the run was claimed again'
+            CASE WHEN c.took_over_from = $2 THEN 'its outcome was never recorded (its worker was started again, or lost the ledger); the run was claimed again'
               ELSE 'worker ' || c.took_over_from || ' stopped beating; the run was handed to ' || $2 END, NULL
           FROM claimed c JOIN wanted w ON w.id = c.id WHERE c.took_over_from IS NOT NULL AND w.claim_token IS NOT NULL`,
        )})

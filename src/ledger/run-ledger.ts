@@ -21,7 +21,7 @@ import {
 } from './run-transactions.js';
 import type { Queryable } from './transaction.js';
 import { refusingShared } from './pipelined-client.js';
-import { beatWorker, forgetWorker, orphanedRuns } from './worker-liveness.js';
+import { beatWorker, forgetWorker, orphanedRuns, runsClaimedBy } from './worker-liveness.js';
 import {
   acquireSlot,
   releaseSlot,
@@ -195,6 +195,11 @@ export class RunLedger {
   /** Runs whose worker stopped beating, for `worker` to claim (at most `limit`). */
   orphans(worker: string, limit: number): Promise<bigint[]> {
     return orphanedRuns(this.pool, this.t, { worker, limit, liveWithinMs: this.claimerLiveWithinMs });
+  }
+
+  /** Runs running for `worker`: at a worker's start, what an earlier start of it left running. */
+  claimedBy(worker: string): Promise<bigint[]> {
+    return runsClaimedBy(this.pool, this.t, worker);
   }
 
   /** A slot of a concurrency key for a run claimed by `worker` (run-limits.ts). */

@@ -38,6 +38,19 @@ const statements = perSchema((t) => ({
      WHERE NOT ${claimerAlive(t, '$2')}
      ORDER BY r.claim_token LIMIT $3`,
   ),
+  /**
+   * The runs running for worker $1, oldest claims first: at its start, an earlier start's (the
+   * process was killed and started again under its name before its window ran out, so its row
+   * never stopped beating). Planned by key, as orphans.
+   */
+  claimedBy: sqlPrepared(
+    'runs_claimed_by',
+    ['text'],
+    `SELECT r.id FROM ${t.openRuns} o
+     CROSS JOIN LATERAL (SELECT r.id, r.claim_token FROM ${t.runs} r
+       WHERE r.id = o.run_id AND r.state = 'running' AND r.claimed_by = $1 LIMIT 1) r
+     ORDER BY r.claim_token`,
+  ),
 }));
 
 /** Beat `worker`'s row now. */
@@ -61,5 +74,11 @@ export async function orphanedRuns(
     sqlInt(Math.max(0, Math.floor(o.liveWithinMs))),
     sqlInt(o.limit),
   ]);
+  return (res.rows as { id: string }[]).map((r) => BigInt(r.id));
+}
+
+/** The runs running for `worker`, oldest claims first (see the claimedBy statement). */
+export async function runsClaimedBy(pool: pg.Pool, t: Tables, worker: string): Promise<bigint[]> {
+  const res = await queryByKey(pool, statements(t).claimedBy, [sqlText(worker)]);
   return (res.rows as { id: string }[]).map((r) => BigInt(r.id));
 }

@@ -4,6 +4,8 @@
  * Every run of the batch ends completed once with its effect once, and the runs the dead worker
  * held are taken over once it stops beating (its liveness window), not after BullMQ's lock. Twice:
  * with the group's callbacks in turn, and pipelined (ctx.transaction(fn, { pipelined: true })).
+ * And a worker killed and started again under its name (a supervisor's restart) well within its
+ * window, whose row never stops beating: it claims its earlier start's runs again at its start.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -94,4 +96,68 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         }
       },
     );
+
+  it(
+    "started again under its name within its liveness window: its earlier start's runs are claimed again at once, each once with its effect once",
+    { timeout: 90_000 },
+    async () => {
+      const namespace = `bk${randomUUID().slice(0, 8)}`;
+      const { deliverMany, close } = effectDelivery(env, namespace);
+      const name = `A-${namespace}`;
+      // A window longer than the test's wait: no other worker could see A's runs as orphans.
+      const base = {
+        databaseUrl: env.db.url,
+        redisUrl: SHARED_REDIS_URL,
+        namespace,
+        lockDurationMs: LOCK_MS,
+        livenessMs: LOCK_MS,
+        job: 'effect',
+        name,
+      };
+      const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow' });
+      let again: EventedChild | undefined;
+      try {
+        await a.waitFor((e) => e.event === 'ready', 20_000);
+        const runIds = await deliverMany(RUNS, new Date(Date.UTC(2028, 0, 1)));
+        await a.waitFor((e) => e.event === 'committed', 20_000);
+        const killedAt = Date.now();
+        a.signal('SIGKILL');
+        await a.exited;
+        again = EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' });
+        let done = 0;
+        while (Date.now() < killedAt + 30_000) {
+          done = await runsInState(env.db.pool, runIds, 'completed');
+          if (done === RUNS) break;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        const settledMs = Date.now() - killedAt;
+        assert.equal(done, RUNS, `every run completed (${done} of ${RUNS}) ${settledMs} ms after the kill`);
+        const ids = runIds.map(String);
+        const effects = await env.db.pool.query<{ n: string }>(
+          'SELECT count(*) AS n FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
+          [ids],
+        );
+        assert.equal(effects.rows.length, RUNS, 'every run has its effect');
+        assert.ok(
+          effects.rows.every((r) => Number(r.n) === 1),
+          'no run has its effect twice',
+        );
+        const stale = await env.db.pool.query<{ worker: string; error: string | null }>(
+          "SELECT worker, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[]) AND state = 'stale'",
+          [ids],
+        );
+        assert.ok(stale.rows.length > 0, "the earlier start's attempts are settled stale");
+        assert.ok(
+          stale.rows.every((r) => r.worker === name && /started again/.test(r.error ?? '')),
+          JSON.stringify(stale.rows.slice(0, 3)),
+        );
+        // Well within the window (LOCK_MS): claimed again at the start, not handed out as orphans.
+        assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
+      } finally {
+        await a.kill();
+        await again?.kill();
+        await close();
+      }
+    },
+  );
 });

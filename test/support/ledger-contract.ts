@@ -139,7 +139,11 @@ const runSide: Scenario[] = [
       assert.deepEqual(
         (await view(c, a)).attemptRows.map((r) => [r.attempt, r.state, r.error]),
         [
-          [1, 'stale', 'its outcome was never recorded; the run was claimed again'],
+          [
+            1,
+            'stale',
+            'its outcome was never recorded (its worker was started again, or lost the ledger); the run was claimed again',
+          ],
           [2, 'running', null],
         ],
       );

@@ -86,7 +86,7 @@ export class MemoryRunLedger implements ExecutorLedger {
         state: 'stale',
         error:
           tookOverFrom === worker
-            ? 'its outcome was never recorded; the run was claimed again'
+            ? 'its outcome was never recorded (its worker was started again, or lost the ledger); the run was claimed again'
             : `worker ${tookOverFrom} stopped beating; the run was handed to ${worker}`,
       });
     book.claimToken = token;
