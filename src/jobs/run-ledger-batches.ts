@@ -102,44 +102,49 @@ export class RunLedgerBatches {
   }
 
   /**
-   * One batch of claims and outcomes: the outcomes and one worker's claims (one worker per
-   * replica) in one round trip; another worker's claims in statements of their own. Should the
-   * round trip fail with an error a retry could not fix (an outcome's deadlock with another
+   * One batch of claims and outcomes: the outcomes and one worker's claims in one round trip.
+   * Should it fail with an error a retry could not fix (an outcome's deadlock with another
    * replica's), its halves are sent apart, so each call fails only of its own.
    */
   private async cycle(items: readonly CycleItem[]): Promise<ItemResult<ClaimResult | boolean>[]> {
     const out = new Array<ItemResult<ClaimResult | boolean>>(items.length);
-    const finishes = indexesOf(items, (item) => item.kind === 'finish');
-    const byWorker = new Map<string, number[]>();
+    const finishes: number[] = [];
+    const requests: FinishRequest[] = [];
+    const claimsOf = new Map<string, { at: number[]; runIds: bigint[] }>();
     for (const [i, item] of items.entries()) {
-      if (item.kind !== 'claim') continue;
-      const same = byWorker.get(item.worker);
-      if (same) same.push(i);
-      else byWorker.set(item.worker, [i]);
+      if (item.kind === 'finish') {
+        finishes.push(i);
+        requests.push(item.request);
+        continue;
+      }
+      const claims = claimsOf.get(item.worker) ?? { at: [], runIds: [] };
+      claims.at.push(i);
+      claims.runIds.push(item.runId);
+      claimsOf.set(item.worker, claims);
     }
-    const [first, ...others] = [...byWorker.entries()];
-    const requests = finishes.map((i) => (items[i] as Extract<CycleItem, { kind: 'finish' }>).request);
-    const idsAt = (indexes: number[]) => indexes.map((i) => (items[i] as Extract<CycleItem, { kind: 'claim' }>).runId);
-    const answer = (indexes: number[], settled: PromiseSettledResult<readonly (ClaimResult | boolean)[]>) => {
-      for (const [n, i] of indexes.entries())
+    const answer = (at: number[], settled: PromiseSettledResult<readonly (ClaimResult | boolean)[]>) => {
+      for (const [n, i] of at.entries())
         out[i] =
           settled.status === 'fulfilled'
             ? { ok: true, value: settled.value[n]! }
             : { ok: false, error: settled.reason };
     };
-    const [worker, claims] = first ?? ['', []];
-    const together = await settle(this.ledger.finishAndClaim(requests, { runIds: idsAt(claims), worker }));
+    // One worker per replica: its claims go with the outcomes, another's (none in practice) alone.
+    const [first, ...others] = [...claimsOf.entries()];
+    const [worker, claims] = first ?? ['', { at: [], runIds: [] }];
+    const { runIds } = claims;
+    const together = await settle(this.ledger.finishAndClaim(requests, { runIds, worker }));
     if (together.status === 'fulfilled') {
       answer(finishes, { status: 'fulfilled', value: together.value.accepted });
-      answer(claims, { status: 'fulfilled', value: together.value.claimed });
-    } else if (requests.length > 0 && claims.length > 0 && !isPostgresUnavailable(together.reason)) {
+      answer(claims.at, { status: 'fulfilled', value: together.value.claimed });
+    } else if (requests.length > 0 && runIds.length > 0 && !isPostgresUnavailable(together.reason)) {
       answer(finishes, await settle(this.ledger.finishMany(requests)));
-      answer(claims, await settle(this.ledger.claimMany(idsAt(claims), worker)));
+      answer(claims.at, await settle(this.ledger.claimMany(runIds, worker)));
     } else {
       answer(finishes, together);
-      answer(claims, together);
+      answer(claims.at, together);
     }
-    for (const [other, indexes] of others) answer(indexes, await settle(this.ledger.claimMany(idsAt(indexes), other)));
+    for (const [other, c] of others) answer(c.at, await settle(this.ledger.claimMany(c.runIds, other)));
     return out;
   }
 
@@ -189,10 +194,6 @@ export class RunLedgerBatches {
   runState(runId: bigint): Promise<{ state: string; claimToken: bigint | null } | null> {
     return this.ledger.runState(runId);
   }
-}
-
-function indexesOf<I>(items: readonly I[], test: (item: I) => boolean): number[] {
-  return [...items.keys()].filter((i) => test(items[i]!));
 }
 
 /** The promise's outcome as a value (Promise.allSettled of one). */

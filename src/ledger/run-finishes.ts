@@ -30,14 +30,15 @@ export interface FinishRequest {
 }
 
 /**
- * The statement recording each request's outcome (acceptedInOrder reads its answer). The UPDATE locks its rows as it meets them
- * (in the sorted input's order when it finds each run by its key, in the table's when it scans it),
- * with no `FOR UPDATE` before it: that wrote a second row lock a run into the WAL (and with it gone,
- * the attempts' foreign key check did, until 0022 dropped the key: together 54 B of the run's
- * 1,042). Two batches that share runs are a retry of an outcome beside the original still
- * running; should they meet in opposite orders anyway, PostgreSQL's deadlock check fails one, an
- * error its caller answers as any ledger error (a group is redone run by run; a run whose outcome
- * could not be recorded is delivered again, and its claimer may claim it again).
+ * The statement recording each request's outcome (acceptedInOrder reads its answer). The UPDATE
+ * locks its rows as it meets them (in the sorted input's order when it finds each run by its key,
+ * in the table's when it scans it), with no `FOR UPDATE` before it: that wrote a second row lock a
+ * run into the WAL (and with it gone, the attempts' foreign key check did, until 0022 dropped the
+ * key: together 54 B of the run's 1,042). Two batches that share runs are a retry of an outcome
+ * beside the original still running; should they meet in opposite orders anyway, PostgreSQL's
+ * deadlock check fails one, an error its caller answers as any ledger error (a group is redone run
+ * by run; a run whose outcome could not be recorded is delivered again, and its claimer may claim
+ * it again).
  */
 export function finishStatement(t: Tables, requests: readonly FinishRequest[]): KeyedExecute {
   const errors = requests.map((r) => (r.error === undefined ? null : storedError(r.error)));

@@ -102,6 +102,28 @@ describe('worker cycle: outcomes and claims in one round trip (real PostgreSQL)'
     assert.deepEqual(await states(waiting), Array(3).fill({ state: 'running', claimed_by: 'w2' }));
   });
 
+  it("another worker's claims in the same batch go alone: each claimed for its own worker", async () => {
+    const [running] = await claim(1);
+    const [mine, theirs] = await pending(2);
+    const { ledger: counted, calls } = counting(ledger.runs);
+    const batches = new RunLedgerBatches(counted);
+    const [finished, a, b] = await Promise.all([
+      batches.finish(running!, 'completed'),
+      batches.claim(mine!, 'w2'),
+      batches.claim(theirs!, 'w3'),
+    ]);
+    assert.equal(finished, true);
+    assert.deepEqual([a.status, b.status], ['claimed', 'claimed']);
+    assert.deepEqual(calls, [
+      { method: 'finishAndClaim', finishes: 1, claims: 1 },
+      { method: 'claimMany', finishes: 0, claims: 1 },
+    ]);
+    assert.deepEqual(await states([mine!, theirs!]), [
+      { state: 'running', claimed_by: 'w2' },
+      { state: 'running', claimed_by: 'w3' },
+    ]);
+  });
+
   it('both halves commit or neither: a claim PostgreSQL refuses leaves the outcome unrecorded', async () => {
     const [c] = await claim(1);
     await assert.rejects(
