@@ -31,8 +31,11 @@ export interface SentinelGroup {
   readonly url: string;
   readonly primary: RedisNode;
   readonly replica: RedisNode;
-  /** What struck, and when the primary was killed (the fault proper; epoch ms). */
-  failover(options?: { lagMs?: number }): Promise<{ detail: string; killedAt: number }>;
+  /**
+   * What struck, when the primary was killed (the fault proper; epoch ms), and its port (the
+   * primary the Sentinels named then: they may have failed over on their own since the last wait).
+   */
+  failover(options?: { lagMs?: number }): Promise<{ detail: string; killedAt: number; killedPort: number }>;
   /** Kill and restart the node the Sentinels name as primary now (the drill's `restart` fault). */
   restartPrimary(): Promise<void>;
   cleanup(): Promise<void>;
@@ -173,6 +176,7 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
         await sleep(o.lagMs);
       }
       const killedAt = Date.now();
+      const killedPort = primary.port;
       await primary.server.kill();
       const promoted = replica;
       await waitFor(`promotion of 127.0.0.1:${promoted.port}`, async () => {
@@ -189,6 +193,7 @@ export async function startSentinelGroup(): Promise<SentinelGroup> {
       return {
         detail: `kill -9 of the lease's Redis primary${cutOff}; Sentinel promoted the replica after ${promotedAfter} ms`,
         killedAt,
+        killedPort,
       };
     },
     async cleanup() {
