@@ -55,16 +55,8 @@ const KEYED_PLANNING: Readonly<Record<string, string>> = {
  * follows, so the planner settings (and the statement's own) go back to the usual ones after it.
  */
 export function executeByKey(s: SqlPrepared, args: readonly string[], o: { thenReset: boolean }): SentSql {
-  const settings = Object.entries({ ...KEYED_PLANNING, ...s.settings });
-  // SET LOCAL, not a SELECT of set_config: a utility statement is not planned (the SELECT cost
-  // PostgreSQL about 60 µs a claim or finish, two thirds of it planning).
-  const set = settings.map(([k, v]) => `SET LOCAL ${k} = '${v}'; `).join('');
-  const reset = o.thenReset ? settings.map(([k]) => `; RESET ${k}`).join('') : '';
-  return {
-    sql: `${set}EXECUTE ${s.name}(${args.join(', ')})${reset}`,
-    resultAt: settings.length,
-    prepared: [s],
-  };
+  const { sql, resultsAt, prepared } = executeAllByKey([{ s, args }], o);
+  return { sql, resultAt: resultsAt[0]!, prepared };
 }
 
 /** A plain statement, nothing prepared. */
@@ -93,7 +85,7 @@ export async function queryByKey(pool: pg.Pool, s: SqlPrepared, args: readonly s
  * part's own settings apply to it alone. Their results, in order.
  */
 export async function queryAllByKey(pool: pg.Pool, parts: readonly KeyedExecute[]): Promise<pg.QueryResult[]> {
-  const sent = executeAllByKey(parts);
+  const sent = executeAllByKey(parts, { thenReset: false }); // the implicit transaction ends with it
   const client = await pool.connect();
   // The server going away mid-query is an 'error' event as well as the query's rejection.
   const onError = () => undefined;
@@ -113,21 +105,29 @@ export async function queryAllByKey(pool: pg.Pool, parts: readonly KeyedExecute[
   }
 }
 
-/** The SQL of queryAllByKey: the planner's settings once, then each part with its own settings around it. */
-function executeAllByKey(parts: readonly KeyedExecute[]): {
-  sql: string;
-  resultsAt: number[];
-  prepared: SqlPrepared[];
-} {
-  const statements = Object.entries(KEYED_PLANNING).map(([k, v]) => `SET LOCAL ${k} = '${v}'`);
+/**
+ * The SQL of EXECUTEs planned by key: the planner's settings once, then each part with its own
+ * settings around it; `thenReset`: every setting back to the usual after the last part.
+ */
+function executeAllByKey(
+  parts: readonly KeyedExecute[],
+  o: { thenReset: boolean },
+): { sql: string; resultsAt: number[]; prepared: SqlPrepared[] } {
+  // SET LOCAL, not a SELECT of set_config: a utility statement is not planned (the SELECT cost
+  // PostgreSQL about 60 µs a claim or finish, two thirds of it planning).
+  const set = ([k, v]: [string, string]) => `SET LOCAL ${k} = '${v}'`;
+  const reset = ([k]: [string, string]) => `RESET ${k}`;
+  const planning = Object.entries(KEYED_PLANNING);
+  const statements = planning.map(set);
   const resultsAt: number[] = [];
   for (const [i, { s, args }] of parts.entries()) {
     const own = Object.entries(s.settings);
-    for (const [k, v] of own) statements.push(`SET LOCAL ${k} = '${v}'`);
+    statements.push(...own.map(set));
     resultsAt.push(statements.length);
     statements.push(`EXECUTE ${s.name}(${args.join(', ')})`);
-    if (i < parts.length - 1) for (const [k] of own) statements.push(`RESET ${k}`);
+    if (i < parts.length - 1 || o.thenReset) statements.push(...own.map(reset));
   }
+  if (o.thenReset) statements.push(...planning.map(reset));
   return { sql: statements.join('; '), resultsAt, prepared: parts.map((p) => p.s) };
 }
 
