@@ -15,6 +15,17 @@ export function claimerAlive(t: Tables, window: string): string {
     WHERE w.worker = r.claimed_by AND w.beat_at > now() - ${window}::bigint * interval '1 millisecond')`;
 }
 
+/**
+ * SQL: the running runs whose claimer meets `claimer` (a condition on `r.claimed_by`), as FROM item
+ * `r` (id, claim_token, claimed_by): from the open runs to each run by its id, so a plan made while
+ * cw_runs was small still finds each by key.
+ */
+function runningRuns(t: Tables, claimer: string): string {
+  return `${t.openRuns} o
+     CROSS JOIN LATERAL (SELECT r.id, r.claim_token, r.claimed_by FROM ${t.runs} r
+       WHERE r.id = o.run_id AND r.state = 'running' AND ${claimer} LIMIT 1) r`;
+}
+
 const statements = perSchema((t) => ({
   /** Worker $1 is alive now (on the ledger's clock). */
   beat: namedStatement(
@@ -32,9 +43,7 @@ const statements = perSchema((t) => ({
   orphans: sqlPrepared(
     'orphaned_runs',
     ['text', 'bigint', 'int'],
-    `SELECT r.id FROM ${t.openRuns} o
-     CROSS JOIN LATERAL (SELECT r.id, r.claim_token, r.claimed_by FROM ${t.runs} r
-       WHERE r.id = o.run_id AND r.state = 'running' AND r.claimed_by IS NOT NULL AND r.claimed_by <> $1 LIMIT 1) r
+    `SELECT r.id FROM ${runningRuns(t, 'r.claimed_by IS NOT NULL AND r.claimed_by <> $1')}
      WHERE NOT ${claimerAlive(t, '$2')}
      ORDER BY r.claim_token LIMIT $3`,
   ),
@@ -46,10 +55,7 @@ const statements = perSchema((t) => ({
   claimedBy: sqlPrepared(
     'runs_claimed_by',
     ['text'],
-    `SELECT r.id FROM ${t.openRuns} o
-     CROSS JOIN LATERAL (SELECT r.id, r.claim_token FROM ${t.runs} r
-       WHERE r.id = o.run_id AND r.state = 'running' AND r.claimed_by = $1 LIMIT 1) r
-     ORDER BY r.claim_token`,
+    `SELECT r.id FROM ${runningRuns(t, 'r.claimed_by = $1')} ORDER BY r.claim_token`,
   ),
 }));
 
