@@ -11,16 +11,18 @@ import { DEFAULT_DELIVERY_BATCH, type RunJobData } from './bullmq-delivery.js';
 import type { ControlMessage, RunExecutor } from './run-executor.js';
 import { handBackDelayMs } from './retry-backoff.js';
 import { RunSlots } from './run-slots.js';
+import { ClaimAhead } from './claim-ahead.js';
 import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
 
 /** Runs a worker holds (being claimed, waiting for a handler slot, running, being recorded) per handler slot. */
 const RUNS_IN_HAND_PER_SLOT = 16;
 
 /**
- * Of those, runs claimed (or being claimed) ahead of a handler slot, per handler slot: how far a
- * worker claims ahead of what it runs, so a replica with slow handlers does not sit on runs another
- * could start. Runs being recorded do not count, so the next claims commit while the last outcomes
- * are recorded.
+ * Of those, runs claimed (or being claimed) ahead of a handler slot, per handler slot, at least:
+ * how far a worker claims ahead of what it runs while its handlers are slow (claim-ahead.ts), so a
+ * replica with slow handlers does not sit on runs another could start. With quick handlers, up to
+ * every place in hand. Runs being recorded do not count, so the next claims commit while the last
+ * outcomes are recorded.
  */
 const RUNS_AHEAD_PER_SLOT = 8;
 
@@ -78,6 +80,8 @@ export class BullmqWorker {
   private readonly ahead: RunSlots;
   /** Handler slots: the replica's concurrency. */
   private readonly handlers: RunSlots;
+  /** How many places ahead `ahead` has, from how long handlers take. */
+  private readonly claimAhead: ClaimAhead;
   /** Aborted as close() begins: deliveries stop claiming and hand their unclaimed runs back. */
   private readonly closing = new AbortController();
   /** Aborted after the grace period: handlers' ctx.signal. */
@@ -106,9 +110,12 @@ export class BullmqWorker {
     // finish of 80, then the next claim); with 16 in hand of which 8 ahead, the next claims go while
     // the last outcomes are recorded (run-path empty, five pairs in turn: 0.98-1.14x the runs/s,
     // median 1.08; the write workload, whose outcomes commit in its group, 0.87-1.15x, median 0.96).
+    // Since the outcomes and the next claims share one statement (run-ledger-batches.ts), taking
+    // turns costs nothing, and quick handlers claim up to every place ahead (claim-ahead.ts).
     // A worker that dies strands up to this many runs until its liveness window ends.
     this.slots = new RunSlots(RUNS_IN_HAND_PER_SLOT * concurrency);
-    this.ahead = new RunSlots(RUNS_AHEAD_PER_SLOT * concurrency);
+    this.claimAhead = new ClaimAhead(concurrency, RUNS_AHEAD_PER_SLOT, RUNS_IN_HAND_PER_SLOT);
+    this.ahead = new RunSlots(this.claimAhead.places());
     // Every run claimed ahead waits on this signal for a handler slot; every attempt follows
     // shutdown and abandon (more than `concurrency` of them while slots are lent, slot-loan.ts).
     setMaxListeners(0, this.closing.signal, this.shutdown.signal, this.abandon.signal);
@@ -145,8 +152,7 @@ export class BullmqWorker {
       (job: Job<RunJobData, { runs: number }>, token?: string) => this.process(job, token),
       {
         connection: this.connect({ maxRetriesPerRequest: null }),
-        // Deliveries in hand: enough batches to fill the places ahead, and one more fetched ahead.
-        concurrency: Math.max(2, Math.ceil(this.ahead.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1),
+        concurrency: this.deliveriesInHand(),
         lockDuration,
         stalledInterval: this.o.stalledIntervalMs ?? Math.max(500, Math.floor(lockDuration / 2)),
         // A killed or paused worker's delivery is made again; the ledger makes the repeat harmless.
@@ -159,6 +165,19 @@ export class BullmqWorker {
   /** Runs whose handlers are running on this worker. */
   get running(): number {
     return this.handlers.busy;
+  }
+
+  /** Deliveries in hand: enough batches to fill the places ahead, and one more fetched ahead. */
+  private deliveriesInHand(): number {
+    return Math.max(2, Math.ceil(this.ahead.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1);
+  }
+
+  /** A handler held its slot `ms`: claim further ahead, or less far, from now on. */
+  private handlerTook(ms: number): void {
+    const places = this.claimAhead.observe(ms);
+    if (places === this.ahead.size) return;
+    this.ahead.resize(places);
+    if (this.worker) this.worker.concurrency = this.deliveriesInHand();
   }
 
   /**
@@ -207,6 +226,7 @@ export class BullmqWorker {
     let handling = false; // this run holds a handler slot
     let lentOut = false; // its slot is lent while its ctx.transaction waits on a group commit
     let handlerDone = false;
+    let handlerStartedAt: number | undefined;
     let ahead = true; // it holds a place ahead of the handler slots (until it has one, or is over)
     const leaveAhead = () => {
       if (!ahead) return;
@@ -221,11 +241,13 @@ export class BullmqWorker {
         onClaimed: claimed,
         startWhen: async () => {
           handling = (await this.handlers.take(1, this.closing.signal)) === 1;
+          if (handling) handlerStartedAt = this.clock.monotonic();
           leaveAhead();
           return handling;
         },
         onHandlerDone: () => {
           handlerDone = true;
+          if (handlerStartedAt !== undefined) this.handlerTook(this.clock.monotonic() - handlerStartedAt);
           if (handling) this.handlers.give();
           handling = false;
         },

@@ -10,11 +10,27 @@ import { unwatchAbort, watchAbort } from './abort-watch.js';
  */
 export class RunSlots {
   private free: number;
+  private count: number;
   private readonly waiting: { want: number; ahead: boolean; grant: (n: number) => void }[] = [];
 
-  constructor(readonly size: number) {
-    if (!Number.isInteger(size) || size < 1) throw new RangeError(`slots must be a positive integer, got ${size}`);
+  constructor(size: number) {
+    this.count = checkedSize(size);
     this.free = size;
+  }
+
+  /** How many slots there are. */
+  get size(): number {
+    return this.count;
+  }
+
+  /**
+   * Have `size` slots from now on. More: callers in line get the new ones at once. Fewer: slots in
+   * use stay in use, and none is granted again until fewer than `size` are.
+   */
+  resize(size: number): void {
+    this.free += checkedSize(size) - this.count;
+    this.count = size;
+    this.give(0);
   }
 
   /** Slots in use. */
@@ -67,4 +83,9 @@ export class RunSlots {
     this.free -= n;
     return n;
   }
+}
+
+function checkedSize(size: number): number {
+  if (!Number.isInteger(size) || size < 1) throw new RangeError(`slots must be a positive integer, got ${size}`);
+  return size;
 }

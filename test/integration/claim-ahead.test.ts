@@ -1,8 +1,9 @@
 /**
  * How far a worker claims ahead of its handler slots: with every handler slot busy, it holds
- * 8 claimed runs a slot waiting (RUNS_AHEAD_PER_SLOT) and no more, however many more places in
- * hand it has for runs being recorded, so a replica with slow handlers does not sit on runs another
- * replica could start. Real PostgreSQL, Redis and BullMQ.
+ * 8 claimed runs a slot waiting (RUNS_AHEAD_PER_SLOT) and no more while its handlers are slow (or
+ * before any has run), however many more places in hand it has for runs being recorded, so a
+ * replica with slow handlers does not sit on runs another replica could start; after quick
+ * handlers, every place in hand (claim-ahead.ts). Real PostgreSQL, Redis and BullMQ.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -24,65 +25,89 @@ const logger = pino({ level: 'silent' });
 describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', () => {
   const env = effectsSuite();
 
+  /**
+   * `runs` runs of a job whose first `quick` runs return at once and the rest wait for a gate,
+   * then write their effect; on one worker with 2 handler slots. Returns the runs claimed once the
+   * count holds still (the gate shut), then every run's end and effect tally.
+   */
+  let year = 2035; // each call's runs at slots of their own (the suite shares one ledger)
+  async function claimedWhileBusy(runs: number, quick: number) {
+    const concurrency = 2;
+    const at = year++;
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    let started = 0;
+    let waiting = 0;
+    const registry = new JobRegistry([
+      defineJob({
+        name: 'effect',
+        schedule: '0 0 1 1 *',
+        handler: async (ctx) => {
+          if (++started <= quick) return;
+          waiting++;
+          await gate;
+          await ctx.transaction((tx) => writeEffect(tx, ctx));
+        },
+      }),
+    ]);
+    const ledger = new Ledger(env.db.pool);
+    const namespace = `ca${randomUUID().slice(0, 8)}`;
+    const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
+    const committed = [];
+    for (let i = 0; i < runs; i++)
+      committed.push(
+        await commitTestRun(ledger, 'effect', {
+          scheduledAt: new Date(Date.UTC(at, 0, 1, 0, i)),
+          trigger: 'schedule',
+        }),
+      );
+    const ids = committed.map((run) => run.runId);
+    await delivery.enqueue(committed); // ten runs a delivery
+    const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
+    const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
+    const count = (state: string) => runsInState(env.db.pool, ids, state);
+    await worker.start();
+    let claimed = -1;
+    try {
+      // Claims settle within a few round trips; wait until the count holds still for a while.
+      for (let stable = 0, deadline = Date.now() + 20_000; stable < 10 && Date.now() < deadline;) {
+        await sleep(50);
+        const now = await count('running');
+        stable = now === claimed ? stable + 1 : 0;
+        claimed = now;
+      }
+      assert.equal(waiting, concurrency, 'every handler slot runs a waiting handler');
+      open();
+      const deadline = Date.now() + 45_000;
+      while ((await count('completed')) < runs && Date.now() < deadline) await sleep(50);
+    } finally {
+      open();
+      await worker.close(1000);
+      await delivery.queue.obliterate({ force: true }).catch(() => undefined);
+      await delivery.close();
+    }
+    return { concurrency, claimed, completed: await count('completed'), effects: await effectTally(env.db.pool, ids) };
+  }
+
   it(
     'slow handlers: the slots busy and 8 runs a slot claimed ahead, no more; then each run once',
     { timeout: 60_000 },
     async () => {
-      const concurrency = 2;
-      const runs = 60;
-      let open!: () => void;
-      const gate = new Promise<void>((resolve) => (open = resolve));
-      let started = 0;
-      const registry = new JobRegistry([
-        defineJob({
-          name: 'effect',
-          schedule: '0 0 1 1 *',
-          handler: async (ctx) => {
-            started++;
-            await gate;
-            await ctx.transaction((tx) => writeEffect(tx, ctx));
-          },
-        }),
-      ]);
-      const ledger = new Ledger(env.db.pool);
-      const namespace = `ca${randomUUID().slice(0, 8)}`;
-      const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
-      const committed = [];
-      for (let i = 0; i < runs; i++)
-        committed.push(
-          await commitTestRun(ledger, 'effect', {
-            scheduledAt: new Date(Date.UTC(2035, 0, 1, 0, i)),
-            trigger: 'schedule',
-          }),
-        );
-      const ids = committed.map((run) => run.runId);
-      await delivery.enqueue(committed); // ten runs a delivery
-      const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
-      const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
-      const count = (state: string) => runsInState(env.db.pool, ids, state);
-      await worker.start();
-      try {
-        // Claims settle within a few round trips; wait until the count holds still for a while.
-        let claimed = -1;
-        for (let stable = 0, deadline = Date.now() + 20_000; stable < 10 && Date.now() < deadline;) {
-          await sleep(50);
-          const now = await count('running');
-          stable = now === claimed ? stable + 1 : 0;
-          claimed = now;
-        }
-        assert.equal(started, concurrency, 'every handler slot runs a handler');
-        assert.equal(claimed, concurrency + 8 * concurrency, 'the running runs and 8 a slot claimed ahead');
-        open();
-        const deadline = Date.now() + 45_000;
-        while ((await count('completed')) < runs && Date.now() < deadline) await sleep(50);
-      } finally {
-        open();
-        await worker.close(1000);
-        await delivery.queue.obliterate({ force: true }).catch(() => undefined);
-        await delivery.close();
-      }
-      assert.equal(await count('completed'), runs);
-      assert.deepEqual(await effectTally(env.db.pool, ids), { n: runs, runs }, 'one effect per run');
+      const r = await claimedWhileBusy(60, 0);
+      assert.equal(r.claimed, r.concurrency + 8 * r.concurrency, 'the running runs and 8 a slot claimed ahead');
+      assert.equal(r.completed, 60);
+      assert.deepEqual(r.effects, { n: 60, runs: 60 }, 'one effect per run');
+    },
+  );
+
+  it(
+    'after quick handlers: every place in hand (16 a slot) claimed, running ones included; then each run once',
+    { timeout: 60_000 },
+    async () => {
+      const r = await claimedWhileBusy(100, 40);
+      assert.equal(r.claimed, 16 * r.concurrency, 'the places in hand, full');
+      assert.equal(r.completed, 100);
+      assert.deepEqual(r.effects, { n: 60, runs: 60 }, 'one effect per waiting run, none for the quick ones');
     },
   );
 });

@@ -33,3 +33,26 @@ describe('RunSlots', () => {
     assert.equal(await slots.take(1, undefined, { ahead: true }), 1);
   });
 });
+
+describe('RunSlots.resize', () => {
+  it('more slots go to callers in line at once; fewer leave slots in use alone and grant none until below the size', async () => {
+    const slots = new RunSlots(2);
+    assert.equal(await slots.take(2), 2);
+    const waiting = slots.take(3);
+    slots.resize(4);
+    assert.equal(await waiting, 2, 'the two new slots');
+    assert.equal(slots.busy, 4);
+    slots.resize(1);
+    assert.equal(slots.size, 1);
+    assert.equal(slots.busy, 4, 'slots in use stay in use');
+    let granted = -1;
+    void slots.take(1).then((n) => (granted = n));
+    slots.give(3);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(granted, -1, 'one still in use: the only slot');
+    slots.give(1);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(granted, 1);
+    assert.throws(() => slots.resize(0), RangeError);
+  });
+});
