@@ -141,7 +141,7 @@ export class BullmqWorker {
         worker: this.o.executor.replicaId,
         clock: this.clock,
         logger: this.o.logger,
-        freeSlots: () => this.handlers.size - this.handlers.busy,
+        freePlaces: () => Math.min(this.slots.size - this.slots.busy, this.ahead.size - this.ahead.busy),
         deliver: (runId) => this.deliverOrphan(runId),
       });
       await this.liveness.start();
@@ -294,11 +294,9 @@ export class BullmqWorker {
     return claimDone;
   }
 
-  /** A run whose worker stopped beating: claim and run it here once a slot is free. */
-  private deliverOrphan(runId: bigint): void {
-    void this.takeInHand(1).then((n) => {
-      if (n === 1) void this.deliver(runId, undefined, 0);
-    });
+  /** A run whose worker stopped beating: claim it here, as a delivered one, once a place is free. */
+  private async deliverOrphan(runId: bigint): Promise<void> {
+    if ((await this.takeInHand(1)) === 1) await this.deliver(runId, undefined, 0);
   }
 
   /**

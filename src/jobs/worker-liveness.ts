@@ -21,10 +21,10 @@ export interface WorkerLivenessOptions {
   worker: string;
   clock: Clock;
   logger: Logger;
-  /** Slots free now (no poll while none is). */
-  freeSlots: () => number;
-  /** Deliver an orphaned run here. */
-  deliver: (runId: bigint) => void;
+  /** Places free now for runs claimed here, as for a delivery's (no poll while none is). */
+  freePlaces: () => number;
+  /** Deliver an orphaned run here; resolves once it is claimed here (or found not to be). */
+  deliver: (runId: bigint) => Promise<void>;
 }
 
 export class WorkerLiveness {
@@ -68,7 +68,7 @@ export class WorkerLiveness {
           { runs: runs.map(String) },
           'runs an earlier start of this worker left running: claiming them again here',
         );
-      for (const runId of runs) if (!this.stopped) this.o.deliver(runId);
+      for (const runId of runs) if (!this.stopped) void this.o.deliver(runId);
     } catch (err) {
       this.o.logger.warn({ err: (err as Error).message }, 'could not look for runs an earlier start left running');
     }
@@ -81,11 +81,14 @@ export class WorkerLiveness {
     }, this.beatEveryMs);
   }
 
-  private schedulePoll(): void {
+  private schedulePoll(delayMs = this.pollEveryMs): void {
     if (this.stopped) return;
     this.pollTimer = this.o.clock.setTimer(() => {
-      void this.poll().finally(() => this.schedulePoll());
-    }, this.pollEveryMs);
+      void this.poll().then(
+        (more) => this.schedulePoll(more ? 0 : undefined),
+        () => this.schedulePoll(),
+      );
+    }, delayMs);
   }
 
   private async beat(): Promise<void> {
@@ -94,18 +97,28 @@ export class WorkerLiveness {
     });
   }
 
-  private async poll(): Promise<void> {
+  /**
+   * Claim here as many runs of dead workers as there are places free. True when that filled them
+   * (more may be waiting): the next page is asked for as soon as these are claimed, not a poll
+   * later, so a dead worker's runs claimed ahead (up to 16 a slot) are not handed out a few a poll.
+   */
+  private async poll(): Promise<boolean> {
     await this.earlierStart();
-    const free = this.o.freeSlots();
-    if (free < 1 || this.stopped) return;
+    const free = this.o.freePlaces();
+    if (free < 1 || this.stopped) return false;
+    let orphans: bigint[];
     try {
-      const orphans = await this.o.ledger.orphans(this.o.worker, free);
-      if (orphans.length > 0)
-        this.o.logger.warn({ runs: orphans.map(String) }, 'runs whose worker stopped beating: claiming them here');
-      for (const runId of orphans) if (!this.stopped) this.o.deliver(runId);
+      orphans = await this.o.ledger.orphans(this.o.worker, free);
     } catch (err) {
       this.o.logger.warn({ err: (err as Error).message }, 'could not look for orphaned runs');
+      return false;
     }
+    if (orphans.length > 0)
+      this.o.logger.warn({ runs: orphans.map(String) }, 'runs whose worker stopped beating: claiming them here');
+    const claims: Promise<void>[] = [];
+    for (const runId of orphans) if (!this.stopped) claims.push(this.o.deliver(runId));
+    await Promise.all(claims);
+    return orphans.length === free && !this.stopped;
   }
 
   /** Stop beating and polling, and remove the row: what this worker still holds goes to others at once. */

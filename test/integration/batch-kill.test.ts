@@ -6,6 +6,8 @@
  * with the group's callbacks in turn, and pipelined (ctx.transaction(fn, { pipelined: true })).
  * And a worker killed and started again under its name (a supervisor's restart) well within its
  * window, whose row never stops beating: it claims its earlier start's runs again at its start.
+ * And a worker killed holding many runs claimed ahead: another takes them over as many at a time as
+ * it has places for, not a few a poll.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -156,6 +158,66 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       } finally {
         await a.kill();
         await again?.kill();
+        await close();
+      }
+    },
+  );
+
+  it(
+    "a dead worker's runs claimed ahead are taken over a page of free places at a time, each once with its effect once",
+    { timeout: 90_000 },
+    async () => {
+      const namespace = `bk${randomUUID().slice(0, 8)}`;
+      const { deliverMany, close } = effectDelivery(env, namespace);
+      const base = {
+        databaseUrl: env.db.url,
+        redisUrl: SHARED_REDIS_URL,
+        namespace,
+        lockDurationMs: LOCK_MS,
+        livenessMs: LIVENESS_MS,
+        job: 'effect',
+      };
+      // A: 10 handler slots, each run working 1 s: 10 running and 8 a slot claimed ahead, 90 in all.
+      const held = 90;
+      const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
+      let b: EventedChild | undefined;
+      try {
+        await a.waitFor((e) => e.event === 'ready', 20_000);
+        const runIds = await deliverMany(held, new Date(Date.UTC(2029, 0, 1)));
+        for (let t = Date.now() + 20_000; Date.now() < t;) {
+          if ((await runsInState(env.db.pool, runIds, 'running')) === held) break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        assert.equal(await runsInState(env.db.pool, runIds, 'running'), held, 'A claimed every run');
+        const killedAt = Date.now();
+        a.signal('SIGKILL');
+        await a.exited;
+        // B: 2 handler slots. Taking orphans a free handler slot at a time, a poll each half second
+        // (the window's half), it would need 90 / 2 × 0.5 s = 22.5 s after the window ends.
+        b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}`, concurrency: 2 });
+        let done = 0;
+        while (Date.now() < killedAt + 60_000) {
+          done = await runsInState(env.db.pool, runIds, 'completed');
+          if (done === held) break;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        const settledMs = Date.now() - killedAt;
+        assert.equal(done, held, `every run completed (${done} of ${held}) ${settledMs} ms after the kill`);
+        const effects = await env.db.pool.query<{ n: string }>(
+          'SELECT count(*) AS n FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
+          [runIds.map(String)],
+        );
+        assert.equal(effects.rows.length, held, 'every run has its effect');
+        assert.ok(
+          effects.rows.every((r) => Number(r.n) === 1),
+          'no run has its effect twice',
+        );
+        // B's start (a few seconds), A's window (1 s), then pages of 16 places, each claimed as
+        // soon as the last page's runs are done.
+        assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
+      } finally {
+        await a.kill();
+        await b?.kill();
         await close();
       }
     },
