@@ -1,7 +1,8 @@
 /**
  * A worker's part in handing out the runs of dead workers: it beats its liveness row a few times
- * per window, and once a second (with a slot free) asks the ledger for runs whose worker stopped
- * beating and delivers them to itself. A run whose worker was killed mid-handler starts again
+ * per window, and once a second (with a place in hand free) asks the ledger for runs whose worker
+ * stopped beating, as many as it has places, and delivers them to itself (and asks again as soon as
+ * a full page is claimed). A run whose worker was killed mid-handler starts again
  * within the window plus a poll, on whichever live worker asks first (the claim decides; SKIP
  * LOCKED keeps two askers apart), with no queue and no leader in the way.
  *
