@@ -26,6 +26,41 @@ const RUNS = 30;
 describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', () => {
   const env = effectsSuite();
 
+  /** The worker fixture's settings, in a namespace of its own. */
+  const settings = (namespace: string, livenessMs: number) => ({
+    databaseUrl: env.db.url,
+    redisUrl: SHARED_REDIS_URL,
+    namespace,
+    lockDurationMs: LOCK_MS,
+    livenessMs,
+    job: 'effect',
+  });
+
+  /** Polls until every run of `runIds` completed or `deadline` (epoch ms) passed; how many did. */
+  async function completedBefore(runIds: bigint[], deadline: number): Promise<number> {
+    let done = 0;
+    while (Date.now() < deadline) {
+      done = await runsInState(env.db.pool, runIds, 'completed');
+      if (done === runIds.length) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return done;
+  }
+
+  /** Every run of `runIds` has its effect, and none twice; the effects by run. */
+  async function assertEffectsOnce(runIds: bigint[]) {
+    const effects = await env.db.pool.query<{ run_id: string; n: string; attempt: number }>(
+      'SELECT run_id, count(*) AS n, max(attempt) AS attempt FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
+      [runIds.map(String)],
+    );
+    assert.equal(effects.rows.length, runIds.length, 'every run has its effect');
+    assert.ok(
+      effects.rows.every((r) => Number(r.n) === 1),
+      `no run has its effect twice: ${JSON.stringify(effects.rows.filter((r) => Number(r.n) !== 1))}`,
+    );
+    return effects.rows;
+  }
+
   for (const pipelined of [false, true])
     it(
       `every run of the batch ends once, with its effect once; the dead worker's runs are taken over after its liveness window${pipelined ? ' (pipelined ctx.transaction)' : ''}`,
@@ -33,15 +68,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       async () => {
         const namespace = `bk${randomUUID().slice(0, 8)}`;
         const { deliverMany, close } = effectDelivery(env, namespace);
-        const base = {
-          databaseUrl: env.db.url,
-          redisUrl: SHARED_REDIS_URL,
-          namespace,
-          lockDurationMs: LOCK_MS,
-          livenessMs: LIVENESS_MS,
-          job: 'effect',
-          pipelined,
-        };
+        const base = { ...settings(namespace, LIVENESS_MS), pipelined };
         const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
         let b: EventedChild | undefined;
         try {
@@ -57,25 +84,11 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
           const committedByA = a.events.filter((e) => e.event === 'committed').length;
           b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` });
           const ids = runIds.map(String);
-          const deadline = Date.now() + 60_000;
-          let done = 0;
-          while (Date.now() < deadline) {
-            done = await runsInState(env.db.pool, runIds, 'completed');
-            if (done === RUNS) break;
-            await new Promise((r) => setTimeout(r, 100));
-          }
+          const done = await completedBefore(runIds, Date.now() + 60_000);
           const settledMs = Date.now() - killedAt;
           assert.equal(done, RUNS, `every run completed (${done} of ${RUNS})`);
-          const effects = await env.db.pool.query<{ run_id: string; n: string; attempt: number }>(
-            'SELECT run_id, count(*) AS n, max(attempt) AS attempt FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
-            [ids],
-          );
-          assert.equal(effects.rows.length, RUNS, 'every run has its effect');
-          assert.ok(
-            effects.rows.every((r) => Number(r.n) === 1),
-            `no run has its effect twice: ${JSON.stringify(effects.rows.filter((r) => Number(r.n) !== 1))}`,
-          );
-          const byA = effects.rows.filter((r) => r.attempt === 1).length;
+          const effects = await assertEffectsOnce(runIds);
+          const byA = effects.filter((r) => r.attempt === 1).length;
           assert.ok(byA >= committedByA && byA < RUNS, `A committed ${byA} before it died, B the other ${RUNS - byA}`);
           const attempts = await env.db.pool.query<{ worker: string; state: string; error: string | null }>(
             'SELECT worker, state, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])',
@@ -107,15 +120,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       const { deliverMany, close } = effectDelivery(env, namespace);
       const name = `A-${namespace}`;
       // A window longer than the test's wait: no other worker could see A's runs as orphans.
-      const base = {
-        databaseUrl: env.db.url,
-        redisUrl: SHARED_REDIS_URL,
-        namespace,
-        lockDurationMs: LOCK_MS,
-        livenessMs: LOCK_MS,
-        job: 'effect',
-        name,
-      };
+      const base = { ...settings(namespace, LOCK_MS), name };
       const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow' });
       let again: EventedChild | undefined;
       try {
@@ -126,24 +131,11 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         a.signal('SIGKILL');
         await a.exited;
         again = EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' });
-        let done = 0;
-        while (Date.now() < killedAt + 30_000) {
-          done = await runsInState(env.db.pool, runIds, 'completed');
-          if (done === RUNS) break;
-          await new Promise((r) => setTimeout(r, 100));
-        }
+        const done = await completedBefore(runIds, killedAt + 30_000);
         const settledMs = Date.now() - killedAt;
         assert.equal(done, RUNS, `every run completed (${done} of ${RUNS}) ${settledMs} ms after the kill`);
         const ids = runIds.map(String);
-        const effects = await env.db.pool.query<{ n: string }>(
-          'SELECT count(*) AS n FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
-          [ids],
-        );
-        assert.equal(effects.rows.length, RUNS, 'every run has its effect');
-        assert.ok(
-          effects.rows.every((r) => Number(r.n) === 1),
-          'no run has its effect twice',
-        );
+        await assertEffectsOnce(runIds);
         const stale = await env.db.pool.query<{ worker: string; error: string | null }>(
           "SELECT worker, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[]) AND state = 'stale'",
           [ids],
@@ -169,14 +161,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     async () => {
       const namespace = `bk${randomUUID().slice(0, 8)}`;
       const { deliverMany, close } = effectDelivery(env, namespace);
-      const base = {
-        databaseUrl: env.db.url,
-        redisUrl: SHARED_REDIS_URL,
-        namespace,
-        lockDurationMs: LOCK_MS,
-        livenessMs: LIVENESS_MS,
-        job: 'effect',
-      };
+      const base = settings(namespace, LIVENESS_MS);
       // A: 10 handler slots, each run working 1 s: 10 running and 8 a slot claimed ahead, 90 in all.
       const held = 90;
       const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
@@ -195,23 +180,10 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         // B: 2 handler slots. Taking orphans a free handler slot at a time, a poll each half second
         // (the window's half), it would need 90 / 2 × 0.5 s = 22.5 s after the window ends.
         b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}`, concurrency: 2 });
-        let done = 0;
-        while (Date.now() < killedAt + 60_000) {
-          done = await runsInState(env.db.pool, runIds, 'completed');
-          if (done === held) break;
-          await new Promise((r) => setTimeout(r, 100));
-        }
+        const done = await completedBefore(runIds, killedAt + 60_000);
         const settledMs = Date.now() - killedAt;
         assert.equal(done, held, `every run completed (${done} of ${held}) ${settledMs} ms after the kill`);
-        const effects = await env.db.pool.query<{ n: string }>(
-          'SELECT count(*) AS n FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id',
-          [runIds.map(String)],
-        );
-        assert.equal(effects.rows.length, held, 'every run has its effect');
-        assert.ok(
-          effects.rows.every((r) => Number(r.n) === 1),
-          'no run has its effect twice',
-        );
+        await assertEffectsOnce(runIds);
         // B's start (a few seconds), A's window (1 s), then pages of 16 places, each claimed as
         // soon as the last page's runs are done.
         assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
