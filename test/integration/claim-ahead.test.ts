@@ -3,7 +3,7 @@
  * 8 claimed runs a slot waiting (RUNS_AHEAD_PER_SLOT) and no more while its handlers are slow (or
  * before any has run), however many more places in hand it has for runs being recorded, so a
  * replica with slow handlers does not sit on runs another replica could start; after quick
- * handlers, every place in hand (claim-ahead.ts). Real PostgreSQL, Redis and BullMQ.
+ * handlers, more, up to every place in hand (claim-ahead.ts). Real PostgreSQL, Redis and BullMQ.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -101,11 +101,16 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
   );
 
   it(
-    'after quick handlers: every place in hand (16 a slot) claimed, running ones included; then each run once',
+    'after quick handlers: more than 8 a slot claimed ahead, up to every place in hand (16 a slot); then each run once',
     { timeout: 60_000 },
     async () => {
       const r = await claimedWhileBusy(100, 40);
-      assert.equal(r.claimed, 16 * r.concurrency, 'the places in hand, full');
+      // Quick handlers take well under a millisecond here, so every place in hand is claimed; a host
+      // slow enough to make them take over 3 ms would claim fewer ahead, but still more than 8 a slot.
+      assert.ok(
+        r.claimed > r.concurrency + 8 * r.concurrency && r.claimed <= 16 * r.concurrency,
+        `claimed ${r.claimed}: more than the slow handlers' ${9 * r.concurrency}, at most the ${16 * r.concurrency} places in hand`,
+      );
       assert.equal(r.completed, 100);
       assert.deepEqual(r.effects, { n: 60, runs: 60 }, 'one effect per waiting run, none for the quick ones');
     },
