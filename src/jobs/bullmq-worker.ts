@@ -189,7 +189,7 @@ export class BullmqWorker {
   private async process(job: Job<RunJobData, { runs: number }>, token: string | undefined): Promise<{ runs: number }> {
     const ids = job.data.runIds ?? [job.data.runId];
     const traceparents = job.data.traceparents ?? [job.data.traceparent ?? null];
-    const claims: Promise<void>[] = [];
+    const claims: Promise<boolean>[] = [];
     let next = 0;
     while (next < ids.length) {
       const n = this.closing.signal.aborted ? 0 : await this.takeInHand(ids.length - next);
@@ -219,10 +219,10 @@ export class BullmqWorker {
     return ahead;
   }
 
-  /** Claim and run one run in a slot already taken; resolves once it is claimed (or not). */
-  private deliver(runId: bigint, traceparent: string | undefined, deferrals: number): Promise<void> {
-    let claimed!: () => void;
-    const claimDone = new Promise<void>((resolve) => (claimed = resolve));
+  /** Claim and run one run in a slot already taken; resolves once it is claimed (true) or not. */
+  private deliver(runId: bigint, traceparent: string | undefined, deferrals: number): Promise<boolean> {
+    let claimed!: (claimedHere: boolean) => void;
+    const claimDone = new Promise<boolean>((resolve) => (claimed = resolve));
     let handling = false; // this run holds a handler slot
     let lentOut = false; // its slot is lent while its ctx.transaction waits on a group commit
     let handlerDone = false;
@@ -284,7 +284,7 @@ export class BullmqWorker {
         },
       )
       .finally(() => {
-        claimed();
+        claimed(false); // no-op once the claim was decided
         if (handling) this.handlers.give();
         leaveAhead();
         this.slots.give();
@@ -295,8 +295,8 @@ export class BullmqWorker {
   }
 
   /** A run whose worker stopped beating: claim it here, as a delivered one, once a place is free. */
-  private async deliverOrphan(runId: bigint): Promise<void> {
-    if ((await this.takeInHand(1)) === 1) await this.deliver(runId, undefined, 0);
+  private async deliverOrphan(runId: bigint): Promise<boolean> {
+    return (await this.takeInHand(1)) === 1 && (await this.deliver(runId, undefined, 0));
   }
 
   /**

@@ -2,7 +2,7 @@ import { context } from '@opentelemetry/api';
 import type { Logger } from 'pino';
 import { systemClock, type Clock } from '../clock.js';
 import { AbortedError, BackendUnavailableError, InvalidArgumentError, StaleTokenError } from '../errors.js';
-import type { Claim, RunLedger } from '../ledger/run-ledger.js';
+import type { Claim, ClaimResult, RunLedger } from '../ledger/run-ledger.js';
 import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { Attempt } from './attempt.js';
 import { AttemptReport } from './attempt-report.js';
@@ -118,8 +118,8 @@ export interface ExecuteOptions {
   abandon?: AbortSignal;
   /** The trace context of the fire that committed the run (W3C traceparent), if it was traced. */
   traceparent?: string;
-  /** Called once the claim is decided (claimed, or not, or failed), before the handler starts. */
-  onClaimed?: () => void;
+  /** Called once the claim is decided (claimed here: true; or not, or failed), before the handler starts. */
+  onClaimed?: (claimedHere: boolean) => void;
   /**
    * Awaited after the claim: true once a handler slot is this run's; false when the replica is
    * closing first (the run is then handed back, interrupted before its handler started).
@@ -198,7 +198,7 @@ export class RunExecutor {
     // Being claimed or run here already (a duplicate delivery): leave it to the attempt in hand.
     const id = runId.toString();
     if (this.inHand.has(id)) {
-      options.onClaimed?.();
+      options.onClaimed?.(false);
       return { status: 'busy', runId: id };
     }
     this.inHand.add(id);
@@ -214,9 +214,14 @@ export class RunExecutor {
     options: ExecuteOptions,
     report: AttemptReport,
   ): Promise<ExecutionResult> {
-    const claimed = await ledgerCall(`claim of run ${runId}`, () =>
-      this.o.ledger.claim(runId, this.o.replicaId),
-    ).finally(() => options.onClaimed?.());
+    let claimed: ClaimResult;
+    try {
+      claimed = await ledgerCall(`claim of run ${runId}`, () => this.o.ledger.claim(runId, this.o.replicaId));
+    } catch (err) {
+      options.onClaimed?.(false);
+      throw err;
+    }
+    options.onClaimed?.(claimed.status === 'claimed');
     if (claimed.status !== 'claimed') {
       const { state } = claimed;
       if (claimed.status === 'busy' || claimed.status === 'locked' || claimed.status === 'early') {

@@ -24,8 +24,8 @@ export interface WorkerLivenessOptions {
   logger: Logger;
   /** Places free now for runs claimed here, as for a delivery's (no poll while none is). */
   freePlaces: () => number;
-  /** Deliver an orphaned run here; resolves once it is claimed here (or found not to be). */
-  deliver: (runId: bigint) => Promise<void>;
+  /** Deliver an orphaned run here; resolves once the claim is decided: true when claimed here. */
+  deliver: (runId: bigint) => Promise<boolean>;
 }
 
 export class WorkerLiveness {
@@ -100,8 +100,10 @@ export class WorkerLiveness {
 
   /**
    * Claim here as many runs of dead workers as there are places free. True when that filled them
-   * (more may be waiting): the next page is asked for as soon as these are claimed, not a poll
-   * later, so a dead worker's runs claimed ahead (up to 16 a slot) are not handed out a few a poll.
+   * (more may be waiting) and some were claimed here: the next page is asked for as soon as these
+   * are claimed, not a poll later, so a dead worker's runs claimed ahead (up to 16 a slot) are not
+   * handed out a few a poll. A page none of whose runs could be claimed (their rows held by another
+   * statement, taken by another worker) waits for the next poll, so asking again cannot spin.
    */
   private async poll(): Promise<boolean> {
     await this.earlierStart();
@@ -116,10 +118,10 @@ export class WorkerLiveness {
     }
     if (orphans.length > 0)
       this.o.logger.warn({ runs: orphans.map(String) }, 'runs whose worker stopped beating: claiming them here');
-    const claims: Promise<void>[] = [];
+    const claims: Promise<boolean>[] = [];
     for (const runId of orphans) if (!this.stopped) claims.push(this.o.deliver(runId));
-    await Promise.all(claims);
-    return orphans.length === free && !this.stopped;
+    const claimedHere = await Promise.all(claims);
+    return orphans.length === free && claimedHere.includes(true) && !this.stopped;
   }
 
   /** Stop beating and polling, and remove the row: what this worker still holds goes to others at once. */
