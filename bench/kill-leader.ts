@@ -27,6 +27,12 @@
  *   [--lease-ttl-ms N] [--stand-in-grace-ms N] [--near-kill 10] [--json]`
  * Systems: bullmq, bullmq-work, cronwarden, cronwarden-work. The "-work" systems let handlers work `--work-ms` after their effect, which is when a kill
  * catches runs that have written their effect but not finished.
+ *
+ * Besides the lateness table it prints the runs each kill caught in a handler and how long after the
+ * kill another process started them again (cronwarden: from its ledger, the killed attempt's
+ * 'stale' row is written by the claim that takes the run over, and a killed attempt left 'running'
+ * is counted; BullMQ keeps no such record: its re-run is seen by the effect written again), and
+ * issue 26's kill targets beside BullMQ's figures from the same run.
  */
 import { createHash, randomUUID } from 'node:crypto';
 import {
@@ -51,6 +57,8 @@ import { createTestDatabase, type TestDatabase } from '../test/support/postgres-
 import { freePort } from '../test/support/free-port.js';
 import { PACK_INPUTS, packPackage, repoRoot, run, scratchDirInRepo, unpack } from '../test/package/support.js';
 import { startEtcdCluster, type TestEtcd } from '../src/drill/servers/etcd-server.js';
+import { DEFAULT_LEASE_TTL_MS } from '../src/ledger/commit-stamps.js';
+import { schemaForNamespace } from '../src/db/tables.js';
 import { fmt, summarize, table } from './stats.js';
 
 const REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -86,7 +94,30 @@ interface Contender {
   killOne(): Promise<string>;
   /** cronwarden only: its replicas' log lines at warn or above, by message (what an operator reads). */
   warnings?(): Map<string, number>;
+  /** How long after its kill a killed process's runs may take to be started again by another. */
+  readonly takeoverMs: number;
+  /** cronwarden: issue 26's bound on that, a lease TTL and a second. */
+  readonly startAgainWithinMs?: number;
+  /** The runs each kill caught in a handler, and when another process started them again. */
+  caughtByKills(kills: readonly Kill[]): Promise<CaughtRuns>;
   close(): Promise<void>;
+}
+
+/** One kill: when (epoch ms) and which process (its id, as it writes it in the effects table). */
+interface Kill {
+  at: number;
+  victim: string;
+}
+
+/**
+ * The runs the kills caught in a handler: for each, how long after its kill another process
+ * started it again (ms), and (cronwarden) the killed attempts still not settled in its ledger.
+ */
+interface CaughtRuns {
+  startedAgainMs: number[];
+  unsettled?: number;
+  /** How these were found (the two systems keep different records). */
+  source: string;
 }
 
 const EFFECTS_DDL = `CREATE TABLE effects (
@@ -187,6 +218,23 @@ function bullmqContender(db: TestDatabase, o: Options, workMs: number): Contende
       workers[index] = await spawnWorker();
       return victim.id;
     },
+    // Its stall check re-runs a dead worker's job once the job's lock has expired.
+    takeoverMs: o.workerLockMs + 4000,
+    async caughtByKills(kills) {
+      // BullMQ keeps no record of a killed attempt: a job the kill caught after its effect is seen
+      // by its effect written again by another worker (the -work systems write it first thing).
+      const { rows } = await db.pool.query<{ victim: string; again: string }>(
+        `SELECT e1.worker AS victim, (extract(epoch FROM min(e2.committed_at)) * 1000)::bigint AS again
+         FROM effects e1 JOIN effects e2 ON e2.job = e1.job AND e2.scheduled_at = e1.scheduled_at
+           AND e2.committed_at > e1.committed_at AND e2.worker <> e1.worker
+         WHERE e1.worker = ANY($1::text[]) GROUP BY e1.job, e1.scheduled_at, e1.worker`,
+        [kills.map((k) => k.victim)],
+      );
+      return {
+        startedAgainMs: rows.map((r) => Number(r.again) - kills.find((k) => k.victim === r.victim)!.at),
+        source: "effects written again by another worker (a re-run's handler start)",
+      };
+    },
     async close() {
       await Promise.all(workers.map((w) => w.kill()));
       await purgeRedis(`${prefix}:*`);
@@ -275,6 +323,7 @@ function cronwardenContender(
   etcd: TestEtcd | undefined,
 ): Contender {
   const namespace = `kb${randomUUID().slice(0, 8)}`;
+  const ttlMs = o.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
   const bin = join(appDir, 'node_modules', 'cronwarden', 'bin', 'cronwarden.js');
   const settings: Record<string, string> = {
     CRONWARDEN_BACKEND: o.backend,
@@ -325,6 +374,30 @@ function cronwardenContender(
       await leader.child.kill();
       replicas[replicas.indexOf(leader)] = await spawnReplica();
       return leader.child.id;
+    },
+    // A live worker takes a run over once its claimer has not beaten for a lease TTL (its last
+    // beat up to a third of one before the kill), asking at least once a second.
+    takeoverMs: Math.max(o.workerLockMs + 4000, ttlMs + 2000),
+    startAgainWithinMs: ttlMs + 1000,
+    async caughtByKills(kills) {
+      // Each killed replica comes back under a new id, so its runs are taken over by the others:
+      // the taker's claim writes the killed attempt as 'stale', at the instant it claims the run.
+      const s = schemaForNamespace(namespace);
+      const victims = kills.map((k) => k.victim);
+      const { rows } = await db.pool.query<{ victim: string; again: string }>(
+        `SELECT worker AS victim, (extract(epoch FROM finished_at) * 1000)::bigint AS again
+         FROM "${s}".cw_run_attempts WHERE state = 'stale' AND worker = ANY($1::text[])`,
+        [victims],
+      );
+      const left = await db.pool.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM "${s}".cw_runs WHERE state = 'running' AND claimed_by = ANY($1::text[])`,
+        [victims],
+      );
+      return {
+        startedAgainMs: rows.map((r) => Number(r.again) - kills.find((k) => k.victim === r.victim)!.at),
+        unsettled: left.rows[0]!.n,
+        source: "the ledger: a killed attempt's 'stale' row, written by the claim that took its run",
+      };
     },
     warnings() {
       const byMessage = new Map<string, number>();
@@ -381,6 +454,8 @@ async function purgeRedis(pattern: string): Promise<void> {
 // ---------------------------------------------------------------- the checker
 
 interface Figures {
+  /** Which of SYSTEMS, and its label. */
+  kind: SystemName;
   system: string;
   windowS: number;
   kills: number;
@@ -395,6 +470,12 @@ interface Figures {
   killsAtS: number[];
   /** Per second of the window: slots with an effect, and their worst first-effect lateness (ms). */
   timeline: { s: number; slots: number; maxLateMs: number }[];
+  /** Runs a kill caught in a handler: how long after the kill another process started them again. */
+  caught: { p50: number; p99: number; max: number; n: number; source: string };
+  /** How long after a kill its runs may take to start again (cronwarden: lease TTL + 1 s). */
+  takeoverTargetMs?: number;
+  /** cronwarden: killed attempts not settled in the ledger at the end (a run left 'running'). */
+  unsettled?: number;
   /** cronwarden: log lines at warn or above, per replica and hour of the run, and by message. */
   warningsPerReplicaHour?: number;
   warningsByMessage?: Record<string, number>;
@@ -465,7 +546,7 @@ async function sleepUntil(t: number): Promise<void> {
  * has an effect and a killed process's runs have had a worker lock and a stall check to come
  * back (re-deliveries are what double an effect), bounded; then count.
  */
-async function measure(contender: Contender, o: Options): Promise<Figures> {
+async function measure(kind: SystemName, contender: Contender, o: Options): Promise<Figures> {
   await contender.start();
   await sleep(5000); // past the start-up burst of three fresh processes on a small machine
   const from = Math.ceil(Date.now() / 1000) * 1000;
@@ -479,21 +560,26 @@ async function measure(contender: Contender, o: Options): Promise<Figures> {
   }
   await sleepUntil(end);
   const to = end - 1000;
-  const redeliveries = (kills.at(-1) ?? from) + o.workerLockMs + 4000;
+  const redeliveries = (kills.at(-1) ?? from) + contender.takeoverMs;
   const giveUp = end + 2 * o.workerLockMs + 30_000;
   while (Date.now() < giveUp && (Date.now() < redeliveries || (await outstanding(contender.db, from, to)) > 0))
     await sleep(500);
   await sleep(1000);
   const figures = await check(contender.db, from, to, kills, o);
+  const caught = await contender.caughtByKills(kills.map((at, i) => ({ at, victim: killed[i]! })));
   const warnings = contender.warnings?.();
   await contender.close();
   const perReplicaHour = (n: number) => n / PROCESSES / ((Date.now() - from) / 3_600_000);
   return {
+    kind,
     system: contender.label,
     windowS: o.durationMs / 1000,
     kills: kills.length,
     killed,
     ...figures,
+    caught: { ...summarize(caught.startedAgainMs), source: caught.source },
+    ...(caught.unsettled !== undefined && { unsettled: caught.unsettled }),
+    ...(contender.startAgainWithinMs !== undefined && { takeoverTargetMs: contender.startAgainWithinMs }),
     ...(warnings && {
       warningsPerReplicaHour: Math.round(perReplicaHour([...warnings.values()].reduce((a, b) => a + b, 0))),
       warningsByMessage: Object.fromEntries(warnings),
@@ -530,7 +616,7 @@ export async function benchKillLeader(argv: string[] = []): Promise<Record<strin
           contender = cronwardenContender(db, o, workMs, appDir!, etcd);
         }
         log(`measuring ${contender.label} for ${o.durationMs / 1000} s, a kill every ${o.killEveryMs / 1000} s…`);
-        results.push(await measure(contender, o));
+        results.push(await measure(system, contender, o));
       } finally {
         await db.drop();
       }
@@ -560,6 +646,7 @@ export async function benchKillLeader(argv: string[] = []): Promise<Record<strin
 
 function report(results: Figures[], o: Options): void {
   const ms = (n: number) => fmt(n, 0);
+  const spread = (r: { p50: number; p99: number; max: number }) => `${ms(r.p50)} / ${ms(r.p99)} / ${ms(r.max)}`;
   const rows = results.map((r) => ({
     system: r.system,
     'window s': r.windowS,
@@ -567,21 +654,80 @@ function report(results: Figures[], o: Options): void {
     slots: r.slots,
     doubled: r.doubled,
     missed: r.missed,
-    'first effect p50 / p99 / max ms': `${ms(r.lateness.p50)} / ${ms(r.lateness.p99)} / ${ms(r.lateness.max)}`,
+    'first effect p50 / p99 / max ms': spread(r.lateness),
     'near kills: slots': r.nearKills.n,
-    'near kills p50 / p99 / max ms': `${ms(r.nearKills.p50)} / ${ms(r.nearKills.p99)} / ${ms(r.nearKills.max)}`,
+    'near kills p50 / p99 / max ms': spread(r.nearKills),
     'warnings / replica-hour': r.warningsPerReplicaHour ?? '-',
   }));
   const title =
     `Kill -9 every ${o.killEveryMs / 1000} s: ${PROCESSES} processes, ${JOBS} schedules every second, ` +
     `worker lock ${o.workerLockMs} ms; "near kills" = slots due from 1 s before to ${o.nearKillMs / 1000} s after a kill`;
-  if (!o.json) return table(title, rows);
+  const caught = results.map((r) => ({
+    system: r.system,
+    runs: r.caught.n,
+    'started again after the kill p50 / p99 / max ms': r.caught.n > 0 ? spread(r.caught) : '-',
+    'killed attempts left running': r.unsettled ?? '-',
+    'found from': r.caught.source,
+  }));
+  const print = () => {
+    table(title, rows);
+    table('Runs a kill caught in a handler, started again by another process', caught);
+    table("Issue 26's kill targets, each beside BullMQ's in the same run", targets(results));
+  };
+  if (!o.json) return print();
   const out = console.log;
   console.log = (...args: unknown[]) => process.stderr.write(args.join(' ') + '\n');
   try {
-    table(title, rows);
+    print();
   } finally {
     console.log = out;
   }
   process.stdout.write(JSON.stringify(results, null, 2) + '\n');
+}
+
+/** Each cronwarden system's figures against the BullMQ system of its kind (handlers that work or not). */
+function targets(results: Figures[]): Record<string, string>[] {
+  const rows: Record<string, string>[] = [];
+  for (const ours of results.filter((r) => r.kind.startsWith('cronwarden'))) {
+    const theirs = results.find((r) => r.kind === ours.kind.replace('cronwarden', 'bullmq'));
+    const row = (measure: string, value: string, baseline: string, target: string, met: boolean | undefined) =>
+      rows.push({
+        system: ours.kind,
+        measure,
+        value,
+        'BullMQ, same run': baseline,
+        target,
+        met: met === undefined ? '-' : met ? 'yes' : 'no',
+      });
+    const p99 = ours.nearKills.p99;
+    const ratio = theirs ? p99 / theirs.nearKills.p99 : NaN;
+    // The p99 target is for handlers that do not work on: with -work, the runs a kill catches wait
+    // for a lease TTL (the next row's target) and BullMQ's for its lock, doubling their effects.
+    const working = ours.kind.endsWith('-work');
+    const p99Row = row.bind(null, 'first effect p99 near kills, ms (ratio)', `${fmt(p99, 0)} (${fmt(ratio)})`);
+    if (working) p99Row(theirs ? fmt(theirs.nearKills.p99, 0) : '-', '(for reference)', undefined);
+    else p99Row(theirs ? fmt(theirs.nearKills.p99, 0) : '-', "<= BullMQ's", theirs ? ratio <= 1 : undefined);
+    row(
+      'doubled / missed',
+      `${ours.doubled} / ${ours.missed}`,
+      theirs ? `${theirs.doubled} / ${theirs.missed}` : '-',
+      '0 / 0',
+      ours.doubled === 0 && ours.missed === 0,
+    );
+    row(
+      'run caught in a handler: started again after the kill, max ms',
+      ours.caught.n > 0 ? `${fmt(ours.caught.max, 0)} (${ours.caught.n} runs)` : '-',
+      theirs && theirs.caught.n > 0 ? `${fmt(theirs.caught.max, 0)} (${theirs.caught.n} runs)` : '-',
+      `<= lease TTL + 1 s = ${ours.takeoverTargetMs} ms`,
+      ours.caught.n > 0 ? ours.caught.max <= ours.takeoverTargetMs! : undefined,
+    );
+    row(
+      'killed attempts left running in the ledger',
+      String(ours.unsettled ?? '-'),
+      '-',
+      '0',
+      ours.caught.n > 0 ? ours.unsettled === 0 : undefined,
+    );
+  }
+  return rows;
 }
