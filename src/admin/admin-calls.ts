@@ -26,6 +26,8 @@ export const adminCalls = {
   replica: {
     /** Answers when the ledger's own pool can run a query (for /readyz). */
     pingLedger: signature<[], void>(),
+    /** The run-attempt metrics this replica's worker counted, as Prometheus text (for /metrics). */
+    attemptMetrics: signature<[], string>(),
     /** Fire a job now (leader only). */
     trigger: signature<[job: string], CommittedFire>(),
     setPaused: signature<[job: string, paused: boolean], void>(),

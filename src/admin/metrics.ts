@@ -3,9 +3,8 @@ import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { classifySkip } from '../cron/occurrence-reasons.js';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ReplicaView } from './replica-view.js';
-import { activeRunCounts, attemptsFinishedSince, jobHealth, workflowRunsFinishedSince } from '../ledger/admin-reads.js';
+import { activeRunCounts, jobHealth, workflowRunsFinishedSince } from '../ledger/admin-reads.js';
 import { lastLedgerCheck } from '../ledger/ledger-check.js';
-import { workflowOfStepJob } from '../ledger/workflow-graph.js';
 import type { Tables } from '../db/tables.js';
 
 /** What the metrics read of a replica: its events, identity and clock offset. */
@@ -22,22 +21,17 @@ export type MetricsSource = Pick<
   | 'clock'
   | 'jobs'
   | 'job'
+  | 'attemptMetrics'
 >;
 
 /**
- * Prometheus metrics for one replica, fed by the Replica's typed events; run outcomes and
- * durations come from the ledger's attempt rows that THIS replica executed (so sums across
- * replicas count every attempt once), read at scrape time.
+ * Prometheus metrics for one replica, fed by the Replica's typed events and, on the leader, reads
+ * of the ledger at scrape time; the run attempts this replica executed are counted by its worker
+ * as each ends (src/jobs/attempt-metrics.ts; so sums across replicas count every attempt once) and
+ * asked for at each scrape.
  */
 export class ReplicaMetrics {
   readonly registry = new Registry();
-  private readonly attempts: Counter<'job' | 'outcome'>;
-  private readonly durations: Histogram<'job' | 'outcome'>;
-  private readonly stepAttempts: Counter<'workflow' | 'step' | 'outcome'>;
-  private readonly handOff: Histogram<'workflow'>;
-  /** Attempts finished after this instant (database time) are still to be counted. */
-  private watermark: Date;
-  private readonly counted = new Map<string, number>();
 
   constructor(
     private readonly replica: MetricsSource,
@@ -48,16 +42,13 @@ export class ReplicaMetrics {
     // No prefix: stock Node.js dashboards expect process_cpu_seconds_total, nodejs_heap_size_used_bytes, …
     collectDefaultMetrics({ register: this.registry });
     this.registry.setDefaultLabels({ replica: replica.replicaId, namespace: replica.namespace });
-    this.watermark = new Date(replica.startedAt);
 
     // Registered in this order so the exposition lists the families as it always has.
     const lease = this.leaseMetrics();
     const fires = this.fireMetrics();
     const backendErrors = this.processMetrics();
-    const runs = this.runMetrics();
-    this.attempts = runs.attempts;
-    this.durations = runs.durations;
-    ({ stepAttempts: this.stepAttempts, handOff: this.handOff } = this.workflowMetrics());
+    this.runMetrics();
+    this.workflowMetrics();
     this.jobMetrics();
     this.ledgerCheckMetrics();
     this.wireEvents(lease, fires, backendErrors);
@@ -188,23 +179,10 @@ export class ReplicaMetrics {
     });
   }
 
-  /** Runs: attempts and durations (filled at scrape time from the ledger) and, on the leader, active runs. */
+  /** Runs, on the leader: those active in the ledger (attempts: src/jobs/attempt-metrics.ts). */
   private runMetrics() {
     const registers = [this.registry];
     const { replica, pool, tables } = this;
-    const attempts = new Counter({
-      name: 'cronwarden_run_attempts_total',
-      help: 'Run attempts executed by this replica, by outcome (completed, failed, retrying, skipped, stale, cancelled)',
-      labelNames: ['job', 'outcome'],
-      registers,
-    });
-    const durations = new Histogram({
-      name: 'cronwarden_run_duration_seconds',
-      help: 'Duration of run attempts executed by this replica',
-      labelNames: ['job', 'outcome'],
-      buckets: [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
-      registers,
-    });
     new Gauge({
       name: 'cronwarden_runs_active',
       help: 'Runs pending, running or retrying in the ledger (cluster-wide, so only the leader exports it: a sum over replicas stays right)',
@@ -216,30 +194,15 @@ export class ReplicaMetrics {
         for (const [state, n] of await activeRunCounts(pool, tables)) this.set({ state }, n);
       },
     });
-    return { attempts, durations };
   }
 
   /**
-   * Workflows: step attempts this replica ran by workflow, step and outcome, and their hand-off
-   * latency (the step made ready by its needs' commit, to its attempt's start); on the leader,
-   * workflow runs that ended, by outcome, with their duration from fire to end.
+   * Workflows, on the leader: workflow runs that ended, by outcome, with their duration from fire
+   * to end (step attempts and hand-offs: src/jobs/attempt-metrics.ts).
    */
   private workflowMetrics() {
     const registers = [this.registry];
     const { replica, pool, tables } = this;
-    const stepAttempts = new Counter({
-      name: 'cronwarden_workflow_step_attempts_total',
-      help: 'Workflow step attempts executed by this replica, by workflow, step and outcome',
-      labelNames: ['workflow', 'step', 'outcome'],
-      registers,
-    });
-    const handOff = new Histogram({
-      name: 'cronwarden_workflow_step_handoff_seconds',
-      help: "From a step's needs' commit (the step made ready) to its first attempt's start, on this replica",
-      labelNames: ['workflow'],
-      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
-      registers,
-    });
     const runs = new Counter({
       name: 'cronwarden_workflow_runs_finished_total',
       help: 'Workflow runs that ended, by workflow and outcome (leader only: each counted once)',
@@ -255,7 +218,7 @@ export class ReplicaMetrics {
     });
     let since = new Date(replica.startedAt);
     const seen = new Map<string, number>();
-    // Read at scrape time, like the attempts: runs that ended since the last scrape (5 s overlap).
+    // Read at scrape time: runs that ended since the last scrape (5 s overlap).
     new Gauge({
       name: 'cronwarden_workflow_runs_read_timestamp_seconds',
       help: 'When the leader last read the workflow runs that ended (leader only)',
@@ -273,7 +236,6 @@ export class ReplicaMetrics {
         this.set(Date.now() / 1000);
       },
     });
-    return { stepAttempts, handOff };
   }
 
   /**
@@ -406,40 +368,20 @@ export class ReplicaMetrics {
     replica.on('backend:error', () => backendErrors.inc());
   }
 
-  /** Prometheus text exposition; first folds in attempts this replica finished since the last scrape. */
+  /** Prometheus text exposition: this registry's, then the run attempts the replica's worker counted. */
   async exposition(): Promise<string> {
-    await this.countAttempts().catch((err: Error) =>
-      this.replica.logger.warn({ err: err.message }, 'metrics: could not read run attempts'),
-    );
-    return this.registry.metrics();
+    const [own, attempts] = await Promise.all([
+      this.registry.metrics(),
+      this.replica.attemptMetrics().catch((err: Error) => {
+        this.replica.logger.warn({ err: err.message }, 'metrics: could not read the run attempts');
+        return '';
+      }),
+    ]);
+    return own.endsWith('\n') || attempts === '' ? own + attempts : `${own}\n${attempts}`;
   }
 
   get contentType(): string {
     return this.registry.contentType;
-  }
-
-  private async countAttempts(): Promise<void> {
-    // Re-read a 5 s overlap (attempts whose transaction committed late) and skip what was counted.
-    const rows = await attemptsFinishedSince(
-      this.pool,
-      this.tables,
-      this.replica.replicaId,
-      new Date(this.watermark.getTime() - 5000),
-    );
-    for (const row of rows) {
-      const key = `${row.runId}/${row.attempt}`;
-      if (this.counted.has(key)) continue;
-      this.counted.set(key, row.finishedAt.getTime());
-      this.attempts.inc({ job: handlerOf(row.job), outcome: row.state });
-      this.durations.observe({ job: handlerOf(row.job), outcome: row.state }, Math.max(0, row.seconds));
-      if (row.step) {
-        const workflow = workflowOfStepJob(row.job);
-        this.stepAttempts.inc({ workflow, step: row.step.name, outcome: row.state });
-        if (row.attempt === 1) this.handOff.observe({ workflow }, row.step.handOffSeconds);
-      }
-      if (row.finishedAt > this.watermark) this.watermark = row.finishedAt;
-    }
-    for (const [key, at] of this.counted) if (at <= this.watermark.getTime() - 5000) this.counted.delete(key);
   }
 }
 

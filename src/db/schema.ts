@@ -233,11 +233,8 @@ export const runAttempts = pgTable(
     /** The error's stack, bounded and sanitised. */
     errorStack: text('error_stack'),
   },
-  (t) => [
-    primaryKey({ columns: [t.runId, t.attempt] }),
-    // Each metrics scrape reads the attempts this replica finished since the last one.
-    index('cw_run_attempts_worker_finished').on(t.worker, t.finishedAt),
-  ],
+  // Only the primary key: each index entry is WAL every attempt writes (migration 0025).
+  (t) => [primaryKey({ columns: [t.runId, t.attempt] })],
 );
 
 /**

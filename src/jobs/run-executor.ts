@@ -6,6 +6,7 @@ import type { Claim, ClaimResult, RunLedger } from '../ledger/run-ledger.js';
 import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
 import { Attempt } from './attempt.js';
 import { AttemptReport } from './attempt-report.js';
+import type { AttemptMetrics } from './attempt-metrics.js';
 import type { JobRegistry } from './job-registry.js';
 import { ledgerCall } from './ledger-call.js';
 import { INTERRUPTED, messageOf, needsRunState, settle, type Settlement } from './settlement.js';
@@ -97,6 +98,8 @@ export interface RunExecutorOptions {
   redeliver?: Redeliver;
   /** For the waits between tries of an outcome record while the ledger is unreachable. */
   clock?: Clock;
+  /** Where each ended attempt is counted (the replica's run-attempt metrics). */
+  metrics?: AttemptMetrics;
 }
 
 export interface ExecuteOptions {
@@ -179,7 +182,14 @@ export class RunExecutor {
    */
   async execute(runId: bigint, options: ExecuteOptions): Promise<ExecutionResult> {
     // A span for the attempt and one log line when it is over (attempt-report.ts).
-    const report = new AttemptReport(runId, this.o.replicaId, options.traceparent, this.o.logger, this.clock);
+    const report = new AttemptReport(
+      runId,
+      this.o.replicaId,
+      options.traceparent,
+      this.o.logger,
+      this.clock,
+      this.o.metrics,
+    );
     try {
       const result = await context.with(report.context, () => this.claimAndRun(runId, options, report));
       report.finished(result.status);
@@ -233,6 +243,7 @@ export class RunExecutor {
         };
       }
       this.o.logger.info({ runId: runId.toString(), state }, 'delivery skipped: run already finished');
+      report.alreadyFinished(claimed.status === 'finished' ? claimed.job : undefined);
       return { status: 'skipped', runId: runId.toString() };
     }
     const { claim } = claimed;

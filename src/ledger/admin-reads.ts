@@ -191,53 +191,6 @@ export async function activeRunCounts(db: Db, t: Tables): Promise<Map<ActiveRunS
   return new Map(activeRunStates.map((s) => [s, res.rows.find((r) => r.state === s)?.n ?? 0]));
 }
 
-export interface FinishedAttempt {
-  runId: string;
-  attempt: number;
-  job: string;
-  state: string;
-  seconds: number;
-  finishedAt: Date;
-  /** A workflow step's attempt: its step, and how long after the step was made ready this attempt started. */
-  step?: { name: string; handOffSeconds: number };
-}
-
-/** Attempts `worker` finished after `since` (at most `limit`), oldest first. */
-export async function attemptsFinishedSince(
-  db: Db,
-  t: Tables,
-  worker: string,
-  since: Date,
-  limit = 10_000,
-): Promise<FinishedAttempt[]> {
-  const res = await db.query<{
-    run_id: string;
-    attempt: number;
-    job: string;
-    state: string;
-    seconds: number;
-    finished_at: Date;
-    step: string | null;
-    hand_off: number | null;
-  }>(
-    `SELECT a.run_id::text, a.attempt, r.job, a.state, extract(epoch FROM a.finished_at - a.started_at)::float8 AS seconds,
-       a.finished_at, r.step, extract(epoch FROM a.started_at - r.created_at)::float8 AS hand_off
-     FROM ${t.runAttempts} a JOIN ${t.runs} r ON r.id = a.run_id
-     WHERE a.worker = $1 AND a.finished_at IS NOT NULL AND a.finished_at > $2::timestamptz
-     ORDER BY a.finished_at LIMIT $3`,
-    [worker, since, limit],
-  );
-  return res.rows.map((r) => ({
-    runId: r.run_id,
-    attempt: r.attempt,
-    job: r.job,
-    state: r.state,
-    seconds: r.seconds,
-    finishedAt: r.finished_at,
-    ...(r.step === null ? {} : { step: { name: r.step, handOffSeconds: Math.max(0, r.hand_off ?? 0) } }),
-  }));
-}
-
 export interface FinishedWorkflowRun {
   id: string;
   workflow: string;

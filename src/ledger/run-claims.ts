@@ -40,16 +40,22 @@ export interface Claim {
   onceKey?: string;
   /** The replica whose dead attempt this claim took over, when the run was running. */
   tookOverFrom?: string;
-  /** A step run: its workflow run, step and (mapped) item. */
-  workflow?: { runId: bigint; step: string; item: number | null };
+  /**
+   * A step run: its workflow run, step and (mapped) item, and when the step was made ready (the
+   * run's row made by its needs' commit), on the ledger's clock.
+   */
+  workflow?: { runId: bigint; step: string; item: number | null; madeAt?: Date };
   /** Overlap 'coalesce': the later slots this run stands for (how many, the newest). */
   coalesced?: { count: number; until: Date };
 }
 
 export type ClaimResult =
   | { status: 'claimed'; claim: Claim }
-  /** Settled already (a re-delivery after the work was done), or no such run ('unknown'): nothing to run. */
-  | { status: 'finished'; state: string }
+  /**
+   * Settled already (a re-delivery after the work was done: recorded as a skipped attempt of
+   * `job`), or no such run ('unknown', no job): nothing to run.
+   */
+  | { status: 'finished'; state: string; job?: string }
   /** Someone else is on it (a live claimer), or its retry backoff has not passed. */
   | { status: 'busy'; state: string }
   /**
@@ -84,6 +90,7 @@ interface ClaimRow {
   workflow_run_id: string | null;
   step: string | null;
   item: number | null;
+  made_at: Date | null;
   coalesced: number | null;
   coalesced_until: Date | null;
   wait_ms: number | null;
@@ -107,6 +114,7 @@ const statements = perSchema((t) => ({
        FROM wanted w WHERE r.id = w.id
        RETURNING r.id, r.job, r.scheduled_at, r.attempts, r.claim_token, r.trigger, r.payload, r.once_key,
          r.failures, r.workflow_run_id, r.step, r.item, r.coalesced, r.coalesced_until, clock_timestamp() AS claimed_at,
+         CASE WHEN r.workflow_run_id IS NOT NULL THEN r.created_at END AS made_at,
          CASE WHEN w.state = 'running' THEN COALESCE(w.claimed_by, '${UNKNOWN_WORKER}') END AS took_over_from),
      dead AS (
        ${writeEndedAttempts(
@@ -118,14 +126,14 @@ const statements = perSchema((t) => ({
        )})
      SELECT c.id, 'claimed' AS status, 'running' AS state, c.job, c.scheduled_at, c.attempts, c.claim_token,
        c.trigger, c.claimed_at, c.payload, c.once_key, c.failures, c.took_over_from, c.workflow_run_id, c.step, c.item,
-       c.coalesced, c.coalesced_until, NULL::int AS wait_ms
+       c.made_at, c.coalesced, c.coalesced_until, NULL::int AS wait_ms
      FROM claimed c
      UNION ALL
      SELECT r.id, CASE WHEN r.state IN ${FINISHED_SQL} THEN 'finished'
          WHEN r.state IN ('pending', 'retrying') AND r.kind <> 'workflow' AND r.available_at > now() THEN 'early'
          WHEN r.state IN ('pending', 'retrying') AND r.kind <> 'workflow' THEN 'locked'
          ELSE 'busy' END, r.state,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       r.job, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        ceil(extract(epoch FROM r.available_at - now()) * 1000)::int
      FROM ${t.runs} r WHERE r.id = ANY($1::bigint[]) AND r.id NOT IN (SELECT id FROM claimed)`,
   ),
@@ -161,6 +169,8 @@ export function claimResults(runIds: readonly bigint[], res: pg.QueryResult): Cl
     const row = byId.get(id.toString());
     if (!row) return { status: 'finished', state: 'unknown' };
     if (row.status === 'early') return { status: 'early', state: row.state, waitMs: Math.max(0, row.wait_ms ?? 0) };
+    if (row.status === 'finished')
+      return { status: 'finished', state: row.state, ...(row.job !== null && { job: row.job }) };
     if (row.status !== 'claimed') return { status: row.status, state: row.state };
     return {
       status: 'claimed',
@@ -178,7 +188,14 @@ export function claimResults(runIds: readonly bigint[], res: pg.QueryResult): Cl
         ...(row.took_over_from === null ? {} : { tookOverFrom: row.took_over_from }),
         ...(row.workflow_run_id === null
           ? {}
-          : { workflow: { runId: BigInt(row.workflow_run_id), step: row.step!, item: row.item } }),
+          : {
+              workflow: {
+                runId: BigInt(row.workflow_run_id),
+                step: row.step!,
+                item: row.item,
+                ...(row.made_at !== null && { madeAt: row.made_at }),
+              },
+            }),
         ...(row.coalesced && row.coalesced_until
           ? { coalesced: { count: row.coalesced, until: row.coalesced_until } }
           : {}),

@@ -229,10 +229,6 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   get probeUrl(): string | undefined {
     return this.admin?.probeUrl;
   }
-  /** The shards this replica leads now. */
-  ledShards(): number[] {
-    return this.shards.led();
-  }
 
   // The admin view (ReplicaView): what the admin server and the metrics may see and do.
   /** Unsharded: the elector's role. Sharded: 'leader' while leading any shard, else shard 0's role. */
@@ -266,6 +262,9 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
   }
   pingLedger(): Promise<void> {
     return this.ledger.ping();
+  }
+  attemptMetrics(): Promise<string> {
+    return this.worker.metrics.text();
   }
   trigger(job: string): Promise<CommittedFire> {
     return this.shards.forJob(job).trigger(job);

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { BullmqDelivery } from '../jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../jobs/bullmq-worker.js';
 import type { JobRegistry } from '../jobs/job-registry.js';
+import { AttemptMetrics } from '../jobs/attempt-metrics.js';
 import { RunExecutor } from '../jobs/run-executor.js';
 import { RunLedgerBatches } from '../jobs/run-ledger-batches.js';
 import { WorkflowLedgerBatches } from '../jobs/workflow-ledger-batches.js';
@@ -27,12 +28,16 @@ export interface RunWorkerOptions {
  * behind the BullMQ worker that brings it deliveries and beats this worker's liveness.
  */
 export class RunWorker {
+  /** Its run attempts, counted as each ends (the admin server's /metrics shows them). */
+  readonly metrics: AttemptMetrics;
   private readonly executor: RunExecutor;
   private worker: BullmqWorker | undefined;
 
   constructor(private readonly o: RunWorkerOptions) {
     const { ledger, registry, delivery } = o;
+    this.metrics = new AttemptMetrics({ replica: o.replicaId, namespace: o.namespace });
     this.executor = new RunExecutor({
+      metrics: this.metrics,
       ledger: new RunLedgerBatches(ledger.runs),
       registry,
       replicaId: o.replicaId,

@@ -57,9 +57,11 @@ function retryableOf(cls: new (...args: unknown[]) => CronwardenError): boolean 
 }
 
 it('docs/reference/metrics.md lists every metric a replica registers, and no other', () => {
-  const source = readFileSync(join(repoRoot, 'src/admin/metrics.ts'), 'utf8');
+  // The admin server's, and the run attempts its worker counts (attempt-metrics.ts).
+  const sources = ['src/admin/metrics.ts', 'src/jobs/attempt-metrics.ts'];
+  const source = sources.map((f) => readFileSync(join(repoRoot, f), 'utf8')).join('\n');
   const registered = new Set([...source.matchAll(/'(cronwarden_[a-z_]+)'/g)].map((m) => m[1]!));
   const documented = new Set([...rows('docs/reference/metrics.md').keys()].map((k) => k.replace(/\{.*$/, '')));
-  assert.ok(registered.size >= 20, `only ${registered.size} metric names found in src/admin/metrics.ts`);
+  assert.ok(registered.size >= 20, `only ${registered.size} metric names found in ${sources.join(', ')}`);
   assert.deepEqual([...documented].sort(), [...registered].sort());
 });

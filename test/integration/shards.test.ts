@@ -201,7 +201,7 @@ it('spreads 8 shards over 3 replicas, rebalances within 2 TTL on a stop and a jo
     for (const id of ['a', 'b', 'c'])
       assert.ok(watch.count(id) >= 2, `${id} leads ${watch.count(id)}: ${watch.holders.join(', ')}`);
     assert.deepEqual(
-      live.get('a')!.ledShards(),
+      live.get('a')!.shards.led(),
       watch.holders.flatMap((h, i) => (h === 'a' ? [i] : [])),
       "the replica's own view matches the backend",
     );

@@ -257,6 +257,26 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       ],
     );
     assertI7(run.steps, { invoice: ['extract'], report: ['invoice'] });
+    // Its step attempts in this replica's metrics, each first attempt with its hand-off.
+    const text = await replica.attemptMetrics();
+    const sample = (name: string, labels: string) => {
+      const line = text
+        .split('\n')
+        .find((l) => l.startsWith(`${name}{`) && labels.split(',').every((x) => l.includes(x)));
+      return Number(line?.split(' ').at(-1));
+    };
+    for (const [step, n] of [
+      ['extract', 1],
+      ['invoice', 5],
+      ['report', 1],
+    ] as const)
+      assert.equal(
+        sample('cronwarden_workflow_step_attempts_total', `workflow="billing",step="${step}",outcome="completed"`),
+        n,
+        step,
+      );
+    assert.equal(sample('cronwarden_workflow_step_handoff_seconds_count', 'workflow="billing"'), 7);
+    assert.ok(sample('cronwarden_workflow_step_handoff_seconds_sum', 'workflow="billing"') >= 0);
   });
 
   it('a mapped step with a concurrency limit runs at most that many items at once; the rest wait their turn', async () => {

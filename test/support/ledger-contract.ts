@@ -155,7 +155,7 @@ const runSide: Scenario[] = [
       const done = await fireOne(c, 1);
       const first = await claim(c, done);
       assert.equal(await c.l.runs.finish(first, 'completed'), true);
-      assert.deepEqual(await c.l.runs.claim(done, 'w2'), { status: 'finished', state: 'completed' });
+      assert.deepEqual(await c.l.runs.claim(done, 'w2'), { status: 'finished', state: 'completed', job: c.job() });
       const v = await view(c, done);
       assert.deepEqual([v.state, v.attempts, v.skippedAttempts, v.completedAttempt], ['completed', 1, 1, 1]);
       assert.deepEqual(
@@ -168,7 +168,7 @@ const runSide: Scenario[] = [
 
       const failed = await fireOne(c, 2);
       assert.equal(await c.l.runs.finish(await claim(c, failed), 'failed', 'boom'), true);
-      assert.deepEqual(await c.l.runs.claim(failed, 'w2'), { status: 'finished', state: 'failed' });
+      assert.deepEqual(await c.l.runs.claim(failed, 'w2'), { status: 'finished', state: 'failed', job: c.job() });
 
       const retried = await fireOne(c, 3);
       const r1 = await claim(c, retried);
@@ -430,7 +430,7 @@ const runSide: Scenario[] = [
       const v = await view(c, running);
       assert.equal(v.state, 'cancelled');
       assert.equal(v.error, `replaced by the fire of ${at(2).toISOString()}`);
-      assert.deepEqual(await c.l.runs.claim(running, 'w2'), { status: 'finished', state: 'cancelled' });
+      assert.deepEqual(await c.l.runs.claim(running, 'w2'), { status: 'finished', state: 'cancelled', job: c.job() });
     },
   },
 ];

@@ -76,7 +76,10 @@ export class MemoryRunLedger implements ExecutorLedger {
 
   async claim(runId: bigint, worker: string): Promise<ClaimResult> {
     const run = this.run(runId);
-    if (!run || !isActive(run)) return { status: 'finished', state: this.recordSkippedDelivery(runId, run, worker) };
+    if (!run || !isActive(run)) {
+      const state = this.recordSkippedDelivery(runId, run, worker);
+      return { status: 'finished', state, ...(run && { job: run.job }) };
+    }
     const book = this.book(runId);
     const token = this.nextToken();
     // No member rows here: a running run's claimer counts as stopped, as in the SQL without them.

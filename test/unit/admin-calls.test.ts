@@ -40,7 +40,7 @@ it('every call of the map reaches the method of its name on the object it names,
     }
   }
   assert.deepEqual(log, expected);
-  assert.equal(log.length, 15, 'eight replica actions, six runtime calls, the lease read');
+  assert.equal(log.length, 16, 'nine replica actions, six runtime calls, the lease read');
 });
 
 it('a replica without runtime schedules refuses their calls; the replica actions still answer', async () => {

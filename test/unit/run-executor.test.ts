@@ -20,6 +20,7 @@ import { slotToken } from '../../src/ledger/slot-token.js';
 import { MAX_ERROR_MESSAGE, MAX_ERROR_STACK } from '../../src/ledger/stored-text.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 import { MemoryRunLedger } from '../support/memory-run-ledger.js';
+import { AttemptMetrics } from '../../src/jobs/attempt-metrics.js';
 
 const at = (s: number) => new Date(Date.UTC(2030, 0, 1, 0, 0, s));
 
@@ -30,7 +31,7 @@ function gate(): { promise: Promise<void>; open: () => void } {
   return { promise, open };
 }
 
-function setup(options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger } = {}) {
+function setup(options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger; metrics?: AttemptMetrics } = {}) {
   const fires = new MemoryLedger();
   const runs = new MemoryRunLedger(fires);
   let handler: (ctx: JobContext) => Promise<unknown> = async () => {};
@@ -54,6 +55,7 @@ function setup(options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger } =
     publish: async (m) => {
       published.push(m);
     },
+    ...(options.metrics && { metrics: options.metrics }),
   });
   let nextSecond = 0;
   return {
@@ -473,5 +475,78 @@ describe('RunExecutor (in-memory ledger)', () => {
       t.fires.runs.filter((r) => r.state === 'running').map((r) => r.id),
       [],
     );
+  });
+});
+
+describe('RunExecutor: each ended attempt counted in the run-attempt metrics as the ledger records it', () => {
+  /** cronwarden_run_attempts_total by outcome, and the duration histogram's count by outcome. */
+  async function counted(metrics: AttemptMetrics): Promise<{ attempts: object; durations: object }> {
+    const json = await metrics.registry.getMetricsAsJSON();
+    const by = (name: string, suffix = '') =>
+      Object.fromEntries(
+        (json.find((m) => m.name === name)?.values ?? [])
+          .filter((v) => [undefined, name + suffix].includes((v as { metricName?: string }).metricName))
+          .map((v) => [`${v.labels.job}/${v.labels.outcome}`, v.value]),
+      );
+    return {
+      attempts: by('cronwarden_run_attempts_total'),
+      durations: by('cronwarden_run_duration_seconds', '_count'),
+    };
+  }
+
+  it('completed, retrying, failed, skipped (a re-delivery, under its job), superseded; a busy delivery is not an attempt', async () => {
+    const metrics = new AttemptMetrics({ replica: 'r1', namespace: 'test' });
+    const t = setup({ metrics });
+    const ok = await t.fire();
+    await t.executor.execute(ok, { finalAttempt: true });
+    assert.equal((await t.executor.execute(ok, { finalAttempt: true })).status, 'skipped');
+
+    const failing = await t.fire();
+    t.handle(async () => {
+      throw new Error('boom');
+    });
+    await assert.rejects(t.executor.execute(failing, { finalAttempt: false }), /boom/);
+    await assert.rejects(t.executor.execute(failing, { finalAttempt: true }), /boom/);
+
+    const early = await t.fire('job', at(40));
+    const late = await t.fire('job', at(41));
+    t.handle(async (ctx) => {
+      await ctx.fence('account/1');
+    });
+    await t.executor.execute(late, { finalAttempt: true });
+    assert.equal((await t.executor.execute(early, { finalAttempt: true })).status, 'superseded');
+
+    // A second delivery of a run in hand here: nothing claimed, nothing ended.
+    const held = await t.fire();
+    const hold = gate();
+    t.handle(() => hold.promise);
+    const first = t.executor.execute(held, { finalAttempt: true });
+    assert.equal((await t.executor.execute(held, { finalAttempt: true })).status, 'busy');
+    hold.open();
+    await first;
+    const { attempts, durations } = await counted(metrics);
+    const expected = { 'job/completed': 3, 'job/skipped': 1, 'job/retrying': 1, 'job/failed': 1, 'job/superseded': 1 };
+    assert.deepEqual(attempts, expected);
+    assert.deepEqual(durations, expected, 'each counted attempt has its duration');
+  });
+
+  it('an attempt made stale by a newer claim counts stale; one the shutdown stopped counts retrying (its hand-back)', async () => {
+    const metrics = new AttemptMetrics({ replica: 'r1', namespace: 'test' });
+    const t = setup({ metrics });
+    const runId = await t.fire();
+    t.handle(async () => {
+      await t.runs.claim(runId, 'r2'); // a newer attempt elsewhere, while this one runs
+    });
+    assert.equal((await t.executor.execute(runId, { finalAttempt: true })).status, 'stale');
+    const stopped = await t.fire();
+    const shutdown = new AbortController();
+    t.handle(async (ctx) => {
+      shutdown.abort();
+      ctx.signal.throwIfAborted();
+    });
+    const result = await t.executor.execute(stopped, { finalAttempt: true, signal: shutdown.signal });
+    assert.equal(result.status, 'interrupted');
+    assert.equal(t.run(stopped).state, 'retrying');
+    assert.deepEqual((await counted(metrics)).attempts, { 'job/stale': 1, 'job/retrying': 1 });
   });
 });
