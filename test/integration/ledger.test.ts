@@ -153,7 +153,7 @@ describe('Ledger (real PostgreSQL)', () => {
     assert.equal(await ledger.runs.finish(first, 'completed'), false, 'the stale attempt is refused');
     assert.equal(await ledger.runs.finish(second, 'completed'), true);
     const again = await ledger.runs.claim(runId, 'w3');
-    assert.deepEqual(again, { status: 'finished', state: 'completed' });
+    assert.deepEqual(again, { status: 'finished', state: 'completed', job: 'c' });
     const run = await db.pool.query('SELECT state, completed_attempt, skipped_attempts FROM cw_runs WHERE id = $1', [
       runId.toString(),
     ]);
@@ -261,7 +261,7 @@ describe('Ledger (real PostgreSQL)', () => {
     });
     assert.deepEqual(r1, { status: 'committed', value: 'done' });
     // A re-delivery of a completed run is not even claimable.
-    assert.deepEqual(await ledger.runs.claim(runId, 'w2'), { status: 'finished', state: 'completed' });
+    assert.deepEqual(await ledger.runs.claim(runId, 'w2'), { status: 'finished', state: 'completed', job: 'e' });
     const effects = await db.pool.query('SELECT note FROM effects WHERE run_id = $1', [runId.toString()]);
     assert.deepEqual(effects.rows, [{ note: 'first' }]);
   });
