@@ -117,7 +117,8 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     ({ shards: this.shards, runtime: this.runtime } = this.scheduler);
     ledger.useLeaseTtl(this.ttlMs);
     schedulerLedger.useLeaseTtl(this.ttlMs);
-    this.worker = new RunWorker({ ...o, ledger, registry, delivery: this.delivery, logger });
+    const countAttempts = o.admin !== undefined;
+    this.worker = new RunWorker({ ...o, ledger, registry, delivery: this.delivery, logger, countAttempts });
   }
 
   async start(): Promise<void> {
@@ -264,7 +265,7 @@ export class Replica extends EventEmitter<ReplicaEvents> implements ReplicaView 
     return this.ledger.ping();
   }
   attemptMetrics(): Promise<string> {
-    return this.worker.metrics.text();
+    return this.worker.metrics?.text() ?? Promise.resolve('');
   }
   trigger(job: string): Promise<CommittedFire> {
     return this.shards.forJob(job).trigger(job);

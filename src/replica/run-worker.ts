@@ -20,6 +20,11 @@ export interface RunWorkerOptions {
   redis?: Redis;
   worker: ResolvedReplicaOptions['worker'];
   logger: Logger;
+  /**
+   * Count run attempts (only a replica that serves /metrics: a series per job and outcome, which
+   * with many jobs is memory the others need not hold).
+   */
+  countAttempts: boolean;
 }
 
 /**
@@ -28,16 +33,16 @@ export interface RunWorkerOptions {
  * behind the BullMQ worker that brings it deliveries and beats this worker's liveness.
  */
 export class RunWorker {
-  /** Its run attempts, counted as each ends (the admin server's /metrics shows them). */
-  readonly metrics: AttemptMetrics;
+  /** Its run attempts, counted as each ends (the admin server's /metrics shows them); see countAttempts. */
+  readonly metrics: AttemptMetrics | undefined;
   private readonly executor: RunExecutor;
   private worker: BullmqWorker | undefined;
 
   constructor(private readonly o: RunWorkerOptions) {
     const { ledger, registry, delivery } = o;
-    this.metrics = new AttemptMetrics({ replica: o.replicaId, namespace: o.namespace });
+    this.metrics = o.countAttempts ? new AttemptMetrics({ replica: o.replicaId, namespace: o.namespace }) : undefined;
     this.executor = new RunExecutor({
-      metrics: this.metrics,
+      ...(this.metrics && { metrics: this.metrics }),
       ledger: new RunLedgerBatches(ledger.runs),
       registry,
       replicaId: o.replicaId,

@@ -175,7 +175,7 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
       databaseUrl: db.url,
       redisUrl: SHARED_REDIS_URL,
       jobs: [billing, diamond, flaky, slow, approval, nudge, wide, throttled, paced],
-      admin: false,
+      admin: { port: 0 }, // its /metrics: the step attempts
       logger: pino({ level: 'silent' }),
       election: { ttlMs: 2000 },
     });
@@ -258,7 +258,7 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
     );
     assertI7(run.steps, { invoice: ['extract'], report: ['invoice'] });
     // Its step attempts in this replica's metrics, each first attempt with its hand-off.
-    const text = await replica.attemptMetrics();
+    const text = await (await fetch(`${replica.adminUrl}/metrics`)).text();
     const sample = (name: string, labels: string) => {
       const line = text
         .split('\n')
