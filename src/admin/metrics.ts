@@ -7,7 +7,7 @@ import { activeRunCounts, jobHealth, workflowRunsFinishedSince } from '../ledger
 import { lastLedgerCheck } from '../ledger/ledger-check.js';
 import type { Tables } from '../db/tables.js';
 
-/** What the metrics read of a replica: its events, identity and clock offset. */
+/** What the metrics read of a replica: its events, identity, clock offset and run-attempt counters. */
 export type MetricsSource = Pick<
   ReplicaView,
   | 'on'
@@ -43,7 +43,8 @@ export class ReplicaMetrics {
     collectDefaultMetrics({ register: this.registry });
     this.registry.setDefaultLabels({ replica: replica.replicaId, namespace: replica.namespace });
 
-    // Registered in this order so the exposition lists the families as it always has.
+    // Registered in this order so the exposition lists the families as it always has; the run
+    // attempts' four families follow them (exposition()).
     const lease = this.leaseMetrics();
     const fires = this.fireMetrics();
     const backendErrors = this.processMetrics();

@@ -23,8 +23,8 @@ const LEDGER_OUTCOME: Readonly<Record<string, string>> = {
   'unknown-job': 'retrying',
   failed: 'failed',
   retrying: 'retrying',
-  // The ledger failed the handler's call: its failure is recorded 'retrying' if the ledger answers
-  // again, and either way the run is delivered again.
+  // The ledger did not answer: the attempt ends here and its run is delivered again (its row says
+  // 'retrying' when the failure could still be recorded, else 'stale' once another claim takes it).
   unavailable: 'retrying',
 };
 
