@@ -42,7 +42,7 @@ export class RunWorker {
     const { ledger, registry, delivery } = o;
     this.metrics = o.countAttempts ? new AttemptMetrics({ replica: o.replicaId, namespace: o.namespace }) : undefined;
     this.executor = new RunExecutor({
-      ...(this.metrics && { metrics: this.metrics }),
+      metrics: this.metrics,
       ledger: new RunLedgerBatches(ledger.runs),
       registry,
       replicaId: o.replicaId,

@@ -5,6 +5,7 @@
  */
 import { after, before, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { parseExposition, sampleValue } from '../support/exposition.js';
 import { AdminServer } from '../../src/admin/server.js';
 import { ProbeServer } from '../../src/admin/probe-server.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../../src/locks/memory.js';
@@ -489,8 +490,7 @@ describe('metrics', () => {
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type') ?? '', /^text\/plain; version=0\.0\.4/);
     const samples = parseExposition(await res.text());
-    const value = (name: string, labels: Record<string, string> = {}) =>
-      samples.find((s) => s.name === name && Object.entries(labels).every(([k, v]) => s.labels[k] === v))?.value;
+    const value = (name: string, labels: Record<string, string> = {}) => sampleValue(samples, name, labels);
     assert.equal(value('cronwarden_is_leader'), 1);
     assert.ok(value('cronwarden_lease_token')! >= 1);
     assert.ok(value('cronwarden_fires_total', { job: 'tick', trigger: 'schedule' })! >= 1, 'fires carry the job');
@@ -531,29 +531,6 @@ describe('metrics', () => {
     );
   });
 });
-
-interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-
-/** A strict-enough parser of the Prometheus text format: throws on a line it cannot read. */
-function parseExposition(text: string): Sample[] {
-  const out: Sample[] = [];
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('# HELP ') || line.startsWith('# TYPE ')) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)$/.exec(line);
-    if (!m) throw new Error(`unparseable exposition line: ${line}`);
-    const labels: Record<string, string> = {};
-    for (const l of (m[3] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[l[1]!] = l[2]!;
-    const raw = m[4]!;
-    const value = raw === '+Inf' ? Infinity : raw === '-Inf' ? -Infinity : Number(raw);
-    if (Number.isNaN(value)) throw new Error(`not a number: ${line}`);
-    out.push({ name: m[1]!, labels, value });
-  }
-  return out;
-}
 
 async function waitUntil(check: () => Promise<boolean>, timeoutMs = 10_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { runDetail } from '../../src/ledger/run-reads.js';
 import { tablesIn } from '../../src/db/tables.js';
 import { EventedChild } from '../support/evented-child.js';
+import { parseExposition } from '../support/exposition.js';
 import { effectDelivery, effectsSuite } from '../support/effect-runs.js';
 import type { EffectMode } from '../fixtures/effect-job.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
@@ -91,11 +92,9 @@ describe('exactly-once effects with ctx.transaction (real PostgreSQL, Redis, chi
     child.signal('SIGUSR2');
     const { text } = (await child.waitFor((e) => e.event === 'metrics', 10_000, since)) as unknown as { text: string };
     const byOutcome = new Map<string, number>();
-    for (const line of text.split('\n')) {
-      const m = /^cronwarden_run_attempts_total\{([^}]*)\} (\S+)$/.exec(line);
-      if (!m || !m[1]!.includes('job="effect"')) continue;
-      const outcome = /outcome="([^"]+)"/.exec(m[1]!)![1]!;
-      byOutcome.set(outcome, (byOutcome.get(outcome) ?? 0) + Number(m[2]));
+    for (const { name, labels, value } of parseExposition(text)) {
+      if (name !== 'cronwarden_run_attempts_total' || labels.job !== 'effect') continue;
+      byOutcome.set(labels.outcome!, (byOutcome.get(labels.outcome!) ?? 0) + value);
     }
     return byOutcome;
   }

@@ -14,6 +14,7 @@ import { Replica } from '../../src/replica/replica.js';
 import { ACTIVE_SQL } from '../../src/ledger/run-states.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
+import { parseExposition, sampleValue } from '../support/exposition.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -258,25 +259,23 @@ describe('workflows on one replica', { timeout: 120_000 }, () => {
     );
     assertI7(run.steps, { invoice: ['extract'], report: ['invoice'] });
     // Its step attempts in this replica's metrics, each first attempt with its hand-off.
-    const text = await (await fetch(`${replica.adminUrl}/metrics`)).text();
-    const sample = (name: string, labels: string) => {
-      const line = text
-        .split('\n')
-        .find((l) => l.startsWith(`${name}{`) && labels.split(',').every((x) => l.includes(x)));
-      return Number(line?.split(' ').at(-1));
-    };
+    const samples = parseExposition(await (await fetch(`${replica.adminUrl}/metrics`)).text());
     for (const [step, n] of [
       ['extract', 1],
       ['invoice', 5],
       ['report', 1],
     ] as const)
       assert.equal(
-        sample('cronwarden_workflow_step_attempts_total', `workflow="billing",step="${step}",outcome="completed"`),
+        sampleValue(samples, 'cronwarden_workflow_step_attempts_total', {
+          workflow: 'billing',
+          step,
+          outcome: 'completed',
+        }),
         n,
         step,
       );
-    assert.equal(sample('cronwarden_workflow_step_handoff_seconds_count', 'workflow="billing"'), 7);
-    assert.ok(sample('cronwarden_workflow_step_handoff_seconds_sum', 'workflow="billing"') >= 0);
+    assert.equal(sampleValue(samples, 'cronwarden_workflow_step_handoff_seconds_count', { workflow: 'billing' }), 7);
+    assert.ok(sampleValue(samples, 'cronwarden_workflow_step_handoff_seconds_sum', { workflow: 'billing' })! >= 0);
   });
 
   it('a mapped step with a concurrency limit runs at most that many items at once; the rest wait their turn', async () => {

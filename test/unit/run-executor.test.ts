@@ -55,7 +55,7 @@ function setup(options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger; me
     publish: async (m) => {
       published.push(m);
     },
-    ...(options.metrics && { metrics: options.metrics }),
+    metrics: options.metrics,
   });
   let nextSecond = 0;
   return {
