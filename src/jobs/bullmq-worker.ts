@@ -12,6 +12,7 @@ import type { ControlMessage, RunExecutor } from './run-executor.js';
 import { handBackDelayMs } from './retry-backoff.js';
 import { RunSlots } from './run-slots.js';
 import { ClaimAhead } from './claim-ahead.js';
+import { LEND_AT_CALL_WITHIN_MS } from './slot-loan.js';
 import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
 
 /** Runs a worker holds (being claimed, waiting for a handler slot, running, being recorded) per handler slot. */
@@ -226,7 +227,15 @@ export class BullmqWorker {
     let handling = false; // this run holds a handler slot
     let lentOut = false; // its slot is lent while its ctx.transaction waits on a group commit
     let handlerDone = false;
-    let handlerStartedAt: number | undefined;
+    let heldSince: number | undefined; // since when its handler holds a slot (not while it is lent)
+    let heldMs = 0;
+    let started = false;
+    const hold = (holding: boolean) => {
+      const now = this.clock.monotonic();
+      if (heldSince !== undefined) heldMs += now - heldSince;
+      heldSince = holding ? now : undefined;
+      started ||= holding;
+    };
     let ahead = true; // it holds a place ahead of the handler slots (until it has one, or is over)
     const leaveAhead = () => {
       if (!ahead) return;
@@ -241,21 +250,24 @@ export class BullmqWorker {
         onClaimed: claimed,
         startWhen: async () => {
           handling = (await this.handlers.take(1, this.closing.signal)) === 1;
-          if (handling) handlerStartedAt = this.clock.monotonic();
+          if (handling) hold(true);
           leaveAhead();
           return handling;
         },
         onHandlerDone: () => {
           handlerDone = true;
-          if (handlerStartedAt !== undefined) this.handlerTook(this.clock.monotonic() - handlerStartedAt);
+          hold(false);
+          if (started) this.handlerTook(heldMs);
           if (handling) this.handlers.give();
           handling = false;
         },
         slotLoan: {
+          lendsAtCall: () => this.claimAhead.slotFreesWithin(LEND_AT_CALL_WITHIN_MS),
           lend: () => {
             if (!handling) return;
             handling = false;
             lentOut = true;
+            hold(false);
             this.handlers.give();
           },
           // Not given up on closing: the handler is mid-run and must get its answer to finish.
@@ -265,7 +277,10 @@ export class BullmqWorker {
             const n = await this.handlers.take(1, undefined, { ahead: true });
             // Abandoned on shutdown while its transaction was committing: its slot goes straight back.
             if (handlerDone) this.handlers.give(n);
-            else handling = n === 1;
+            else {
+              handling = n === 1;
+              if (handling) hold(true);
+            }
           },
         },
       })

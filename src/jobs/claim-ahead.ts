@@ -37,6 +37,11 @@ export class ClaimAhead {
     return this.places();
   }
 
+  /** Whether, with every slot busy, one comes free within `ms` on average (false before any handler ran). */
+  slotFreesWithin(ms: number): boolean {
+    return this.meanMs !== undefined && this.meanMs / this.slots <= ms;
+  }
+
   /** Places ahead of the handler slots, for all of them. */
   places(): number {
     if (this.meanMs === undefined) return this.min * this.slots;

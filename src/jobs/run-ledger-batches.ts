@@ -149,9 +149,10 @@ export class RunLedgerBatches {
   }
 
   /**
-   * ctx.transaction in a group commit. With `loan`, the handler's slot is lent out from the moment
-   * the group's callbacks are done until its answer, and taken back before the handler goes on (see
-   * slot-loan.ts). A run the group rolled back is redone alone here, outside the batch, once its
+   * ctx.transaction in a group commit. With `loan`, the handler's slot is lent out until the
+   * group's answer, and taken back before the handler goes on (see slot-loan.ts): from the call
+   * while the worker's slots free quickly (the group then takes one back for its callbacks), else
+   * from the moment the group's callbacks are done. A run the group rolled back is redone alone here, outside the batch, once its
    * slot is back: waiting for a slot inside a batch would hold a group open on runs that cannot start.
    */
   async completeInTransaction<T>(
@@ -170,12 +171,19 @@ export class RunLedgerBatches {
     };
     const item: GroupItem = { claim, fn, pipelined };
     const calledAt = this.clock.monotonic();
-    if (loan)
+    const lend = () => {
+      lent = true;
+      loan!.lend();
+    };
+    if (loan && !pipelined && loan.lendsAtCall()) {
+      // Lent from the call: the runs that start meanwhile join this group (a group of 10 runs at
+      // concurrency 10 became one of up to maxGroup); the callbacks run in one slot taken back.
+      lend();
+      item.slot = { takeBack, lend };
+    } else if (loan)
       item.onCallbacksDone = () => {
         // A slow group does not lend: its runs would wait about as long again for a slot to free.
-        if (this.clock.monotonic() - calledAt > LEND_WITHIN_MS) return;
-        lent = true;
-        loan.lend();
+        if (this.clock.monotonic() - calledAt <= LEND_WITHIN_MS) lend();
       };
     let outcome: GroupOutcome;
     try {

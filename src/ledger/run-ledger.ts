@@ -13,6 +13,7 @@ import { acceptedInOrder, finishStatement, type FinishRequest, type Outcome } fr
 import { queryAllByKey, type KeyedExecute } from './sql-prepared.js';
 import {
   commitGroup,
+  inLentSlot,
   commitOne,
   recordSkippedAttempt,
   type GroupItem,
@@ -132,7 +133,9 @@ export class RunLedger {
       const [item] = items;
       try {
         const { claim, fn, pipelined } = item!;
-        return [{ kind: 'done', result: await this.completeInTransaction(claim as Claim, fn, { pipelined }) }];
+        // Its callback in the slot it lent, as a group's (the check ahead of it runs without one).
+        const inSlot = (tx: pg.PoolClient) => inLentSlot(items, () => fn(tx));
+        return [{ kind: 'done', result: await this.completeInTransaction(claim as Claim, inSlot, { pipelined }) }];
       } catch (error) {
         return [{ kind: 'failed', error }];
       }

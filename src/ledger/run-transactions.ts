@@ -45,6 +45,19 @@ export interface GroupItem<T = unknown> {
    * left: the run's handler cannot go on before the group's answer (the worker lends its slot).
    */
   onCallbacksDone?: () => void;
+  /**
+   * The handler slot this run lent when it called ctx.transaction (the worker's slots were freeing
+   * quickly): the group's callbacks, which run one after another, run in one such slot, taken back
+   * before the first of them and lent again after the last. Taken before any callback has written,
+   * so waiting for it never waits on a lock of the group's own.
+   */
+  slot?: LentSlot;
+}
+
+/** A handler slot lent out while its run waits on its group (src/jobs/slot-loan.ts). */
+export interface LentSlot {
+  takeBack(): Promise<void>;
+  lend(): void;
 }
 
 /**
@@ -189,15 +202,31 @@ export async function commitGroup(pool: pg.Pool, t: Tables, items: readonly Grou
 
 type Called = { ok: true; values: unknown[] } | { ok: false; refused: Map<number, unknown> };
 
-/** The group's callbacks one after another: each sees the transaction as the earlier ones left it. */
+/**
+ * The group's callbacks one after another: each sees the transaction as the earlier ones left it.
+ * Callbacks of runs that lent their slots run in one of those slots (GroupItem.slot).
+ */
 async function callInTurn(client: pg.PoolClient, items: readonly GroupItem[]): Promise<Called> {
   const values: unknown[] = [];
   try {
-    for (const item of items) values.push(await item.fn(client));
+    await inLentSlot(items, async () => {
+      for (const item of items) values.push(await item.fn(client));
+    });
   } catch {
     return { ok: false, refused: new Map() };
   }
   return { ok: true, values };
+}
+
+/** `work` (callbacks of `items`, one after another) in a slot one of them lent (GroupItem.slot), if any. */
+export async function inLentSlot<T>(items: readonly GroupItem[], work: () => Promise<T>): Promise<T> {
+  const slot = items.find((item) => item.slot)?.slot;
+  await slot?.takeBack();
+  try {
+    return await work();
+  } finally {
+    slot?.lend();
+  }
 }
 
 /**

@@ -1,6 +1,7 @@
 /**
  * A handler slot lent while its run's ctx.transaction waits on its group's COMMIT (slot-loan.ts):
- * lent only once the group's callbacks are done, taken back before the handler goes on, and
+ * lent at the call while slots free quickly (the group's callbacks then run in one slot taken
+ * back), else once the group's callbacks are done; taken back before the handler goes on, and
  * before a callback the group rolled back is run again; through a real BullMQ worker, no more
  * than `concurrency` handlers run code at once while more runs than that are in hand. Real
  * PostgreSQL and Redis.
@@ -45,7 +46,8 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
   }
 
   /** A loan that writes what happens to it into `events`. */
-  const loanFor = (i: number, events: string[]): SlotLoan => ({
+  const loanFor = (i: number, events: string[], atCall = false): SlotLoan => ({
+    lendsAtCall: () => atCall,
     lend: () => void events.push(`lend ${i}`),
     takeBack: async () => {
       await sleep(5); // a slot that frees a little later: the answer must wait for it
@@ -103,6 +105,69 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
       await effectsOf(claims),
       claims.map((c) => ({ run_id: c.runId.toString(), n: 1 })),
     );
+  });
+
+  it('while slots free quickly, each run lends as it calls, and the group runs its callbacks in one slot taken back before the first and lent after the last', async () => {
+    const ledger = new Ledger(env.db.pool);
+    const batches = new RunLedgerBatches(ledger.runs);
+    const claims = await claimed(ledger, 4);
+    const events: string[] = [];
+    const results = await Promise.all(
+      claims.map((claim, i) =>
+        batches
+          .completeInTransaction(
+            claim,
+            async (tx) => {
+              events.push(`fn ${i}`);
+              await insertEffect(tx, claim);
+            },
+            { loan: loanFor(i, events, true) },
+          )
+          .then((r) => {
+            events.push(`answer ${i}`);
+            return r.status;
+          }),
+      ),
+    );
+    assert.deepEqual(results, ['committed', 'committed', 'committed', 'committed']);
+    assert.deepEqual(events.slice(0, 10), [
+      'lend 0',
+      'lend 1',
+      'lend 2',
+      'lend 3',
+      'back 0', // one slot for the group's callbacks, before any of them writes
+      'fn 0',
+      'fn 1',
+      'fn 2',
+      'fn 3',
+      'lend 0',
+    ]);
+    for (let i = 0; i < 4; i++)
+      assert.ok(
+        events.lastIndexOf(`back ${i}`) < events.indexOf(`answer ${i}`),
+        `run ${i} answered before its slot was back`,
+      );
+    assert.deepEqual(
+      await effectsOf(claims),
+      claims.map((c) => ({ run_id: c.runId.toString(), n: 1 })),
+    );
+  });
+
+  it('a run lent at the call and alone in its group has its slot back before its callback, and again before it answers', async () => {
+    const ledger = new Ledger(env.db.pool);
+    const batches = new RunLedgerBatches(ledger.runs);
+    const [claim] = await claimed(ledger, 1);
+    const events: string[] = [];
+    const result = await batches.completeInTransaction(
+      claim!,
+      async (tx) => {
+        events.push('fn 0');
+        await insertEffect(tx, claim!);
+      },
+      { loan: loanFor(0, events, true) },
+    );
+    assert.equal(result.status, 'committed');
+    assert.deepEqual(events, ['lend 0', 'back 0', 'fn 0', 'lend 0', 'back 0']);
   });
 
   it('a group slower than LEND_WITHIN_MS lends nothing: its runs would wait as long again for their slots', async () => {
@@ -174,70 +239,110 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
     ]);
   });
 
+  /**
+   * `runs` runs through a real BullMQ worker with `concurrency` handlers, each sleeping `beforeMs`,
+   * writing its effect in ctx.transaction, then sleeping `afterMs` (long enough to overlap others,
+   * were its slot not back). Counted: handlers in their own code at once, handlers in hand, and
+   * handlers that called ctx.transaction whose callback has not started (each holds its slot
+   * unless it lent it at the call).
+   */
+  async function throughWorker(o: { concurrency: number; runs: number; beforeMs: number; afterMs: number }) {
+    const most = { running: 0, inHand: 0, waitingForGroup: 0 };
+    const now = { running: 0, inHand: 0, waitingForGroup: 0 };
+    const add = (k: keyof typeof most, d: number) => {
+      now[k] += d;
+      most[k] = Math.max(most[k], now[k]);
+    };
+    const registry = new JobRegistry([
+      defineJob({
+        name: 'effect',
+        schedule: '0 0 1 1 *',
+        handler: async (ctx) => {
+          add('inHand', 1);
+          add('running', 1);
+          if (o.beforeMs > 0) await sleep(o.beforeMs);
+          add('running', -1);
+          add('waitingForGroup', 1);
+          await ctx.transaction(async (tx) => {
+            add('waitingForGroup', -1);
+            add('running', 1);
+            await writeEffect(tx, ctx);
+            add('running', -1);
+          });
+          add('running', 1);
+          await sleep(o.afterMs);
+          add('running', -1);
+          add('inHand', -1);
+        },
+      }),
+    ]);
+    const ledger = new Ledger(env.db.pool);
+    const namespace = `sl${randomUUID().slice(0, 8)}`;
+    const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
+    const ids: bigint[] = [];
+    for (let i = 0; i < o.runs; i++) {
+      const run = await commitTestRun(ledger, 'effect', {
+        scheduledAt: new Date(Date.UTC(2034, 0, 1, 0, slot++)),
+        trigger: 'schedule',
+      });
+      ids.push(run.runId);
+      await delivery.enqueue([run]);
+    }
+    const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
+    const worker = new BullmqWorker({
+      redisUrl: SHARED_REDIS_URL,
+      namespace,
+      executor,
+      logger,
+      concurrency: o.concurrency,
+    });
+    await worker.start();
+    const done = () => runsInState(env.db.pool, ids, 'completed');
+    try {
+      const deadline = Date.now() + 45_000;
+      while ((await done()) < o.runs && Date.now() < deadline) await sleep(50);
+    } finally {
+      await worker.close(1000);
+      await delivery.queue.obliterate({ force: true }).catch(() => undefined);
+      await delivery.close();
+    }
+    assert.equal(await done(), o.runs);
+    assert.deepEqual(await effectTally(env.db.pool, ids), { n: o.runs, runs: o.runs }, 'one effect per run');
+    assert.ok(
+      most.running <= o.concurrency,
+      `${most.running} handlers ran code at once (concurrency ${o.concurrency})`,
+    );
+    return most;
+  }
+
   it(
     'through a BullMQ worker: more runs than its concurrency in hand, never more than its concurrency running code, each effect once',
     { timeout: 60_000 },
     async () => {
-      const concurrency = 3;
-      const runs = 60;
-      let running = 0; // handlers in their own code (not waiting on their transaction's group)
-      let mostRunning = 0;
-      let inHand = 0; // handlers started and not over
-      let mostInHand = 0;
-      const enter = () => {
-        running++;
-        mostRunning = Math.max(mostRunning, running);
-      };
-      const registry = new JobRegistry([
-        defineJob({
-          name: 'effect',
-          schedule: '0 0 1 1 *',
-          handler: async (ctx) => {
-            inHand++;
-            mostInHand = Math.max(mostInHand, inHand);
-            enter();
-            await sleep(2);
-            running--;
-            await ctx.transaction(async (tx) => {
-              enter();
-              await writeEffect(tx, ctx);
-              running--;
-            });
-            enter();
-            await sleep(10); // long enough to overlap others, were the slot not back
-            running--;
-            inHand--;
-          },
-        }),
-      ]);
-      const ledger = new Ledger(env.db.pool);
-      const namespace = `sl${randomUUID().slice(0, 8)}`;
-      const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
-      const ids: bigint[] = [];
-      for (let i = 0; i < runs; i++) {
-        const run = await commitTestRun(ledger, 'effect', {
-          scheduledAt: new Date(Date.UTC(2034, 0, 1, 0, slot++)),
-          trigger: 'schedule',
-        });
-        ids.push(run.runId);
-        await delivery.enqueue([run]);
-      }
-      const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
-      const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
-      await worker.start();
-      const done = () => runsInState(env.db.pool, ids, 'completed');
-      try {
-        const deadline = Date.now() + 45_000;
-        while ((await done()) < runs && Date.now() < deadline) await sleep(50);
-      } finally {
-        await worker.close(1000);
-        await delivery.queue.obliterate({ force: true }).catch(() => undefined);
-        await delivery.close();
-      }
-      assert.equal(await done(), runs);
-      assert.deepEqual(await effectTally(env.db.pool, ids), { n: runs, runs }, 'one effect per run');
-      assert.ok(mostRunning <= concurrency, `${mostRunning} handlers ran code at once (concurrency ${concurrency})`);
-      assert.ok(mostInHand > concurrency, `slots were lent: at most ${mostInHand} handlers in hand at once`);
+      const most = await throughWorker({ concurrency: 3, runs: 60, beforeMs: 2, afterMs: 10 });
+      assert.ok(most.inHand > 3, `slots were lent: at most ${most.inHand} handlers in hand at once`);
+    },
+  );
+
+  it(
+    'through a BullMQ worker with quick handlers: slots lent at the call, so more runs than its concurrency wait on one group, never more than its concurrency running code',
+    { timeout: 60_000 },
+    async () => {
+      const most = await throughWorker({ concurrency: 3, runs: 90, beforeMs: 0, afterMs: 2 });
+      assert.ok(
+        most.waitingForGroup > 3,
+        `lent at the call: at most ${most.waitingForGroup} handlers waited on a group at once (each holding a slot, 3 at most)`,
+      );
+    },
+  );
+
+  it(
+    'through a BullMQ worker with slow handlers: slots lent only once the callbacks are done',
+    { timeout: 60_000 },
+    async () => {
+      // A handler holds its slot 200 ms: with 3 slots one frees every ~67 ms, past LEND_AT_CALL_WITHIN_MS.
+      const most = await throughWorker({ concurrency: 3, runs: 12, beforeMs: 100, afterMs: 100 });
+      assert.ok(most.waitingForGroup <= 3, `${most.waitingForGroup} handlers waited on a group at once`);
     },
   );
 });

@@ -26,4 +26,12 @@ describe('ClaimAhead', () => {
     for (let i = 0; i < 200 && places < 32; i++) places = ahead.observe(1);
     assert.equal(places, 32, 'and quick handlers bring it back');
   });
+
+  it('says whether, every slot busy, one comes free within a time: the mean hold over the slots', () => {
+    const ahead = new ClaimAhead(10, 8, 16);
+    assert.equal(ahead.slotFreesWithin(5), false, 'not before any handler has run');
+    ahead.observe(50); // 10 slots held 50 ms each: one frees every 5 ms
+    assert.equal(ahead.slotFreesWithin(5), true);
+    assert.equal(ahead.slotFreesWithin(4.9), false);
+  });
 });
