@@ -152,8 +152,9 @@ export class RunLedgerBatches {
    * ctx.transaction in a group commit. With `loan`, the handler's slot is lent out until the
    * group's answer, and taken back before the handler goes on (see slot-loan.ts): from the call
    * while the worker's slots free quickly (the group then takes one back for its callbacks), else
-   * from the moment the group's callbacks are done. A run the group rolled back is redone alone here, outside the batch, once its
-   * slot is back: waiting for a slot inside a batch would hold a group open on runs that cannot start.
+   * from the moment the group's callbacks are done. A run the group rolled back is redone alone
+   * here, outside the batch, once its slot is back: waiting for a slot inside a batch would hold a
+   * group open on runs that cannot start.
    */
   async completeInTransaction<T>(
     claim: Claim,

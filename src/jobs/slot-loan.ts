@@ -1,4 +1,11 @@
 /**
+ * A worker lends from the call while, with every slot busy, one comes free within this long on
+ * average (the mean time a handler holds its slot over the slots): a group's callbacks and a run
+ * taking its slot back wait about that.
+ */
+export const LEND_AT_CALL_WITHIN_MS = 5;
+
+/**
  * A handler slot lent out while its run waits on the ledger rather than on its handler. A
  * ctx.transaction in a group commit (run-ledger-batches.ts) waits for its group, then for the
  * group's completion and COMMIT: a few ms in which the handler cannot run any code of its own.
@@ -8,13 +15,6 @@
  * group, whose callbacks run one after another) before a group's callbacks, so no more than
  * `concurrency` handlers ever run code at once.
  */
-/**
- * A worker lends from the call while, with every slot busy, one comes free within this long on
- * average (the mean time a handler holds its slot over the slots): a group's callbacks and a run
- * taking its slot back wait about that.
- */
-export const LEND_AT_CALL_WITHIN_MS = 5;
-
 export interface SlotLoan {
   /**
    * Lend from the ctx.transaction call rather than once the group's callbacks are done: while the
