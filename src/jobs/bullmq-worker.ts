@@ -1,5 +1,5 @@
 import { setMaxListeners } from 'node:events';
-import { WaitingError, Worker, type Job } from 'bullmq';
+import { Queue, WaitingError, Worker, type Job } from 'bullmq';
 import { BackendUnavailableError, InvalidArgumentError, ShuttingDownError } from '../errors.js';
 import { settlesWithin } from '../settles-within.js';
 import { limitedWarn } from '../once-per-kind.js';
@@ -14,6 +14,7 @@ import { RunSlots } from './run-slots.js';
 import { ClaimAhead } from './claim-ahead.js';
 import { LEND_AT_CALL_WITHIN_MS } from './slot-loan.js';
 import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
+import { DeadDeliveries } from './dead-deliveries.js';
 
 /** Runs a worker holds (being claimed, waiting for a handler slot, running, being recorded) per handler slot. */
 const RUNS_IN_HAND_PER_SLOT = 16;
@@ -95,6 +96,8 @@ export class BullmqWorker {
   private readonly later = new Set<TimerHandle>();
   private readonly clock: Clock;
   private liveness: WorkerLiveness | undefined;
+  /** This worker's part in freeing dead workers' deliveries (with liveness). */
+  private deadDeliveries: { redis: Redis; queue: Queue; deliveries: DeadDeliveries } | undefined;
 
   /** Connection errors repeat during a Redis restart or failover: the first of a kind, then one a minute. */
   private readonly warn: ReturnType<typeof limitedWarn>;
@@ -144,6 +147,7 @@ export class BullmqWorker {
         logger: this.o.logger,
         freePlaces: () => Math.min(this.slots.size - this.slots.busy, this.ahead.size - this.ahead.busy),
         deliver: (runId) => this.deliverOrphan(runId),
+        deliveries: () => this.deadDeliveries?.deliveries,
       });
       await this.liveness.start();
     }
@@ -161,6 +165,17 @@ export class BullmqWorker {
       },
     );
     this.worker.on('error', (err) => this.warn(`worker:${err.message}`, { err }, 'worker error'));
+    if (this.o.liveness) this.watchDeliveries(this.worker.id, this.o.liveness.claimerLiveWithinMs);
+  }
+
+  /** Beat under this BullMQ worker's id, and sweep dead workers' deliveries (dead-deliveries.ts). */
+  private watchDeliveries(owner: string, windowMs: number): void {
+    const redis = this.connect({ maxRetriesPerRequest: 1 });
+    redis.on('error', (err) => this.warn(`deliveries:${err.message}`, { err }, 'deliveries connection error'));
+    const queue = new Queue(queueName(this.o.namespace), { connection: redis });
+    const deliveries = new DeadDeliveries({ queue, redis, owner, windowMs });
+    this.deadDeliveries = { redis, queue, deliveries };
+    void deliveries.beat().catch(() => undefined); // and again at each of the liveness beats
   }
 
   /** Runs whose handlers are running on this worker. */
@@ -413,6 +428,12 @@ export class BullmqWorker {
     }
     // Handlers are over: what this worker still holds (an outcome it could not record) is for others.
     await this.liveness?.stop();
+    if (this.deadDeliveries) {
+      const { queue, redis } = this.deadDeliveries;
+      this.deadDeliveries = undefined;
+      await settlesWithin(queue.close(), margin);
+      if (!(await settlesWithin(redis.quit(), margin))) redis.disconnect();
+    }
     if (worker) {
       const connection = worker.opts.connection as Redis;
       if (!(await settlesWithin(connection.quit(), margin))) connection.disconnect();

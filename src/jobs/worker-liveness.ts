@@ -14,6 +14,7 @@
 import type { Logger } from 'pino';
 import type { Clock, TimerHandle } from '../clock.js';
 import type { RunLedger } from '../ledger/run-ledger.js';
+import type { DeadDeliveries } from './dead-deliveries.js';
 
 export type LivenessLedger = Pick<RunLedger, 'beat' | 'forget' | 'orphans' | 'claimedBy' | 'claimerLiveWithinMs'>;
 
@@ -26,6 +27,11 @@ export interface WorkerLivenessOptions {
   freePlaces: () => number;
   /** Deliver an orphaned run here; resolves once the claim is decided: true when claimed here. */
   deliver: (runId: bigint) => Promise<boolean>;
+  /**
+   * The worker's BullMQ deliveries, beaten, swept and forgotten with its ledger row
+   * (dead-deliveries.ts): undefined until its BullMQ worker exists.
+   */
+  deliveries?: () => Pick<DeadDeliveries, 'beat' | 'sweep' | 'forget'> | undefined;
 }
 
 export class WorkerLiveness {
@@ -34,6 +40,7 @@ export class WorkerLiveness {
   private stopped = false;
   /** The runs an earlier start of this worker left running are delivered here (see above). */
   private earlierStartDone = false;
+  private sweeping = false;
 
   constructor(private readonly o: WorkerLivenessOptions) {}
 
@@ -93,9 +100,36 @@ export class WorkerLiveness {
   }
 
   private async beat(): Promise<void> {
+    // Not waited for: a Redis that does not answer must not hold up the ledger's beats.
+    void this.o
+      .deliveries?.()
+      ?.beat()
+      .catch((err: Error) => {
+        this.o.logger.warn({ err: err.message }, 'worker heartbeat in Redis failed');
+      });
     await this.o.ledger.beat(this.o.worker).catch((err: Error) => {
       this.o.logger.warn({ err: err.message }, 'worker heartbeat failed');
     });
+  }
+
+  /**
+   * Dead workers' deliveries back to the queue (dead-deliveries.ts), whatever places are free here;
+   * one sweep at a time, beside the orphan poll rather than before it (Redis may not answer).
+   */
+  private sweepDeliveries(): void {
+    if (this.sweeping) return;
+    this.sweeping = true;
+    void this.sweepOnce().finally(() => (this.sweeping = false));
+  }
+
+  private async sweepOnce(): Promise<void> {
+    try {
+      const moved = (await this.o.deliveries?.()?.sweep()) ?? 0;
+      if (moved > 0)
+        this.o.logger.warn({ deliveries: moved }, 'deliveries of a worker that stopped beating: back to the queue');
+    } catch (err) {
+      this.o.logger.warn({ err: (err as Error).message }, 'could not look for deliveries of dead workers');
+    }
   }
 
   /**
@@ -107,6 +141,7 @@ export class WorkerLiveness {
    */
   private async poll(): Promise<boolean> {
     await this.earlierStart();
+    this.sweepDeliveries();
     const free = this.o.freePlaces();
     if (free < 1 || this.stopped) return false;
     let orphans: bigint[];
@@ -129,6 +164,10 @@ export class WorkerLiveness {
     this.stopped = true;
     this.beatTimer?.cancel();
     this.pollTimer?.cancel();
+    await this.o
+      .deliveries?.()
+      ?.forget()
+      .catch(() => undefined); // left to BullMQ's lock, as before
     await this.o.ledger.forget(this.o.worker).catch((err: Error) => {
       this.o.logger.warn(
         { err: err.message },

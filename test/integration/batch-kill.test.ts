@@ -7,7 +7,9 @@
  * And a worker killed and started again under its name (a supervisor's restart) well within its
  * window, whose row never stops beating: it claims its earlier start's runs again at its start.
  * And a worker killed holding many runs claimed ahead: another takes them over as many at a time as
- * it has places for, not a few a poll.
+ * it has places for, not a few a poll. And a worker killed holding deliveries whose runs it had not
+ * claimed yet: another moves them back to the queue once the dead one's key in Redis runs out
+ * (dead-deliveries.ts), not after BullMQ's lock.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -186,6 +188,44 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         await assertEffectsOnce(runIds);
         // B's start (a few seconds), A's window (1 s), then pages of 16 places, each claimed as
         // soon as the last page's runs are done.
+        assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
+      } finally {
+        await a.kill();
+        await b?.kill();
+        await close();
+      }
+    },
+  );
+  it(
+    "a dead worker's deliveries it had not claimed all of go back to the queue after its liveness window, not its lock; each run once with its effect once",
+    { timeout: 90_000 },
+    async () => {
+      const namespace = `bk${randomUUID().slice(0, 8)}`;
+      const { deliverMany, delivery, close } = effectDelivery(env, namespace);
+      const base = settings(namespace, LIVENESS_MS);
+      // A: 1 handler slot, runs working 1 s, 8 claimed ahead: of two deliveries of 10, 9 runs claimed
+      // and 11 not, both deliveries active (locked by A for LOCK_MS).
+      const runs = 20;
+      const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}`, concurrency: 1 });
+      let b: EventedChild | undefined;
+      try {
+        await a.waitFor((e) => e.event === 'ready', 20_000);
+        const runIds = await deliverMany(runs, new Date(Date.UTC(2030, 0, 1)));
+        for (let t = Date.now() + 20_000; Date.now() < t;) {
+          if ((await runsInState(env.db.pool, runIds, 'running')) === 9) break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
+        assert.equal(await runsInState(env.db.pool, runIds, 'running'), 9, 'A claimed 1 running and 8 ahead');
+        assert.equal(await delivery.queue.getActiveCount(), 2, "A holds both deliveries, one's runs unclaimed");
+        const killedAt = Date.now();
+        a.signal('SIGKILL');
+        await a.exited;
+        b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` });
+        const done = await completedBefore(runIds, killedAt + 60_000);
+        const settledMs = Date.now() - killedAt;
+        assert.equal(done, runs, `every run completed (${done} of ${runs}) ${settledMs} ms after the kill`);
+        await assertEffectsOnce(runIds);
+        // B's start (a few seconds), A's window (1 s), a poll: far from BullMQ's 60 s lock.
         assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
       } finally {
         await a.kill();
