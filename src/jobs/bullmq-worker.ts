@@ -429,8 +429,10 @@ export class BullmqWorker {
     // Handlers are over: what this worker still holds (an outcome it could not record) is for others.
     await this.liveness?.stop();
     if (this.deadDeliveries) {
-      const { queue, redis } = this.deadDeliveries;
+      const { queue, redis, deliveries } = this.deadDeliveries;
       this.deadDeliveries = undefined;
+      // Delisted: what it still holds (none after a clean close) is BullMQ's lock's, as before.
+      await settlesWithin(deliveries.forget(), margin);
       await settlesWithin(queue.close(), margin);
       if (!(await settlesWithin(redis.quit(), margin))) redis.disconnect();
     }

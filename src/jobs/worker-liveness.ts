@@ -10,6 +10,9 @@
  * finds its row still beating: no other worker sees its earlier start's runs as orphans. So at its
  * start, before it takes any delivery, a worker claims again what the ledger says is running for
  * it: nothing of this start can be, so it is an earlier start's.
+ *
+ * A dead worker's deliveries with runs it had not claimed yet are not in the ledger's hands: each
+ * poll also moves them back to the queue once their owner's key in Redis ran out (dead-deliveries.ts).
  */
 import type { Logger } from 'pino';
 import type { Clock, TimerHandle } from '../clock.js';
@@ -28,10 +31,10 @@ export interface WorkerLivenessOptions {
   /** Deliver an orphaned run here; resolves once the claim is decided: true when claimed here. */
   deliver: (runId: bigint) => Promise<boolean>;
   /**
-   * The worker's BullMQ deliveries, beaten, swept and forgotten with its ledger row
+   * The worker's BullMQ deliveries, beaten with its ledger row and swept at each poll
    * (dead-deliveries.ts): undefined until its BullMQ worker exists.
    */
-  deliveries?: () => Pick<DeadDeliveries, 'beat' | 'sweep' | 'forget'> | undefined;
+  deliveries?: () => Pick<DeadDeliveries, 'beat' | 'sweep'> | undefined;
 }
 
 export class WorkerLiveness {
@@ -128,7 +131,8 @@ export class WorkerLiveness {
       if (moved > 0)
         this.o.logger.warn({ deliveries: moved }, 'deliveries of a worker that stopped beating: back to the queue');
     } catch (err) {
-      this.o.logger.warn({ err: (err as Error).message }, 'could not look for deliveries of dead workers');
+      if (!this.stopped)
+        this.o.logger.warn({ err: (err as Error).message }, 'could not look for deliveries of dead workers');
     }
   }
 
@@ -164,10 +168,6 @@ export class WorkerLiveness {
     this.stopped = true;
     this.beatTimer?.cancel();
     this.pollTimer?.cancel();
-    await this.o
-      .deliveries?.()
-      ?.forget()
-      .catch(() => undefined); // left to BullMQ's lock, as before
     await this.o.ledger.forget(this.o.worker).catch((err: Error) => {
       this.o.logger.warn(
         { err: err.message },

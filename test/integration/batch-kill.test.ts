@@ -63,6 +63,40 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     return effects.rows;
   }
 
+  /** Polls (up to 20 s) until `n` runs of `runIds` are running; fails if they are not. */
+  async function untilRunning(runIds: bigint[], n: number, what: string): Promise<void> {
+    for (let t = Date.now() + 20_000; Date.now() < t;) {
+      if ((await runsInState(env.db.pool, runIds, 'running')) === n) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.equal(await runsInState(env.db.pool, runIds, 'running'), n, what);
+  }
+
+  /**
+   * Kill `a`, start the other worker (`started` keeps it for the test's cleanup), and wait up to 60 s
+   * for every run: each completed with its effect once. The ms from the kill until then.
+   */
+  async function killThenTakeOver(
+    a: EventedChild,
+    start: () => EventedChild,
+    started: { b?: EventedChild },
+    runIds: bigint[],
+  ): Promise<number> {
+    const killedAt = Date.now();
+    a.signal('SIGKILL');
+    await a.exited;
+    started.b = start();
+    const done = await completedBefore(runIds, killedAt + 60_000);
+    const settledMs = Date.now() - killedAt;
+    assert.equal(
+      done,
+      runIds.length,
+      `every run completed (${done} of ${runIds.length}) ${settledMs} ms after the kill`,
+    );
+    await assertEffectsOnce(runIds);
+    return settledMs;
+  }
+
   for (const pipelined of [false, true])
     it(
       `every run of the batch ends once, with its effect once; the dead worker's runs are taken over after its liveness window${pipelined ? ' (pipelined ctx.transaction)' : ''}`,
@@ -167,35 +201,30 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       // A: 10 handler slots, each run working 1 s: 10 running and 8 a slot claimed ahead, 90 in all.
       const held = 90;
       const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
-      let b: EventedChild | undefined;
+      const started: { b?: EventedChild } = {};
       try {
         await a.waitFor((e) => e.event === 'ready', 20_000);
         const runIds = await deliverMany(held, new Date(Date.UTC(2029, 0, 1)));
-        for (let t = Date.now() + 20_000; Date.now() < t;) {
-          if ((await runsInState(env.db.pool, runIds, 'running')) === held) break;
-          await new Promise((r) => setTimeout(r, 20));
-        }
-        assert.equal(await runsInState(env.db.pool, runIds, 'running'), held, 'A claimed every run');
-        const killedAt = Date.now();
-        a.signal('SIGKILL');
-        await a.exited;
+        await untilRunning(runIds, held, 'A claimed every run');
         // B: 2 handler slots. Taking orphans a free handler slot at a time, a poll each half second
         // (the window's half), it would need 90 / 2 × 0.5 s = 22.5 s after the window ends.
-        b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}`, concurrency: 2 });
-        const done = await completedBefore(runIds, killedAt + 60_000);
-        const settledMs = Date.now() - killedAt;
-        assert.equal(done, held, `every run completed (${done} of ${held}) ${settledMs} ms after the kill`);
-        await assertEffectsOnce(runIds);
+        const settledMs = await killThenTakeOver(
+          a,
+          () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}`, concurrency: 2 }),
+          started,
+          runIds,
+        );
         // B's start (a few seconds), A's window (1 s), then pages of 16 places, each claimed as
         // soon as the last page's runs are done.
         assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
       } finally {
         await a.kill();
-        await b?.kill();
+        await started.b?.kill();
         await close();
       }
     },
   );
+
   it(
     "a dead worker's deliveries it had not claimed all of go back to the queue after its liveness window, not its lock; each run once with its effect once",
     { timeout: 90_000 },
@@ -205,31 +234,24 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       const base = settings(namespace, LIVENESS_MS);
       // A: 1 handler slot, runs working 1 s, 8 claimed ahead: of two deliveries of 10, 9 runs claimed
       // and 11 not, both deliveries active (locked by A for LOCK_MS).
-      const runs = 20;
       const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}`, concurrency: 1 });
-      let b: EventedChild | undefined;
+      const started: { b?: EventedChild } = {};
       try {
         await a.waitFor((e) => e.event === 'ready', 20_000);
-        const runIds = await deliverMany(runs, new Date(Date.UTC(2030, 0, 1)));
-        for (let t = Date.now() + 20_000; Date.now() < t;) {
-          if ((await runsInState(env.db.pool, runIds, 'running')) === 9) break;
-          await new Promise((r) => setTimeout(r, 20));
-        }
-        assert.equal(await runsInState(env.db.pool, runIds, 'running'), 9, 'A claimed 1 running and 8 ahead');
+        const runIds = await deliverMany(20, new Date(Date.UTC(2030, 0, 1)));
+        await untilRunning(runIds, 9, 'A claimed 1 running and 8 ahead');
         assert.equal(await delivery.queue.getActiveCount(), 2, "A holds both deliveries, one's runs unclaimed");
-        const killedAt = Date.now();
-        a.signal('SIGKILL');
-        await a.exited;
-        b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` });
-        const done = await completedBefore(runIds, killedAt + 60_000);
-        const settledMs = Date.now() - killedAt;
-        assert.equal(done, runs, `every run completed (${done} of ${runs}) ${settledMs} ms after the kill`);
-        await assertEffectsOnce(runIds);
+        const settledMs = await killThenTakeOver(
+          a,
+          () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
+          started,
+          runIds,
+        );
         // B's start (a few seconds), A's window (1 s), a poll: far from BullMQ's 60 s lock.
         assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
       } finally {
         await a.kill();
-        await b?.kill();
+        await started.b?.kill();
         await close();
       }
     },
