@@ -73,28 +73,29 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
   }
 
   /**
-   * Kill `a`, start the other worker (`started` keeps it for the test's cleanup), and wait up to 60 s
-   * for every run: each completed with its effect once. The ms from the kill until then.
+   * Kill `a`, start the worker that takes over (`started` keeps it for the test's cleanup), and wait
+   * up to `withinMs` from the kill for every run: each completed with its effect once. The ms from
+   * the kill until then, and the effects by run.
    */
   async function killThenTakeOver(
     a: EventedChild,
     start: () => EventedChild,
     started: { b?: EventedChild },
     runIds: bigint[],
-  ): Promise<number> {
+    withinMs = 60_000,
+  ): Promise<{ settledMs: number; effects: Awaited<ReturnType<typeof assertEffectsOnce>> }> {
     const killedAt = Date.now();
     a.signal('SIGKILL');
     await a.exited;
     started.b = start();
-    const done = await completedBefore(runIds, killedAt + 60_000);
+    const done = await completedBefore(runIds, killedAt + withinMs);
     const settledMs = Date.now() - killedAt;
     assert.equal(
       done,
       runIds.length,
       `every run completed (${done} of ${runIds.length}) ${settledMs} ms after the kill`,
     );
-    await assertEffectsOnce(runIds);
-    return settledMs;
+    return { settledMs, effects: await assertEffectsOnce(runIds) };
   }
 
   for (const pipelined of [false, true])
@@ -106,7 +107,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         const { deliverMany, close } = effectDelivery(env, namespace);
         const base = { ...settings(namespace, LIVENESS_MS), pipelined };
         const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
-        let b: EventedChild | undefined;
+        const started: { b?: EventedChild } = {};
         try {
           await a.waitFor((e) => e.event === 'ready', 20_000);
           // Slots of their own in each round: the two share a ledger, whose runs are unique per slot.
@@ -114,16 +115,14 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
           // The first handlers commit after 1 s; kill A as the first commits: the rest of that wave is
           // inside its transaction, more runs are claimed and waiting for a slot, more not claimed yet.
           await a.waitFor((e) => e.event === 'committed', 20_000);
-          const killedAt = Date.now();
-          a.signal('SIGKILL');
-          await a.exited;
+          const { settledMs, effects } = await killThenTakeOver(
+            a,
+            () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
+            started,
+            runIds,
+          );
           const committedByA = a.events.filter((e) => e.event === 'committed').length;
-          b = EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` });
           const ids = runIds.map(String);
-          const done = await completedBefore(runIds, Date.now() + 60_000);
-          const settledMs = Date.now() - killedAt;
-          assert.equal(done, RUNS, `every run completed (${done} of ${RUNS})`);
-          const effects = await assertEffectsOnce(runIds);
           const byA = effects.filter((r) => r.attempt === 1).length;
           assert.ok(byA >= committedByA && byA < RUNS, `A committed ${byA} before it died, B the other ${RUNS - byA}`);
           const attempts = await env.db.pool.query<{ worker: string; state: string; error: string | null }>(
@@ -142,7 +141,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
           assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
         } finally {
           await a.kill();
-          await b?.kill();
+          await started.b?.kill();
           await close();
         }
       },
@@ -158,20 +157,19 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       // A window longer than the test's wait: no other worker could see A's runs as orphans.
       const base = { ...settings(namespace, LOCK_MS), name };
       const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow' });
-      let again: EventedChild | undefined;
+      const started: { b?: EventedChild } = {};
       try {
         await a.waitFor((e) => e.event === 'ready', 20_000);
         const runIds = await deliverMany(RUNS, new Date(Date.UTC(2028, 0, 1)));
         await a.waitFor((e) => e.event === 'committed', 20_000);
-        const killedAt = Date.now();
-        a.signal('SIGKILL');
-        await a.exited;
-        again = EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' });
-        const done = await completedBefore(runIds, killedAt + 30_000);
-        const settledMs = Date.now() - killedAt;
-        assert.equal(done, RUNS, `every run completed (${done} of ${RUNS}) ${settledMs} ms after the kill`);
+        const { settledMs } = await killThenTakeOver(
+          a,
+          () => EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' }),
+          started,
+          runIds,
+          30_000,
+        );
         const ids = runIds.map(String);
-        await assertEffectsOnce(runIds);
         const stale = await env.db.pool.query<{ worker: string; error: string | null }>(
           "SELECT worker, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[]) AND state = 'stale'",
           [ids],
@@ -185,7 +183,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
       } finally {
         await a.kill();
-        await again?.kill();
+        await started.b?.kill();
         await close();
       }
     },
@@ -208,7 +206,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         await untilRunning(runIds, held, 'A claimed every run');
         // B: 2 handler slots. Taking orphans a free handler slot at a time, a poll each half second
         // (the window's half), it would need 90 / 2 × 0.5 s = 22.5 s after the window ends.
-        const settledMs = await killThenTakeOver(
+        const { settledMs } = await killThenTakeOver(
           a,
           () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}`, concurrency: 2 }),
           started,
@@ -241,7 +239,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         const runIds = await deliverMany(20, new Date(Date.UTC(2030, 0, 1)));
         await untilRunning(runIds, 9, 'A claimed 1 running and 8 ahead');
         assert.equal(await delivery.queue.getActiveCount(), 2, "A holds both deliveries, one's runs unclaimed");
-        const settledMs = await killThenTakeOver(
+        const { settledMs } = await killThenTakeOver(
           a,
           () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
           started,
