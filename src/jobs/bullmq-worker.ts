@@ -11,6 +11,7 @@ import { DEFAULT_DELIVERY_BATCH, type RunJobData } from './bullmq-delivery.js';
 import type { ControlMessage, RunExecutor } from './run-executor.js';
 import { handBackDelayMs } from './retry-backoff.js';
 import { RunSlots } from './run-slots.js';
+import { unwatchAbort, watchAbort } from './abort-watch.js';
 import { ClaimAhead } from './claim-ahead.js';
 import { LEND_AT_CALL_WITHIN_MS } from './slot-loan.js';
 import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
@@ -21,10 +22,11 @@ const RUNS_IN_HAND_PER_SLOT = 16;
 
 /**
  * Of those, runs claimed (or being claimed) ahead of a handler slot, per handler slot, at least:
- * how far a worker claims ahead of what it runs while its handlers are slow (claim-ahead.ts), so a
- * replica with slow handlers does not sit on runs another could start. With quick handlers, up to
- * every place in hand. Runs being recorded do not count, so the next claims commit while the last
- * outcomes are recorded.
+ * how far a worker claims ahead of what it runs before its first handlers have run, and at most
+ * while they are slow (claim-ahead.ts); then a delivery's runs are claimed only for handler slots
+ * free at once, so a replica with slow handlers does not sit on runs another could start. With
+ * quick handlers, up to every place in hand. Runs being recorded do not count, so the next claims
+ * commit while the last outcomes are recorded.
  */
 const RUNS_AHEAD_PER_SLOT = 8;
 
@@ -92,6 +94,10 @@ export class BullmqWorker {
   private readonly abandon = new AbortController();
   /** Runs claimed (or being claimed) here whose handlers have not settled. */
   private readonly active = new Set<Promise<void>>();
+  /** BullMQ's lock on a delivery (lockDurationMs). */
+  private readonly lockMs: number;
+  /** Handler slots lent out (slot-loan.ts): free, but each promised back to its run. */
+  private lent = 0;
   /** Deliveries put off here while the ledger was unreachable. */
   private readonly later = new Set<TimerHandle>();
   private readonly clock: Clock;
@@ -104,6 +110,7 @@ export class BullmqWorker {
 
   constructor(private readonly o: BullmqWorkerOptions) {
     this.clock = o.clock ?? systemClock;
+    this.lockMs = o.lockDurationMs ?? 30_000;
     this.warn = limitedWarn(o.logger, () => this.clock.monotonic());
     const concurrency = o.concurrency ?? 10;
     this.handlers = new RunSlots(concurrency);
@@ -151,15 +158,14 @@ export class BullmqWorker {
       });
       await this.liveness.start();
     }
-    const lockDuration = this.o.lockDurationMs ?? 30_000;
     this.worker = new Worker<RunJobData, { runs: number }>(
       queueName(this.o.namespace),
       (job: Job<RunJobData, { runs: number }>, token?: string) => this.process(job, token),
       {
         connection: this.connect({ maxRetriesPerRequest: null }),
         concurrency: this.deliveriesInHand(),
-        lockDuration,
-        stalledInterval: this.o.stalledIntervalMs ?? Math.max(500, Math.floor(lockDuration / 2)),
+        lockDuration: this.lockMs,
+        stalledInterval: this.o.stalledIntervalMs ?? Math.max(500, Math.floor(this.lockMs / 2)),
         // A killed or paused worker's delivery is made again; the ledger makes the repeat harmless.
         maxStalledCount: 10,
       },
@@ -183,35 +189,47 @@ export class BullmqWorker {
     return this.handlers.busy;
   }
 
-  /** Deliveries in hand: enough batches to fill the places ahead, and one more fetched ahead. */
+  /**
+   * Deliveries in hand: enough batches to fill the places ahead, and one more fetched ahead. One
+   * while handlers are slow: its runs that cannot start go back to the queue (process), and the
+   * next is fetched once a handler slot is free for it.
+   */
   private deliveriesInHand(): number {
+    if (this.claimAhead.handsBack()) return 1;
     return Math.max(2, Math.ceil(this.ahead.size / (this.o.deliveryBatch ?? DEFAULT_DELIVERY_BATCH)) + 1);
   }
 
   /** A handler held its slot `ms`: claim further ahead, or less far, from now on. */
   private handlerTook(ms: number): void {
     const places = this.claimAhead.observe(ms);
-    if (places === this.ahead.size) return;
-    this.ahead.resize(places);
-    if (this.worker) this.worker.concurrency = this.deliveriesInHand();
+    if (places !== this.ahead.size) this.ahead.resize(places);
+    const inHand = this.deliveriesInHand();
+    if (this.worker && this.worker.concurrency !== inHand) this.worker.concurrency = inHand;
   }
 
   /**
    * One delivery: claim its runs as slots come free and start their handlers. Done once every run
-   * is claimed (or found done or held by another live attempt). Closing, the runs not claimed yet
-   * go back to the front of the wait list (Job.moveToWait; WaitingError tells BullMQ the delivery
-   * is neither completed nor failed) for another replica.
+   * is claimed (or found done or held by another live attempt). Closing, or while handlers are slow
+   * (ClaimAhead.handsBack) with no handler slot free for them, the runs not claimed yet go back to
+   * the front of the wait list (Job.moveToWait; WaitingError tells BullMQ the delivery is neither
+   * completed nor failed) for another replica; a slow worker then waits for a free handler slot
+   * before it fetches again (found from outside: with handlers working 1 s, runs waited 1-4 s in
+   * one replica's deliveries while others had free slots).
    */
   private async process(job: Job<RunJobData, { runs: number }>, token: string | undefined): Promise<{ runs: number }> {
     const ids = job.data.runIds ?? [job.data.runId];
     const traceparents = job.data.traceparents ?? [job.data.traceparent ?? null];
     const claims: Promise<boolean>[] = [];
+    const fetchedAt = this.clock.monotonic();
     let next = 0;
     while (next < ids.length) {
-      const n = this.closing.signal.aborted ? 0 : await this.takeInHand(ids.length - next);
+      const n = this.closing.signal.aborted ? 0 : await this.takeForDelivery(ids.length - next);
       if (n === 0) {
         await Promise.all(claims);
         await this.handBack(job, token, ids.slice(next), traceparents.slice(next));
+        // Done before BullMQ would renew the lock the delivery no longer has (its renewal looks at
+        // deliveries held over a quarter of the lock).
+        await this.untilStartable(fetchedAt + this.lockMs / 5 - this.clock.monotonic());
         throw new WaitingError();
       }
       for (let k = 0; k < n; k++, next++) {
@@ -220,6 +238,44 @@ export class BullmqWorker {
     }
     await Promise.all(claims);
     return { runs: ids.length };
+  }
+
+  /**
+   * Places for a delivery's next runs: as takeInHand, but while handlers are slow only for runs
+   * that start at once, and 0 (nothing taken) when none would.
+   */
+  private takeForDelivery(want: number): Promise<number> {
+    if (!this.claimAhead.handsBack()) return this.takeInHand(want);
+    const n = Math.min(want, this.startable());
+    return n > 0 ? this.takeInHand(n) : Promise.resolve(0);
+  }
+
+  /** Runs that would have a handler slot at once: free slots not promised (to runs ahead, or lent). */
+  private startable(): number {
+    return this.handlers.size - this.handlers.busy - this.ahead.busy - this.lent;
+  }
+
+  /** Waits until a run would have a handler slot at once, at most `maxMs`; not at all once closing. */
+  private async untilStartable(maxMs: number): Promise<void> {
+    if (maxMs <= 0) return;
+    const stop = new AbortController();
+    const timer = this.clock.setTimer(() => stop.abort(), maxMs);
+    const onClosing = () => stop.abort();
+    watchAbort(this.closing.signal, onClosing);
+    try {
+      while (!stop.signal.aborted && this.startable() <= 0) {
+        // Either semaphore's change ends the turn; the other's watcher is let go with it.
+        const turn = new AbortController();
+        const endTurn = () => turn.abort();
+        watchAbort(stop.signal, endTurn);
+        await Promise.race([this.handlers.nextChange(turn.signal), this.ahead.nextChange(turn.signal)]);
+        turn.abort();
+        unwatchAbort(stop.signal, endTurn);
+      }
+    } finally {
+      timer.cancel();
+      unwatchAbort(this.closing.signal, onClosing);
+    }
   }
 
   /**
@@ -282,6 +338,7 @@ export class BullmqWorker {
             if (!handling) return;
             handling = false;
             lentOut = true;
+            this.lent++;
             hold(false);
             this.handlers.give();
           },
@@ -289,6 +346,7 @@ export class BullmqWorker {
           takeBack: async () => {
             if (!lentOut) return;
             lentOut = false;
+            this.lent--;
             const n = await this.handlers.take(1, undefined, { ahead: true });
             // Abandoned on shutdown while its transaction was committing: its slot goes straight back.
             if (handlerDone) this.handlers.give(n);
@@ -316,6 +374,8 @@ export class BullmqWorker {
       .finally(() => {
         claimed(false); // no-op once the claim was decided
         if (handling) this.handlers.give();
+        if (lentOut) this.lent--; // never taken back: not promised any more
+        lentOut = false;
         leaveAhead();
         this.slots.give();
         this.active.delete(run);

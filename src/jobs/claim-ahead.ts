@@ -6,7 +6,9 @@
  * claimed here waits here: a replica with slow handlers must not sit on runs another replica could
  * start, nor strand many of them should it die. So a worker claims up to `max` runs a slot ahead
  * while runs ahead would still wait no longer than WAIT_AHEAD_MS for a slot (quick handlers), and
- * `min` a slot otherwise (and before any handler has run).
+ * `min` a slot otherwise (and before any handler has run). Once handlers are known to be slow, a
+ * worker claims a delivery's runs only for handler slots free at once and hands the rest back to
+ * the queue (handsBack; bullmq-worker.ts).
  *
  * Measured against a fixed 8 a slot, compiled, in turn (two pairs each, load 1.5-2.2): run-path
  * empty 13,644-13,865 runs/s against 11,625-11,781 (1.18x), CPU a run 0.099-0.102 ms against
@@ -40,6 +42,15 @@ export class ClaimAhead {
   /** Whether, with every slot busy, one comes free within `ms` on average (false before any handler ran). */
   slotFreesWithin(ms: number): boolean {
     return this.meanMs !== undefined && this.meanMs / this.slots <= ms;
+  }
+
+  /**
+   * Whether a run that cannot start at once goes back to the queue rather than wait here: once
+   * handlers are known to be slow (a slot frees less often than every WAIT_AHEAD_MS), a run waiting
+   * here waits longer than one another replica with a free slot would start at once.
+   */
+  handsBack(): boolean {
+    return this.meanMs !== undefined && !this.slotFreesWithin(WAIT_AHEAD_MS);
   }
 
   /** Places ahead of the handler slots, for all of them. */

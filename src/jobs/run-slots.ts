@@ -12,6 +12,8 @@ export class RunSlots {
   private free: number;
   private count: number;
   private readonly waiting: { want: number; ahead: boolean; grant: (n: number) => void }[] = [];
+  /** Called at the next give or resize (nextChange). */
+  private readonly watchers = new Set<() => void>();
 
   constructor(size: number) {
     this.count = checkedSize(size);
@@ -76,6 +78,20 @@ export class RunSlots {
       const next = this.waiting.shift()!;
       next.grant(this.grant(next.want));
     }
+    if (this.watchers.size > 0) for (const w of [...this.watchers]) w();
+  }
+
+  /** Resolves at the next give or resize, or once `signal` aborts (at once if it has). */
+  nextChange(signal: AbortSignal): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        this.watchers.delete(done);
+        unwatchAbort(signal, done);
+        resolve();
+      };
+      this.watchers.add(done);
+      watchAbort(signal, done);
+    });
   }
 
   private grant(want: number): number {

@@ -1,9 +1,9 @@
 /**
- * How far a worker claims ahead of its handler slots: with every handler slot busy, it holds
- * 8 claimed runs a slot waiting (RUNS_AHEAD_PER_SLOT) and no more while its handlers are slow (or
- * before any has run), however many more places in hand it has for runs being recorded, so a
- * replica with slow handlers does not sit on runs another replica could start; after quick
- * handlers, more, up to every place in hand (claim-ahead.ts). Real PostgreSQL, Redis and BullMQ.
+ * How far a worker claims ahead of its handler slots: with every handler slot busy before any
+ * handler has ended, it holds 8 claimed runs a slot waiting (RUNS_AHEAD_PER_SLOT) and no more,
+ * however many more places in hand it has for runs being recorded; after quick handlers, more, up
+ * to every place in hand (claim-ahead.ts). After slow handlers, none waits
+ * (slow-hand-back.test.ts). Real PostgreSQL, Redis and BullMQ.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -90,7 +90,7 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
   }
 
   it(
-    'slow handlers: the slots busy and 8 runs a slot claimed ahead, no more; then each run once',
+    'handlers not ended yet: the slots busy and 8 runs a slot claimed ahead, no more; then each run once',
     { timeout: 60_000 },
     async () => {
       const r = await claimedWhileBusy(60, 0);

@@ -34,4 +34,14 @@ describe('ClaimAhead', () => {
     assert.equal(ahead.slotFreesWithin(5), true);
     assert.equal(ahead.slotFreesWithin(4.9), false);
   });
+
+  it('hands runs that cannot start back once a slot frees less often than every WAIT_AHEAD_MS', () => {
+    const ahead = new ClaimAhead(10, 8, 16);
+    assert.equal(ahead.handsBack(), false, 'not before any handler has run');
+    ahead.observe(WAIT_AHEAD_MS * 10); // one slot of 10 frees every WAIT_AHEAD_MS: still quick enough
+    assert.equal(ahead.handsBack(), false);
+    const slow = new ClaimAhead(10, 8, 16);
+    slow.observe(WAIT_AHEAD_MS * 10 + 10);
+    assert.equal(slow.handsBack(), true);
+  });
 });

@@ -56,3 +56,28 @@ describe('RunSlots.resize', () => {
     assert.throws(() => slots.resize(0), RangeError);
   });
 });
+
+describe('RunSlots.nextChange', () => {
+  it('resolves at the next give or resize, or when its signal aborts, and not before', async () => {
+    const slots = new RunSlots(2);
+    await slots.take(2);
+    const stop = new AbortController();
+    let changed = 0;
+    const watch = () => void slots.nextChange(stop.signal).then(() => changed++);
+    watch();
+    await new Promise((r) => setImmediate(r));
+    assert.equal(changed, 0, 'nothing given yet');
+    slots.give(1);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(changed, 1, 'a give');
+    watch();
+    slots.resize(3);
+    await new Promise((r) => setImmediate(r));
+    assert.equal(changed, 2, 'a resize');
+    watch();
+    stop.abort();
+    await new Promise((r) => setImmediate(r));
+    assert.equal(changed, 3, 'its signal aborted');
+    await slots.nextChange(stop.signal); // already aborted: at once
+  });
+});
