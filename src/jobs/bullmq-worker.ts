@@ -256,26 +256,23 @@ export class BullmqWorker {
   }
 
   /** Waits until a run would have a handler slot at once, at most `maxMs`; not at all once closing. */
-  private async untilStartable(maxMs: number): Promise<void> {
-    if (maxMs <= 0) return;
-    const stop = new AbortController();
-    const timer = this.clock.setTimer(() => stop.abort(), maxMs);
-    const onClosing = () => stop.abort();
-    watchAbort(this.closing.signal, onClosing);
-    try {
-      while (!stop.signal.aborted && this.startable() <= 0) {
-        // Either semaphore's change ends the turn; the other's watcher is let go with it.
-        const turn = new AbortController();
-        const endTurn = () => turn.abort();
-        watchAbort(stop.signal, endTurn);
-        await Promise.race([this.handlers.nextChange(turn.signal), this.ahead.nextChange(turn.signal)]);
-        turn.abort();
-        unwatchAbort(stop.signal, endTurn);
-      }
-    } finally {
-      timer.cancel();
-      unwatchAbort(this.closing.signal, onClosing);
-    }
+  private untilStartable(maxMs: number): Promise<void> {
+    if (maxMs <= 0 || this.closing.signal.aborted || this.startable() > 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const check = () => {
+        if (this.startable() > 0) done();
+      };
+      // A run given up frees a place ahead only; one ended, a handler slot.
+      const unwatch = [this.handlers.watch(check), this.ahead.watch(check)];
+      const timer = this.clock.setTimer(() => done(), maxMs);
+      const done = () => {
+        for (const stop of unwatch) stop();
+        timer.cancel();
+        unwatchAbort(this.closing.signal, done);
+        resolve();
+      };
+      watchAbort(this.closing.signal, done);
+    });
   }
 
   /**

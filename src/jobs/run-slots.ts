@@ -12,7 +12,7 @@ export class RunSlots {
   private free: number;
   private count: number;
   private readonly waiting: { want: number; ahead: boolean; grant: (n: number) => void }[] = [];
-  /** Called at the next give or resize (nextChange). */
+  /** Called at every give or resize (watch). */
   private readonly watchers = new Set<() => void>();
 
   constructor(size: number) {
@@ -81,17 +81,10 @@ export class RunSlots {
     if (this.watchers.size > 0) for (const w of [...this.watchers]) w();
   }
 
-  /** Resolves at the next give or resize, or once `signal` aborts (at once if it has). */
-  nextChange(signal: AbortSignal): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        this.watchers.delete(done);
-        unwatchAbort(signal, done);
-        resolve();
-      };
-      this.watchers.add(done);
-      watchAbort(signal, done);
-    });
+  /** Call `listener` at every give or resize until the function returned is called. */
+  watch(listener: () => void): () => void {
+    this.watchers.add(listener);
+    return () => this.watchers.delete(listener);
   }
 
   private grant(want: number): number {

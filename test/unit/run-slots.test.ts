@@ -57,27 +57,20 @@ describe('RunSlots.resize', () => {
   });
 });
 
-describe('RunSlots.nextChange', () => {
-  it('resolves at the next give or resize, or when its signal aborts, and not before', async () => {
+describe('RunSlots.watch', () => {
+  it('calls its listener at every give or resize, not before, and no more once unwatched', async () => {
     const slots = new RunSlots(2);
     await slots.take(2);
-    const stop = new AbortController();
     let changed = 0;
-    const watch = () => void slots.nextChange(stop.signal).then(() => changed++);
-    watch();
-    await new Promise((r) => setImmediate(r));
+    const unwatch = slots.watch(() => changed++);
+    assert.equal(await slots.take(1, AbortSignal.abort()), 0, 'a take that gets nothing');
     assert.equal(changed, 0, 'nothing given yet');
     slots.give(1);
-    await new Promise((r) => setImmediate(r));
     assert.equal(changed, 1, 'a give');
-    watch();
     slots.resize(3);
-    await new Promise((r) => setImmediate(r));
     assert.equal(changed, 2, 'a resize');
-    watch();
-    stop.abort();
-    await new Promise((r) => setImmediate(r));
-    assert.equal(changed, 3, 'its signal aborted');
-    await slots.nextChange(stop.signal); // already aborted: at once
+    unwatch();
+    slots.give(1);
+    assert.equal(changed, 2, 'unwatched');
   });
 });
