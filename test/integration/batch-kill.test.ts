@@ -98,160 +98,170 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     return { settledMs, effects: await assertEffectsOnce(runIds) };
   }
 
+  type Settings = ReturnType<typeof settings> & Record<string, unknown>;
+
+  /**
+   * A case's frame: a namespace of its own and its delivery; worker A (mode 'slow', named
+   * `A-<namespace>`, then `aSettings`) started on `base(namespace)` and ready; `body`; then every
+   * worker killed and the queue removed.
+   */
+  async function withWorkerA(
+    base: (namespace: string) => Settings,
+    aSettings: Record<string, unknown>,
+    body: (f: {
+      namespace: string;
+      base: Settings;
+      a: EventedChild;
+      started: { b?: EventedChild };
+      queue: ReturnType<typeof effectDelivery>;
+    }) => Promise<void>,
+  ): Promise<void> {
+    const namespace = `bk${randomUUID().slice(0, 8)}`;
+    const queue = effectDelivery(env, namespace);
+    const settingsOf = base(namespace);
+    const a = EventedChild.fixture('A', fixture, { ...settingsOf, mode: 'slow', name: `A-${namespace}`, ...aSettings });
+    const started: { b?: EventedChild } = {};
+    try {
+      await a.waitFor((e) => e.event === 'ready', 20_000);
+      await body({ namespace, base: settingsOf, a, started, queue });
+    } finally {
+      await a.kill();
+      await started.b?.kill();
+      await queue.close();
+    }
+  }
+
   for (const pipelined of [false, true])
     it(
       `every run of the batch ends once, with its effect once; the dead worker's runs are taken over after its liveness window${pipelined ? ' (pipelined ctx.transaction)' : ''}`,
       { timeout: 90_000 },
-      async () => {
-        const namespace = `bk${randomUUID().slice(0, 8)}`;
-        const { deliverMany, close } = effectDelivery(env, namespace);
-        const base = { ...settings(namespace, LIVENESS_MS), pipelined };
-        const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
-        const started: { b?: EventedChild } = {};
-        try {
-          await a.waitFor((e) => e.event === 'ready', 20_000);
-          // Slots of their own in each round: the two share a ledger, whose runs are unique per slot.
-          const runIds = await deliverMany(RUNS, new Date(Date.UTC(pipelined ? 2027 : 2026, 0, 1)));
-          // The first handlers commit after 1 s; kill A as the first commits: the rest of that wave is
-          // inside its transaction, more runs are claimed and waiting for a slot, more not claimed yet.
-          await a.waitFor((e) => e.event === 'committed', 20_000);
-          const { settledMs, effects } = await killThenTakeOver(
-            a,
-            () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
-            started,
-            runIds,
-          );
-          const committedByA = a.events.filter((e) => e.event === 'committed').length;
-          const ids = runIds.map(String);
-          const byA = effects.filter((r) => r.attempt === 1).length;
-          assert.ok(byA >= committedByA && byA < RUNS, `A committed ${byA} before it died, B the other ${RUNS - byA}`);
-          const attempts = await env.db.pool.query<{ worker: string; state: string; error: string | null }>(
-            'SELECT worker, state, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])',
-            [ids],
-          );
-          const running = attempts.rows.filter((r) => r.state === 'running');
-          assert.deepEqual(running, [], 'no attempt of a settled run is left running');
-          const stale = attempts.rows.filter((r) => r.state === 'stale');
-          assert.ok(stale.length > 0, "the dead worker's attempts are settled stale");
-          assert.ok(
-            stale.every((r) => r.worker === `A-${namespace}` && /stopped beating/.test(r.error ?? '')),
-            JSON.stringify(stale.slice(0, 3)),
-          );
-          // B needs a few seconds to start; the runs wait for A's liveness window, not BullMQ's 60 s lock.
-          assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
-        } finally {
-          await a.kill();
-          await started.b?.kill();
-          await close();
-        }
-      },
+      () =>
+        withWorkerA(
+          (ns) => ({ ...settings(ns, LIVENESS_MS), pipelined }),
+          {},
+          async ({ namespace, base, a, started, queue }) => {
+            // Slots of their own each round (the two share a ledger; runs are unique per slot).
+            const runIds = await queue.deliverMany(RUNS, new Date(Date.UTC(pipelined ? 2027 : 2026, 0, 1)));
+            // The first handlers commit after 1 s; kill A as the first commits: the rest of that
+            // wave is inside its transaction, more runs are claimed and waiting for a slot, more
+            // not claimed yet.
+            await a.waitFor((e) => e.event === 'committed', 20_000);
+            const { settledMs, effects } = await killThenTakeOver(
+              a,
+              () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
+              started,
+              runIds,
+            );
+            const committedByA = a.events.filter((e) => e.event === 'committed').length;
+            const ids = runIds.map(String);
+            const byA = effects.filter((r) => r.attempt === 1).length;
+            assert.ok(
+              byA >= committedByA && byA < RUNS,
+              `A committed ${byA} before it died, B the other ${RUNS - byA}`,
+            );
+            const attempts = await env.db.pool.query<{ worker: string; state: string; error: string | null }>(
+              'SELECT worker, state, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[])',
+              [ids],
+            );
+            const running = attempts.rows.filter((r) => r.state === 'running');
+            assert.deepEqual(running, [], 'no attempt of a settled run is left running');
+            const stale = attempts.rows.filter((r) => r.state === 'stale');
+            assert.ok(stale.length > 0, "the dead worker's attempts are settled stale");
+            assert.ok(
+              stale.every((r) => r.worker === `A-${namespace}` && /stopped beating/.test(r.error ?? '')),
+              JSON.stringify(stale.slice(0, 3)),
+            );
+            // B starts in a few seconds; the runs wait for A's window, not BullMQ's 60 s lock.
+            assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
+          },
+        ),
     );
 
   it(
     "started again under its name within its liveness window: its earlier start's runs are claimed again at once, each once with its effect once",
     { timeout: 90_000 },
-    async () => {
-      const namespace = `bk${randomUUID().slice(0, 8)}`;
-      const { deliverMany, close } = effectDelivery(env, namespace);
-      const name = `A-${namespace}`;
+    () =>
       // A window longer than the test's wait: no other worker could see A's runs as orphans.
-      const base = { ...settings(namespace, LOCK_MS), name };
-      const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow' });
-      const started: { b?: EventedChild } = {};
-      try {
-        await a.waitFor((e) => e.event === 'ready', 20_000);
-        const runIds = await deliverMany(RUNS, new Date(Date.UTC(2028, 0, 1)));
-        await a.waitFor((e) => e.event === 'committed', 20_000);
-        const { settledMs } = await killThenTakeOver(
-          a,
-          () => EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' }),
-          started,
-          runIds,
-          30_000,
-        );
-        const ids = runIds.map(String);
-        const stale = await env.db.pool.query<{ worker: string; error: string | null }>(
-          "SELECT worker, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[]) AND state = 'stale'",
-          [ids],
-        );
-        assert.ok(stale.rows.length > 0, "the earlier start's attempts are settled stale");
-        assert.ok(
-          stale.rows.every((r) => r.worker === name && /started again/.test(r.error ?? '')),
-          JSON.stringify(stale.rows.slice(0, 3)),
-        );
-        // Well within the window (LOCK_MS): claimed again at the start, not handed out as orphans.
-        assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
-      } finally {
-        await a.kill();
-        await started.b?.kill();
-        await close();
-      }
-    },
+      withWorkerA(
+        (ns) => ({ ...settings(ns, LOCK_MS), name: `A-${ns}` }),
+        {},
+        async ({ base, a, started, queue }) => {
+          const { name } = base;
+          const runIds = await queue.deliverMany(RUNS, new Date(Date.UTC(2028, 0, 1)));
+          await a.waitFor((e) => e.event === 'committed', 20_000);
+          const { settledMs } = await killThenTakeOver(
+            a,
+            () => EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' }),
+            started,
+            runIds,
+            30_000,
+          );
+          const ids = runIds.map(String);
+          const stale = await env.db.pool.query<{ worker: string; error: string | null }>(
+            "SELECT worker, error FROM cw_run_attempts WHERE run_id = ANY($1::bigint[]) AND state = 'stale'",
+            [ids],
+          );
+          assert.ok(stale.rows.length > 0, "the earlier start's attempts are settled stale");
+          assert.ok(
+            stale.rows.every((r) => r.worker === name && /started again/.test(r.error ?? '')),
+            JSON.stringify(stale.rows.slice(0, 3)),
+          );
+          // Well within the window (LOCK_MS): claimed again at the start, not as orphans.
+          assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
+        },
+      ),
   );
 
   it(
     "a dead worker's runs claimed ahead are taken over a page of free places at a time, each once with its effect once",
     { timeout: 90_000 },
-    async () => {
-      const namespace = `bk${randomUUID().slice(0, 8)}`;
-      const { deliverMany, close } = effectDelivery(env, namespace);
-      const base = settings(namespace, LIVENESS_MS);
-      // A: 10 handler slots, each run working 1 s: 10 running and 8 a slot claimed ahead, 90 in all.
-      const held = 90;
-      const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}` });
-      const started: { b?: EventedChild } = {};
-      try {
-        await a.waitFor((e) => e.event === 'ready', 20_000);
-        const runIds = await deliverMany(held, new Date(Date.UTC(2029, 0, 1)));
-        await untilRunning(runIds, held, 'A claimed every run');
-        // B: 2 handler slots. Taking orphans a free handler slot at a time, a poll each half second
-        // (the window's half), it would need 90 / 2 × 0.5 s = 22.5 s after the window ends.
-        const { settledMs } = await killThenTakeOver(
-          a,
-          () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}`, concurrency: 2 }),
-          started,
-          runIds,
-        );
-        // B's start (a few seconds), A's window (1 s), then pages of 16 places, each claimed as
-        // soon as the last page's runs are done.
-        assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
-      } finally {
-        await a.kill();
-        await started.b?.kill();
-        await close();
-      }
-    },
+    () =>
+      // A: 10 handler slots, runs working 1 s: 10 running and 8 a slot claimed ahead, 90 in all.
+      withWorkerA(
+        (ns) => settings(ns, LIVENESS_MS),
+        {},
+        async ({ namespace, base, a, started, queue }) => {
+          const held = 90;
+          const runIds = await queue.deliverMany(held, new Date(Date.UTC(2029, 0, 1)));
+          await untilRunning(runIds, held, 'A claimed every run');
+          // B: 2 handler slots. Taking orphans a free handler slot at a time, a poll each half
+          // second (the window's half), it would need 22.5 s (90 / 2 × 0.5 s) after the window.
+          const { settledMs } = await killThenTakeOver(
+            a,
+            () =>
+              EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}`, concurrency: 2 }),
+            started,
+            runIds,
+          );
+          // B's start (a few seconds), A's window (1 s), then pages of 16 places, each claimed as
+          // soon as the last page's runs are done.
+          assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
+        },
+      ),
   );
 
   it(
     "a dead worker's deliveries it had not claimed all of go back to the queue after its liveness window, not its lock; each run once with its effect once",
     { timeout: 90_000 },
-    async () => {
-      const namespace = `bk${randomUUID().slice(0, 8)}`;
-      const { deliverMany, delivery, close } = effectDelivery(env, namespace);
-      const base = settings(namespace, LIVENESS_MS);
-      // A: 1 handler slot, runs working 1 s, 8 claimed ahead: of two deliveries of 10, 9 runs claimed
-      // and 11 not, both deliveries active (locked by A for LOCK_MS).
-      const a = EventedChild.fixture('A', fixture, { ...base, mode: 'slow', name: `A-${namespace}`, concurrency: 1 });
-      const started: { b?: EventedChild } = {};
-      try {
-        await a.waitFor((e) => e.event === 'ready', 20_000);
-        const runIds = await deliverMany(20, new Date(Date.UTC(2030, 0, 1)));
-        await untilRunning(runIds, 9, 'A claimed 1 running and 8 ahead');
-        assert.equal(await delivery.queue.getActiveCount(), 2, "A holds both deliveries, one's runs unclaimed");
-        const { settledMs } = await killThenTakeOver(
-          a,
-          () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
-          started,
-          runIds,
-        );
-        // B's start (a few seconds), A's window (1 s), a poll: far from BullMQ's 60 s lock.
-        assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
-      } finally {
-        await a.kill();
-        await started.b?.kill();
-        await close();
-      }
-    },
+    () =>
+      // A: 1 handler slot, runs working 1 s, 8 claimed ahead: of two deliveries of 10, 9 runs
+      // claimed and 11 not, both deliveries active (locked by A for LOCK_MS).
+      withWorkerA(
+        (ns) => settings(ns, LIVENESS_MS),
+        { concurrency: 1 },
+        async ({ namespace, base, a, started, queue }) => {
+          const runIds = await queue.deliverMany(20, new Date(Date.UTC(2030, 0, 1)));
+          await untilRunning(runIds, 9, 'A claimed 1 running and 8 ahead');
+          assert.equal(await queue.delivery.queue.getActiveCount(), 2, "A holds both deliveries, one's runs unclaimed");
+          const { settledMs } = await killThenTakeOver(
+            a,
+            () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
+            started,
+            runIds,
+          );
+          // B's start (a few seconds), A's window (1 s), a poll: far from BullMQ's 60 s lock.
+          assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
+        },
+      ),
   );
 });
