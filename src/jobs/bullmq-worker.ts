@@ -21,12 +21,12 @@ import { DeadDeliveries } from './dead-deliveries.js';
 const RUNS_IN_HAND_PER_SLOT = 16;
 
 /**
- * Of those, runs claimed (or being claimed) ahead of a handler slot, per handler slot, at least:
- * how far a worker claims ahead of what it runs before its first handlers have run, and at most
- * while they are slow (claim-ahead.ts); then a delivery's runs are claimed only for handler slots
- * free at once, so a replica with slow handlers does not sit on runs another could start. With
- * quick handlers, up to every place in hand. Runs being recorded do not count, so the next claims
- * commit while the last outcomes are recorded.
+ * Of those, runs claimed (or being claimed) ahead of a handler slot, per handler slot, before any
+ * handler has ended. Then as many as would wait no longer than WAIT_AHEAD_MS for a slot
+ * (claim-ahead.ts): with quick handlers up to every place in hand; once handlers take longer than
+ * that, fewer than one a slot, and a delivery's other runs go back to the queue, so a replica with
+ * slow handlers does not sit on runs another could start. Runs being recorded do not count, so the
+ * next claims commit while the last outcomes are recorded.
  */
 const RUNS_AHEAD_PER_SLOT = 8;
 
@@ -152,7 +152,7 @@ export class BullmqWorker {
         worker: this.o.executor.replicaId,
         clock: this.clock,
         logger: this.o.logger,
-        freePlaces: () => Math.min(this.slots.size - this.slots.busy, this.ahead.size - this.ahead.busy),
+        freePlaces: () => this.freePlaces(),
         deliver: (runId) => this.deliverOrphan(runId),
         deliveries: () => this.deadDeliveries?.deliveries,
       });
@@ -191,8 +191,8 @@ export class BullmqWorker {
 
   /**
    * Deliveries in hand: enough batches to fill the places ahead, and one more fetched ahead. One
-   * while handlers are slow: its runs that cannot start go back to the queue (process), and the
-   * next is fetched once a handler slot is free for it.
+   * while handing back (ClaimAhead.handsBack): its runs that can neither start nor wait go back to
+   * the queue (process), and the next is fetched once one could (untilStartable).
    */
   private deliveriesInHand(): number {
     if (this.claimAhead.handsBack()) return 1;
@@ -209,12 +209,12 @@ export class BullmqWorker {
 
   /**
    * One delivery: claim its runs as slots come free and start their handlers. Done once every run
-   * is claimed (or found done or held by another live attempt). Closing, or while handlers are slow
-   * (ClaimAhead.handsBack) with no handler slot free for them, the runs not claimed yet go back to
-   * the front of the wait list (Job.moveToWait; WaitingError tells BullMQ the delivery is neither
-   * completed nor failed) for another replica; a slow worker then waits for a free handler slot
-   * before it fetches again (found from outside: with handlers working 1 s, runs waited 1-4 s in
-   * one replica's deliveries while others had free slots).
+   * is claimed (or found done or held by another live attempt). Closing, or while handing back
+   * (ClaimAhead.handsBack) with no run startable, the runs not claimed yet go back to the front of
+   * the wait list (Job.moveToWait; WaitingError tells BullMQ the delivery is neither completed nor
+   * failed) for another replica; the worker then waits until a run would be startable before it
+   * fetches again (found from outside: with handlers working 1 s, runs waited 1-4 s in one
+   * replica's deliveries while others had free slots).
    */
   private async process(job: Job<RunJobData, { runs: number }>, token: string | undefined): Promise<{ runs: number }> {
     const ids = job.data.runIds ?? [job.data.runId];
@@ -241,8 +241,8 @@ export class BullmqWorker {
   }
 
   /**
-   * Places for a delivery's next runs: as takeInHand, but while handlers are slow only for runs
-   * that start at once, and 0 (nothing taken) when none would.
+   * Places for a delivery's next runs: as takeInHand, but while handing back only for runs that
+   * start at once or may wait (startable), and 0 (nothing taken) when none would.
    */
   private takeForDelivery(want: number): Promise<number> {
     if (!this.claimAhead.handsBack()) return this.takeInHand(want);
@@ -250,12 +250,22 @@ export class BullmqWorker {
     return n > 0 ? this.takeInHand(n) : Promise.resolve(0);
   }
 
-  /** Runs that would have a handler slot at once: free slots not promised (to runs ahead, or lent). */
+  /**
+   * Runs that would have a handler slot at once, or may wait for one (ClaimAhead.waiting): free
+   * slots and the runs that may wait, less those promised (to runs claimed ahead, or lent).
+   */
   private startable(): number {
-    return this.handlers.size - this.handlers.busy - this.ahead.busy - this.lent;
+    const places = this.handlers.size + this.claimAhead.waiting();
+    return places - this.handlers.busy - this.ahead.busy - this.lent;
   }
 
-  /** Waits until a run would have a handler slot at once, at most `maxMs`; not at all once closing. */
+  /** Places for runs of dead workers: in hand and ahead; while handing back, startable ones only. */
+  private freePlaces(): number {
+    const ahead = this.claimAhead.handsBack() ? this.startable() : this.ahead.size - this.ahead.busy;
+    return Math.min(this.slots.size - this.slots.busy, ahead);
+  }
+
+  /** Waits until a run is startable, at most `maxMs`; not at all once closing. */
   private untilStartable(maxMs: number): Promise<void> {
     if (maxMs <= 0 || this.closing.signal.aborted || this.startable() > 0) return Promise.resolve();
     return new Promise((resolve) => {

@@ -4,11 +4,15 @@
  * Claims ahead let the next runs' claims commit while the current ones run, and the more there are
  * the more runs each claim statement carries (its round trip and commit shared by them). But a run
  * claimed here waits here: a replica with slow handlers must not sit on runs another replica could
- * start, nor strand many of them should it die. So a worker claims up to `max` runs a slot ahead
- * while runs ahead would still wait no longer than WAIT_AHEAD_MS for a slot (quick handlers), and
- * `min` a slot otherwise (and before any handler has run). Once handlers are known to be slow, a
- * worker claims a delivery's runs only for handler slots free at once and hands the rest back to
- * the queue (handsBack; bullmq-worker.ts).
+ * start, nor strand many of them should it die. So runs claimed ahead of busy handler slots are
+ * held to those that would wait no longer than WAIT_AHEAD_MS for one (the k-th waits about k
+ * handlers' time over the slots): with quick handlers many, up to `max` a slot; `min` a slot before
+ * any handler has ended. Once handlers are known to take longer than WAIT_AHEAD_MS, fewer runs
+ * than slots may wait: a worker then claims a delivery's runs only for handler slots free at once
+ * and those few, and hands the rest back to the queue rather than hold them in its delivery
+ * (handsBack; bullmq-worker.ts). Found from outside: runs of 1 s handlers waited 1-4 s in one
+ * replica's deliveries while others had free slots. (With 8 a slot claimed ahead whatever the
+ * handlers took, a run of 100 ms handlers could wait 800 ms.)
  *
  * Measured against a fixed 8 a slot, compiled, in turn (two pairs each, load 1.5-2.2): run-path
  * empty 13,644-13,865 runs/s against 11,625-11,781 (1.18x), CPU a run 0.099-0.102 ms against
@@ -17,7 +21,7 @@
  * 1,235-1,261 (docs/benchmarks.md, "A fifteenth day").
  */
 
-/** Claim further ahead than the least only while a run ahead would wait no longer than this for a slot. */
+/** A run claimed ahead of busy handler slots waits no longer than this for one (on average). */
 export const WAIT_AHEAD_MS = 50;
 
 /** Weight of the newest handler's time in the running mean: about the last 20 runs. */
@@ -45,19 +49,32 @@ export class ClaimAhead {
   }
 
   /**
-   * Whether a run that cannot start at once goes back to the queue rather than wait here: once
-   * handlers are known to be slow (a slot frees less often than every WAIT_AHEAD_MS), a run waiting
-   * here waits longer than one another replica with a free slot would start at once.
+   * Runs claimed ahead that may wait for a handler slot while every slot is busy: as many as would
+   * wait no longer than WAIT_AHEAD_MS for one, at most `max` a slot; `min` a slot before any handler
+   * has ended.
    */
-  handsBack(): boolean {
-    return this.meanMs !== undefined && !this.slotFreesWithin(WAIT_AHEAD_MS);
+  waiting(): number {
+    if (this.meanMs === undefined) return this.min * this.slots;
+    if (this.meanMs <= 0) return this.max * this.slots;
+    // The k-th run waiting for a slot waits about k handlers' time over the slots.
+    return Math.min(this.max * this.slots, Math.floor((WAIT_AHEAD_MS * this.slots) / this.meanMs));
   }
 
-  /** Places ahead of the handler slots, for all of them. */
+  /**
+   * Whether a delivery's runs that can neither start at once nor wait (waiting()) go back to the
+   * queue rather than wait in this worker's delivery: once handlers are known to take longer than
+   * WAIT_AHEAD_MS, fewer runs than slots may wait, and a delivery's others would wait longer than
+   * another replica with a free slot would take to start them.
+   */
+  handsBack(): boolean {
+    return this.meanMs !== undefined && this.waiting() < this.slots;
+  }
+
+  /**
+   * Places ahead of the handler slots (runs being claimed, or claimed and waiting for one): the runs
+   * that may wait; while handing back, also room for runs claimed for free slots.
+   */
   places(): number {
-    if (this.meanMs === undefined) return this.min * this.slots;
-    // The k-th run ahead of a slot waits about k handlers' time.
-    const perSlot = this.meanMs <= 0 ? this.max : Math.floor(WAIT_AHEAD_MS / this.meanMs);
-    return Math.min(this.max, Math.max(this.min, perSlot)) * this.slots;
+    return this.handsBack() ? this.slots + this.waiting() : this.waiting();
   }
 }
