@@ -2,7 +2,7 @@
  * The workers' ledger with concurrent calls gathered into batches: the outcomes and claims asked
  * for at about the same time into one round trip (RunLedger.finishAndClaim: the outcomes, then the
  * claims, one commit), ctx.transaction callbacks into one group commit
- * (src/ledger/run-transactions.ts). Each call still gets its own answer: its own token, its own
+ * (src/ledger/run-transactions.ts), unless they are slow (callback-times.ts). Each call still gets its own answer: its own token, its own
  * accepted or refused outcome, its own committed or rolled-back transaction. RunExecutor sees the
  * same interface as the plain RunLedger.
  */
@@ -19,6 +19,7 @@ import type {
   TransactionResult,
 } from '../ledger/run-ledger.js';
 import type { Queryable } from '../ledger/transaction.js';
+import { CallbackTimes, SLOW_CALLBACK_MS } from './callback-times.js';
 import { MicroBatcher, flushByGroup, type ItemResult } from './micro-batcher.js';
 import { isPostgresUnavailable } from '../db/postgres-unavailable.js';
 import type { CompleteOptions } from './attempt.js';
@@ -62,6 +63,8 @@ export class RunLedgerBatches {
   private readonly cycles: MicroBatcher<CycleItem, ClaimResult | boolean>;
   private readonly clock: Clock;
   private readonly transactions: MicroBatcher<GroupItem, Exclude<GroupOutcome, { kind: 'failed' }>> | undefined;
+  /** Whether a job's ctx.transaction callbacks go into group commits, from how long they take. */
+  private readonly callbackTimes = new CallbackTimes();
 
   constructor(
     private readonly ledger: BatchableLedger,
@@ -158,19 +161,32 @@ export class RunLedgerBatches {
    */
   async completeInTransaction<T>(
     claim: Claim,
-    fn: (tx: pg.PoolClient) => Promise<T>,
+    callback: (tx: pg.PoolClient) => Promise<T>,
     o: CompleteOptions = {},
   ): Promise<TransactionResult<T>> {
     const { loan } = o;
     const pipelined = o.pipelined === true;
-    if (!this.transactions) return this.ledger.completeInTransaction(claim, fn, { pipelined });
+    let tookMs = 0;
+    const fn = async (tx: pg.PoolClient): Promise<T> => {
+      const startedAt = this.clock.monotonic();
+      try {
+        return await callback(tx);
+      } finally {
+        tookMs = this.clock.monotonic() - startedAt;
+        this.callbackTimes.observe(claim.job, tookMs);
+      }
+    };
+    // A job whose callbacks are slow commits each alone, side by side (callback-times.ts).
+    if (!this.transactions || !this.callbackTimes.groups(claim.job))
+      return this.ledger.completeInTransaction(claim, fn, { pipelined });
     let lent = false;
     const takeBack = async () => {
       if (!lent) return;
       lent = false;
       await loan!.takeBack();
     };
-    const item: GroupItem = { claim, fn, pipelined };
+    // A slow callback ends its group: the runs after it are redone alone rather than wait in turn.
+    const item: GroupItem = { claim, fn, pipelined, goOn: () => tookMs <= SLOW_CALLBACK_MS };
     const calledAt = this.clock.monotonic();
     const lend = () => {
       lent = true;

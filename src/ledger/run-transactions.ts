@@ -9,7 +9,9 @@
  * other on one connection, one token-checked completion for all, one COMMIT. Any error, or any
  * refused completion, rolls the whole group back and each run is redone alone, so each run's effect
  * is still atomic with its own completion. A callback can therefore be called twice (its first call
- * rolled back): everything it does must be inside `tx`.
+ * rolled back): everything it does must be inside `tx`. A callback may also end its group
+ * (GroupItem.goOn): the callbacks run so far commit, and the rest are redone alone, so a slow one
+ * does not make every later one wait for it.
  *
  * Pipelined (`ctx.transaction(fn, { pipelined: true })`): a group of such callbacks runs them all at
  * once on the connection in pipeline mode, so their statements go out without waiting for each
@@ -52,6 +54,11 @@ export interface GroupItem<T = unknown> {
    * so waiting for it never waits on a lock of the group's own.
    */
   slot?: LentSlot;
+  /**
+   * Asked after this run's callback, in a group whose callbacks run in turn: false ends the group
+   * there (the callbacks run so far complete and commit; the others come out 'redo', not called).
+   */
+  goOn?: () => boolean;
 }
 
 /** A handler slot lent out while its run waits on its group (src/jobs/slot-loan.ts). */
@@ -172,6 +179,8 @@ export async function commitGroup(pool: pg.Pool, t: Tables, items: readonly Grou
         return false;
       }
       const { values } = ran;
+      // A group ended by a callback (GroupItem.goOn): the runs not called yet are redone alone.
+      for (const i of going.splice(values.length)) outcomes[i] = { kind: 'redo' };
       for (const i of going) items[i]!.onCallbacksDone?.();
       // Refused, or any error (a deadlock, a lost connection: an unknown outcome): redo alone,
       // whose check then finds what did commit.
@@ -204,13 +213,17 @@ type Called = { ok: true; values: unknown[] } | { ok: false; refused: Map<number
 
 /**
  * The group's callbacks one after another: each sees the transaction as the earlier ones left it.
- * Callbacks of runs that lent their slots run in one of those slots (GroupItem.slot).
+ * Callbacks of runs that lent their slots run in one of those slots (GroupItem.slot). A callback
+ * whose goOn() says no ends the turns: the values are then fewer than the items.
  */
 async function callInTurn(client: pg.PoolClient, items: readonly GroupItem[]): Promise<Called> {
   const values: unknown[] = [];
   try {
     await inLentSlot(items, async () => {
-      for (const item of items) values.push(await item.fn(client));
+      for (const item of items) {
+        values.push(await item.fn(client));
+        if (item.goOn?.() === false) break;
+      }
     });
   } catch {
     return { ok: false, refused: new Map() };
