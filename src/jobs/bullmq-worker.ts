@@ -17,18 +17,14 @@ import { LEND_AT_CALL_WITHIN_MS } from './slot-loan.js';
 import { WorkerLiveness, type LivenessLedger } from './worker-liveness.js';
 import { DeadDeliveries } from './dead-deliveries.js';
 
-/** Runs a worker holds (being claimed, waiting for a handler slot, running, being recorded) per handler slot. */
-const RUNS_IN_HAND_PER_SLOT = 16;
-
 /**
- * Of those, runs claimed (or being claimed) ahead of a handler slot, per handler slot, before any
- * handler has ended. Then as many as would wait no longer than WAIT_AHEAD_MS for a slot
- * (claim-ahead.ts): with quick handlers up to every place in hand; once handlers take longer than
- * that, fewer than one a slot, and a delivery's other runs go back to the queue, so a replica with
- * slow handlers does not sit on runs another could start. Runs being recorded do not count, so the
- * next claims commit while the last outcomes are recorded.
+ * Runs a worker holds (being claimed, waiting for a handler slot, running, being recorded) per
+ * handler slot; of them, claimed ahead of busy slots, those that would wait no longer than
+ * WAIT_AHEAD_MS for one (claim-ahead.ts), at most all (quick handlers), none before any handler has
+ * ended. Runs being recorded do not count among those ahead, so the next claims commit while the
+ * last outcomes are recorded.
  */
-const RUNS_AHEAD_PER_SLOT = 8;
+const RUNS_IN_HAND_PER_SLOT = 16;
 
 /** How often a run whose row was held at the claim is tried again here before the sweep's turn. */
 const LOCKED_TRIES = 6;
@@ -125,7 +121,7 @@ export class BullmqWorker {
     // turns costs nothing, and quick handlers claim up to every place ahead (claim-ahead.ts).
     // A worker that dies strands up to this many runs until its liveness window ends.
     this.slots = new RunSlots(RUNS_IN_HAND_PER_SLOT * concurrency);
-    this.claimAhead = new ClaimAhead(concurrency, RUNS_AHEAD_PER_SLOT, RUNS_IN_HAND_PER_SLOT);
+    this.claimAhead = new ClaimAhead(concurrency, RUNS_IN_HAND_PER_SLOT);
     this.ahead = new RunSlots(this.claimAhead.places());
     // Every run claimed ahead waits on this signal for a handler slot; every attempt follows
     // shutdown and abandon (more than `concurrency` of them while slots are lent, slot-loan.ts).

@@ -72,6 +72,18 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     assert.equal(await runsInState(env.db.pool, runIds, 'running'), n, what);
   }
 
+  /** Polls until the runs of `runIds` running (claimed) hold still for half a second; how many. */
+  async function steadyRunning(runIds: bigint[]): Promise<number> {
+    let running = -1;
+    for (let stable = 0, t = Date.now() + 20_000; stable < 10 && Date.now() < t;) {
+      await new Promise((r) => setTimeout(r, 50));
+      const now = await runsInState(env.db.pool, runIds, 'running');
+      stable = now === running && now > 0 ? stable + 1 : 0;
+      running = now;
+    }
+    return running;
+  }
+
   /**
    * Kill `a`, start the worker that takes over (`started` keeps it for the test's cleanup), and wait
    * up to `withinMs` from the kill for every run: each completed with its effect once. The ms from
@@ -100,10 +112,16 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
 
   type Settings = ReturnType<typeof settings> & Record<string, unknown>;
 
+  /** Runs that teach worker A its handlers are quick, so it claims runs ahead of busy slots. */
+  const TAUGHT = 2;
+  let taughtYear = 2041; // each case's teaching runs at slots of their own (the cases share a ledger)
+
   /**
    * A case's frame: a namespace of its own and its delivery; worker A (mode 'slow', named
-   * `A-<namespace>`, then `aSettings`) started on `base(namespace)` and ready; `body`; then every
-   * worker killed and the queue removed.
+   * `A-<namespace>`, then `aSettings`) started on `base(namespace)`, ready, and taught quick (its
+   * first TAUGHT runs quick: before any handler has ended, a worker claims only runs it can start);
+   * `body`, with the index of A's first event after the teaching; then every worker killed and the
+   * queue removed.
    */
   async function withWorkerA(
     base: (namespace: string) => Settings,
@@ -112,6 +130,8 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       namespace: string;
       base: Settings;
       a: EventedChild;
+      /** A's first event after the teaching. */
+      since: number;
       started: { b?: EventedChild };
       queue: ReturnType<typeof effectDelivery>;
     }) => Promise<void>,
@@ -119,11 +139,19 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     const namespace = `bk${randomUUID().slice(0, 8)}`;
     const queue = effectDelivery(env, namespace);
     const settingsOf = base(namespace);
-    const a = EventedChild.fixture('A', fixture, { ...settingsOf, mode: 'slow', name: `A-${namespace}`, ...aSettings });
+    const a = EventedChild.fixture('A', fixture, {
+      ...settingsOf,
+      mode: 'slow',
+      name: `A-${namespace}`,
+      quickFirst: TAUGHT,
+      ...aSettings,
+    });
     const started: { b?: EventedChild } = {};
     try {
       await a.waitFor((e) => e.event === 'ready', 20_000);
-      await body({ namespace, base: settingsOf, a, started, queue });
+      const taught = await queue.deliverMany(TAUGHT, new Date(Date.UTC(taughtYear++, 0, 1)));
+      assert.equal(await completedBefore(taught, Date.now() + 20_000), TAUGHT, 'A ran its quick runs');
+      await body({ namespace, base: settingsOf, a, since: a.events.length, started, queue });
     } finally {
       await a.kill();
       await started.b?.kill();
@@ -139,20 +167,20 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
         withWorkerA(
           (ns) => ({ ...settings(ns, LIVENESS_MS), pipelined }),
           {},
-          async ({ namespace, base, a, started, queue }) => {
+          async ({ namespace, base, a, since, started, queue }) => {
             // Slots of their own each round (the two share a ledger; runs are unique per slot).
             const runIds = await queue.deliverMany(RUNS, new Date(Date.UTC(pipelined ? 2027 : 2026, 0, 1)));
             // The first handlers commit after 1 s; kill A as the first commits: the rest of that
             // wave is inside its transaction, more runs are claimed and waiting for a slot, more
             // not claimed yet.
-            await a.waitFor((e) => e.event === 'committed', 20_000);
+            await a.waitFor((e) => e.event === 'committed', 20_000, since);
             const { settledMs, effects } = await killThenTakeOver(
               a,
               () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
               started,
               runIds,
             );
-            const committedByA = a.events.filter((e) => e.event === 'committed').length;
+            const committedByA = a.events.slice(since).filter((e) => e.event === 'committed').length;
             const ids = runIds.map(String);
             const byA = effects.filter((r) => r.attempt === 1).length;
             assert.ok(
@@ -185,10 +213,10 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
       withWorkerA(
         (ns) => ({ ...settings(ns, LOCK_MS), name: `A-${ns}` }),
         {},
-        async ({ base, a, started, queue }) => {
+        async ({ base, a, since, started, queue }) => {
           const { name } = base;
           const runIds = await queue.deliverMany(RUNS, new Date(Date.UTC(2028, 0, 1)));
-          await a.waitFor((e) => e.event === 'committed', 20_000);
+          await a.waitFor((e) => e.event === 'committed', 20_000, since);
           const { settledMs } = await killThenTakeOver(
             a,
             () => EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' }),
@@ -216,7 +244,7 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     "a dead worker's runs claimed ahead are taken over a page of free places at a time, each once with its effect once",
     { timeout: 90_000 },
     () =>
-      // A: 10 handler slots, runs working 1 s: 10 running and 8 a slot claimed ahead, 90 in all.
+      // A: 10 handler slots, taught quick, then runs working 1 s: 10 running and 80 claimed ahead.
       withWorkerA(
         (ns) => settings(ns, LIVENESS_MS),
         {},
@@ -233,8 +261,8 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
             started,
             runIds,
           );
-          // B's start (a few seconds), A's window (1 s), then pages of 16 places, each claimed as
-          // soon as the last page's runs are done.
+          // B's start (a few seconds), A's window (1 s), then pages of B's free places (2 before
+          // its first handlers end, then up to 32), each claimed as soon as the last page's are.
           assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
         },
       ),
@@ -244,15 +272,20 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     "a dead worker's deliveries it had not claimed all of go back to the queue after its liveness window, not its lock; each run once with its effect once",
     { timeout: 90_000 },
     () =>
-      // A: 1 handler slot, runs working 1 s, 8 claimed ahead: of two deliveries of 10, 9 runs
-      // claimed and 11 not, both deliveries active (locked by A for LOCK_MS).
+      // A: 1 handler slot, taught quick, then runs working 1 s: of two deliveries of 10, 1 running
+      // and up to 16 claimed ahead, the rest not claimed, their delivery active (locked by A for
+      // LOCK_MS). How many ahead follows how quick its first runs were (claim-ahead.ts).
       withWorkerA(
         (ns) => settings(ns, LIVENESS_MS),
         { concurrency: 1 },
         async ({ namespace, base, a, started, queue }) => {
           const runIds = await queue.deliverMany(20, new Date(Date.UTC(2030, 0, 1)));
-          await untilRunning(runIds, 9, 'A claimed 1 running and 8 ahead');
-          assert.equal(await queue.delivery.queue.getActiveCount(), 2, "A holds both deliveries, one's runs unclaimed");
+          const claimed = await steadyRunning(runIds);
+          assert.ok(claimed > 1 && claimed < 20, `A claimed ${claimed}: 1 running, some ahead, not all`);
+          assert.ok(
+            (await queue.delivery.queue.getActiveCount()) >= 1,
+            'A holds a delivery whose runs it has not all claimed',
+          );
           const { settledMs } = await killThenTakeOver(
             a,
             () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
