@@ -9,18 +9,18 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { pino } from 'pino';
-import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
-import { RunExecutor } from '../../src/jobs/run-executor.js';
-import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { commitTestRun, effectTally, effectsSuite, runsInState, writeEffect } from '../support/effect-runs.js';
-import { SHARED_REDIS_URL } from './failover-scenario.js';
-
-const logger = pino({ level: 'silent' });
+import {
+  commitTestRun,
+  effectsSuite,
+  effectTally,
+  inProcessWorker,
+  runsInState,
+  writeEffect,
+} from '../support/effect-runs.js';
 
 describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', () => {
   const env = effectsSuite();
@@ -63,8 +63,7 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
       );
     const ids = committed.map((run) => run.runId);
     await delivery.enqueue(committed); // ten runs a delivery
-    const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
-    const worker = new BullmqWorker({ redisUrl: SHARED_REDIS_URL, namespace, executor, logger, concurrency });
+    const worker = inProcessWorker({ namespace, registry, ledger, concurrency });
     const count = (state: string) => runsInState(env.db.pool, ids, state);
     await worker.start();
     let claimed = -1;

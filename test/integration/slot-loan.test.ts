@@ -10,22 +10,23 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { pino } from 'pino';
-import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
-import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { LEND_WITHIN_MS, RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import type { SlotLoan } from '../../src/jobs/slot-loan.js';
 import { StaleTokenError } from '../../src/errors.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import type { Claim } from '../../src/ledger/run-ledger.js';
 import type { Queryable } from '../../src/ledger/transaction.js';
-import { commitTestRun, effectTally, effectsSuite, runsInState, writeEffect } from '../support/effect-runs.js';
-import { SHARED_REDIS_URL } from './failover-scenario.js';
-
-const logger = pino({ level: 'silent' });
+import {
+  commitTestRun,
+  effectsSuite,
+  effectTally,
+  inProcessWorker,
+  runsInState,
+  writeEffect,
+} from '../support/effect-runs.js';
 
 describe('handler slots lent during a group commit (real PostgreSQL, Redis, BullMQ)', () => {
   const env = effectsSuite();
@@ -267,14 +268,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
       ids.push(run.runId);
       await delivery.enqueue([run]);
     }
-    const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
-    const worker = new BullmqWorker({
-      redisUrl: SHARED_REDIS_URL,
-      namespace,
-      executor,
-      logger,
-      concurrency: o.concurrency,
-    });
+    const worker = inProcessWorker({ namespace, registry, ledger, concurrency: o.concurrency });
     await worker.start();
     const done = () => runsInState(env.db.pool, ids, 'completed');
     try {

@@ -10,17 +10,18 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { pino } from 'pino';
-import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
-import { RunExecutor } from '../../src/jobs/run-executor.js';
-import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { effectDelivery, effectTally, effectsSuite, runsInState, writeEffect } from '../support/effect-runs.js';
-import { SHARED_REDIS_URL } from './failover-scenario.js';
+import {
+  effectDelivery,
+  effectsSuite,
+  effectTally,
+  inProcessWorker,
+  runsInState,
+  writeEffect,
+} from '../support/effect-runs.js';
 
-const logger = pino({ level: 'silent' });
 const CONCURRENCY = 10;
 /** How long each callback works inside its transaction: far over SLOW_CALLBACK_MS. */
 const CALLBACK_MS = 300;
@@ -60,15 +61,7 @@ describe('slow ctx.transaction callbacks run side by side (real PostgreSQL, Redi
             }),
         }),
       ]);
-      const ledger = new Ledger(pool);
-      const executor = new RunExecutor({ ledger: new RunLedgerBatches(ledger.runs), registry, replicaId: 'w', logger });
-      const worker = new BullmqWorker({
-        redisUrl: SHARED_REDIS_URL,
-        namespace,
-        executor,
-        logger,
-        concurrency: CONCURRENCY,
-      });
+      const worker = inProcessWorker({ namespace, registry, ledger: new Ledger(pool), concurrency: CONCURRENCY });
       /** Deliver a wave of runs, wait until every one completed; the most callbacks at once. */
       const wave = async (year: number) => {
         most = 0;

@@ -11,17 +11,19 @@ import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { pino } from 'pino';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
-import { RunExecutor } from '../../src/jobs/run-executor.js';
-import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import { Ledger } from '../../src/ledger/ledger.js';
-import { effectDelivery, effectTally, effectsSuite, runsInState, writeEffect } from '../support/effect-runs.js';
-import { SHARED_REDIS_URL } from './failover-scenario.js';
+import {
+  effectDelivery,
+  effectsSuite,
+  effectTally,
+  inProcessWorker,
+  runsInState,
+  writeEffect,
+} from '../support/effect-runs.js';
 
-const logger = pino({ level: 'silent' });
 /** Handler slots of each worker. */
 const CONCURRENCY = 2;
 /**
@@ -69,19 +71,7 @@ describe('a worker with slow handlers hands back what it cannot start (real Post
             }),
           ]);
           const ledger = new Ledger(env.db.pool);
-          const executor = new RunExecutor({
-            ledger: new RunLedgerBatches(ledger.runs),
-            registry,
-            replicaId: name,
-            logger,
-          });
-          return new BullmqWorker({
-            redisUrl: SHARED_REDIS_URL,
-            namespace,
-            executor,
-            logger,
-            concurrency: CONCURRENCY,
-          });
+          return inProcessWorker({ namespace, registry, ledger, concurrency: CONCURRENCY, replicaId: name });
         };
         // A: its first two handlers work handlerMs (it learns how long they take), the next wait.
         let onA = 0;

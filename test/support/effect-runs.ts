@@ -6,9 +6,13 @@
 import { after, before } from 'node:test';
 import { Redis } from 'ioredis';
 import type pg from 'pg';
+import { pino } from 'pino';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
+import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
+import { RunExecutor } from '../../src/jobs/run-executor.js';
+import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import type { JobContext, TransactionClient } from '../../src/jobs/job-context.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { CommittedFire } from '../../src/ledger/fire-batch.js';
@@ -118,4 +122,31 @@ export function effectDelivery(env: { db: TestDatabase; redis: Redis }, namespac
       await delivery.close();
     },
   };
+}
+
+/**
+ * A worker in this process for `registry`'s jobs on `ledger` (its calls batched as a replica's
+ * are), on the shared Redis; not started.
+ */
+export function inProcessWorker(o: {
+  namespace: string;
+  registry: JobRegistry;
+  ledger: Ledger;
+  concurrency: number;
+  replicaId?: string;
+}): BullmqWorker {
+  const logger = pino({ level: 'silent' });
+  const executor = new RunExecutor({
+    ledger: new RunLedgerBatches(o.ledger.runs),
+    registry: o.registry,
+    replicaId: o.replicaId ?? 'w',
+    logger,
+  });
+  return new BullmqWorker({
+    redisUrl: SHARED_REDIS_URL,
+    namespace: o.namespace,
+    executor,
+    logger,
+    concurrency: o.concurrency,
+  });
 }
