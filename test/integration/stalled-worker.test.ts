@@ -120,10 +120,19 @@ it(
         if (attempts[0]?.state !== 'running') break;
         await new Promise((r) => setTimeout(r, 100));
       }
-      assert.deepEqual(attempts, [
+      // The child may be stopped before Redis heard that its delivery was done (every run of it
+      // claimed): the delivery is then made again (BullMQ's stalled check, or the sweep of dead
+      // workers' deliveries), and a claim that finds the run completed is recorded as a skipped
+      // attempt, which ran nothing. Seen once in a full suite with both cores busy.
+      const ran = attempts.filter((a) => a.state !== 'skipped');
+      assert.deepEqual(ran, [
         { attempt: 1, state: 'stale' },
         { attempt: 2, state: 'completed' },
       ]);
+      assert.ok(
+        attempts.every((a) => a.state !== 'skipped' || a.attempt > 2),
+        `a skipped attempt only after the run completed: ${JSON.stringify(attempts)}`,
+      );
     } finally {
       child.kill('SIGCONT');
       child.kill('SIGTERM');
