@@ -11,10 +11,11 @@
  * may wait (none before): a worker then claims a delivery's runs only for handler slots free at
  * once and those few, and hands the rest back to the queue rather than hold them in its delivery
  * (handsBack; bullmq-worker.ts). So a replica just started takes no more than it can start, as a
- * BullMQ worker takes no more jobs than its concurrency, until its handlers show they are quick. Found from outside: runs of 1 s handlers waited 1-4 s in one
- * replica's deliveries while others had free slots; and a replica restarted after a kill took 8
- * runs a slot ahead before its first handlers ended, each second after a kill 1 s late. (With 8 a
- * slot claimed ahead whatever the handlers took, a run of 100 ms handlers could wait 800 ms.)
+ * BullMQ worker takes no more jobs than its concurrency, until its handlers show they are quick.
+ * Found from outside: runs of 1 s handlers waited 1-4 s in one replica's deliveries while others
+ * had free slots; and a replica restarted after a kill took 8 runs a slot ahead before its first
+ * handlers ended, each second after a kill 1 s late. (With 8 a slot claimed ahead whatever the
+ * handlers took, a run of 100 ms handlers could wait 800 ms.)
  *
  * Measured against a fixed 8 a slot, compiled, in turn (two pairs each, load 1.5-2.2): run-path
  * empty 13,644-13,865 runs/s against 11,625-11,781 (1.18x), CPU a run 0.099-0.102 ms against

@@ -2,9 +2,9 @@
  * The workers' ledger with concurrent calls gathered into batches: the outcomes and claims asked
  * for at about the same time into one round trip (RunLedger.finishAndClaim: the outcomes, then the
  * claims, one commit), ctx.transaction callbacks into one group commit
- * (src/ledger/run-transactions.ts), unless they are slow (callback-times.ts). Each call still gets its own answer: its own token, its own
- * accepted or refused outcome, its own committed or rolled-back transaction. RunExecutor sees the
- * same interface as the plain RunLedger.
+ * (src/ledger/run-transactions.ts), unless they are slow (callback-times.ts). Each call still gets
+ * its own answer: its own token, its own accepted or refused outcome, its own committed or
+ * rolled-back transaction. RunExecutor sees the same interface as the plain RunLedger.
  */
 import type pg from 'pg';
 import type {
