@@ -10,11 +10,10 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
-import { defineJob } from '../../src/jobs/define-job.js';
-import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import {
   commitTestRun,
+  effectRegistry,
   effectsSuite,
   effectTally,
   inProcessWorker,
@@ -38,18 +37,12 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
     const gate = new Promise<void>((resolve) => (open = resolve));
     let started = 0;
     let waiting = 0;
-    const registry = new JobRegistry([
-      defineJob({
-        name: 'effect',
-        schedule: '0 0 1 1 *',
-        handler: async (ctx) => {
-          if (++started <= quick) return;
-          waiting++;
-          await gate;
-          await ctx.transaction((tx) => writeEffect(tx, ctx));
-        },
-      }),
-    ]);
+    const registry = effectRegistry(async (ctx) => {
+      if (++started <= quick) return;
+      waiting++;
+      await gate;
+      await ctx.transaction((tx) => writeEffect(tx, ctx));
+    });
     const ledger = new Ledger(env.db.pool);
     const namespace = `ca${randomUUID().slice(0, 8)}`;
     const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });

@@ -11,8 +11,6 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
-import { defineJob } from '../../src/jobs/define-job.js';
-import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { LEND_WITHIN_MS, RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
 import type { SlotLoan } from '../../src/jobs/slot-loan.js';
 import { StaleTokenError } from '../../src/errors.js';
@@ -21,6 +19,7 @@ import type { Claim } from '../../src/ledger/run-ledger.js';
 import type { Queryable } from '../../src/ledger/transaction.js';
 import {
   commitTestRun,
+  effectRegistry,
   effectsSuite,
   effectTally,
   inProcessWorker,
@@ -233,29 +232,23 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
       now[k] += d;
       most[k] = Math.max(most[k], now[k]);
     };
-    const registry = new JobRegistry([
-      defineJob({
-        name: 'effect',
-        schedule: '0 0 1 1 *',
-        handler: async (ctx) => {
-          add('inHand', 1);
-          add('running', 1);
-          if (o.beforeMs > 0) await sleep(o.beforeMs);
-          add('running', -1);
-          add('waitingForGroup', 1);
-          await ctx.transaction(async (tx) => {
-            add('waitingForGroup', -1);
-            add('running', 1);
-            await writeEffect(tx, ctx);
-            add('running', -1);
-          });
-          add('running', 1);
-          await sleep(o.afterMs);
-          add('running', -1);
-          add('inHand', -1);
-        },
-      }),
-    ]);
+    const registry = effectRegistry(async (ctx) => {
+      add('inHand', 1);
+      add('running', 1);
+      if (o.beforeMs > 0) await sleep(o.beforeMs);
+      add('running', -1);
+      add('waitingForGroup', 1);
+      await ctx.transaction(async (tx) => {
+        add('waitingForGroup', -1);
+        add('running', 1);
+        await writeEffect(tx, ctx);
+        add('running', -1);
+      });
+      add('running', 1);
+      await sleep(o.afterMs);
+      add('running', -1);
+      add('inHand', -1);
+    });
     const ledger = new Ledger(env.db.pool);
     const namespace = `sl${randomUUID().slice(0, 8)}`;
     const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });

@@ -10,11 +10,10 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
-import { defineJob } from '../../src/jobs/define-job.js';
-import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import {
   effectDelivery,
+  effectRegistry,
   effectsSuite,
   effectTally,
   inProcessWorker,
@@ -45,22 +44,17 @@ describe('slow ctx.transaction callbacks run side by side (real PostgreSQL, Redi
       const pool = new pg.Pool({ connectionString: env.db.url, max: CONCURRENCY + 5 });
       let inside = 0;
       let most = 0;
-      const registry = new JobRegistry([
-        defineJob({
-          name: 'effect',
-          schedule: '0 0 1 1 *',
-          handler: (ctx) =>
-            ctx.transaction(async (tx) => {
-              most = Math.max(most, ++inside);
-              try {
-                await sleep(CALLBACK_MS);
-                await writeEffect(tx, ctx);
-              } finally {
-                inside--;
-              }
-            }),
+      const registry = effectRegistry((ctx) =>
+        ctx.transaction(async (tx) => {
+          most = Math.max(most, ++inside);
+          try {
+            await sleep(CALLBACK_MS);
+            await writeEffect(tx, ctx);
+          } finally {
+            inside--;
+          }
         }),
-      ]);
+      );
       const worker = inProcessWorker({ namespace, registry, ledger: new Ledger(pool), concurrency: CONCURRENCY });
       /** Deliver a wave of runs, wait until every one completed; the most callbacks at once. */
       const wave = async (year: number) => {

@@ -12,11 +12,10 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
-import { defineJob } from '../../src/jobs/define-job.js';
-import { JobRegistry } from '../../src/jobs/job-registry.js';
 import { Ledger } from '../../src/ledger/ledger.js';
 import {
   effectDelivery,
+  effectRegistry,
   effectsSuite,
   effectTally,
   inProcessWorker,
@@ -59,17 +58,11 @@ describe('a worker with slow handlers hands back what it cannot start (real Post
         const gate = new Promise<void>((resolve) => (open = resolve));
         const ranOn = { A: 0, B: 0 };
         const worker = (name: 'A' | 'B', handle: () => Promise<void>) => {
-          const registry = new JobRegistry([
-            defineJob({
-              name: 'effect',
-              schedule: '0 0 1 1 *',
-              handler: async (ctx) => {
-                ranOn[name]++;
-                await handle();
-                await ctx.transaction((tx) => writeEffect(tx, ctx));
-              },
-            }),
-          ]);
+          const registry = effectRegistry(async (ctx) => {
+            ranOn[name]++;
+            await handle();
+            await ctx.transaction((tx) => writeEffect(tx, ctx));
+          });
           const ledger = new Ledger(env.db.pool);
           return inProcessWorker({ namespace, registry, ledger, concurrency: CONCURRENCY, replicaId: name });
         };

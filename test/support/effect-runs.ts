@@ -13,7 +13,7 @@ import { BullmqDelivery } from '../../src/jobs/bullmq-delivery.js';
 import { BullmqWorker } from '../../src/jobs/bullmq-worker.js';
 import { RunExecutor } from '../../src/jobs/run-executor.js';
 import { RunLedgerBatches } from '../../src/jobs/run-ledger-batches.js';
-import type { JobContext, TransactionClient } from '../../src/jobs/job-context.js';
+import type { JobContext, JobHandler, TransactionClient } from '../../src/jobs/job-context.js';
 import type { FireTrigger } from '../../src/cron/fire-trigger.js';
 import type { CommittedFire } from '../../src/ledger/fire-batch.js';
 import { Ledger } from '../../src/ledger/ledger.js';
@@ -92,7 +92,7 @@ export async function effectTally(pool: pg.Pool, ids: readonly bigint[]): Promis
 
 /** BullMQ delivery of the worker fixtures' 'effect' job in `namespace`. */
 export function effectDelivery(env: { db: TestDatabase; redis: Redis }, namespace: string) {
-  const registry = new JobRegistry([defineJob({ name: 'effect', schedule: '0 0 1 1 *', handler: () => {} })]);
+  const registry = effectRegistry(() => {});
   const ledger = new Ledger(env.db.pool);
   const delivery = new BullmqDelivery({ connection: env.redis, namespace, registry, ledger });
   return {
@@ -122,6 +122,11 @@ export function effectDelivery(env: { db: TestDatabase; redis: Redis }, namespac
       await delivery.close();
     },
   };
+}
+
+/** A registry of the one job these tests deliver, 'effect' (fired by hand), with `handler`. */
+export function effectRegistry(handler: JobHandler): JobRegistry {
+  return new JobRegistry([defineJob({ name: 'effect', schedule: '0 0 1 1 *', handler })]);
 }
 
 /**
