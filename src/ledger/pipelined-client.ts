@@ -63,6 +63,25 @@ export function pipelinedClient(
 }
 
 /**
+ * `call`, with what it sends on `client` meanwhile (synchronously) in one socket write: the socket
+ * is corked around it (Node's Writable.cork, which nests under node-postgres's own per statement).
+ * In pipeline mode node-postgres writes each statement as it is asked for, so a group's callbacks
+ * made one write (one system call, one packet) each: run-path pipelined, 1.43 writes a run before
+ * and 0.50 after (runs/s and CPU within the noise of four pairs on loopback).
+ */
+export function inOneWrite<T>(client: pg.PoolClient, call: () => T): T {
+  // A pool's client is a pg.Client; pg-native's has no socket of its own to cork.
+  const stream = (client as unknown as Partial<pg.Client>).connection?.stream;
+  if (!stream) return call();
+  stream.cork();
+  try {
+    return call();
+  } finally {
+    stream.uncork();
+  }
+}
+
+/**
  * A pipelined callback for a transaction of its own (a group of one, a redo, group commit off):
  * the same statements refused, so a job behaves alike whether its group holds one run or ten, and
  * a refusal the callback caught still fails its run.

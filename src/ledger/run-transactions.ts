@@ -26,7 +26,7 @@ import { REFUSED_COMPLETION, completeGroupSql } from './run-finishes.js';
 import { sqlIntArray, withTransaction, type Queryable } from './transaction.js';
 import { executeByKey, sqlPrepared, type SentSql } from './sql-prepared.js';
 import { perSchema } from './named-statement.js';
-import { pipelinedClient } from './pipelined-client.js';
+import { inOneWrite, pipelinedClient } from './pipelined-client.js';
 
 export type TransactionResult<T> = { status: 'committed'; value: T } | { status: 'skipped' };
 
@@ -245,13 +245,15 @@ export async function inLentSlot<T>(items: readonly GroupItem[], work: () => Pro
 /**
  * The group's pipelined callbacks all at once on one client in pipeline mode. Every callback is
  * waited for, failed or not, before the group goes on: a ROLLBACK sent while one still runs would
- * leave its later statements outside any transaction.
+ * leave its later statements outside any transaction. The statements they send as they are called
+ * go out in one socket write (inOneWrite).
  */
 async function callSideBySide(client: pg.PoolClient, items: readonly GroupItem[]): Promise<Called> {
   const refused = new Map<number, unknown>();
-  const settled = await Promise.allSettled(
+  const called = inOneWrite(client, () =>
     items.map((item, k) => item.fn(pipelinedClient(client, (error) => refused.set(k, error)))),
   );
+  const settled = await Promise.allSettled(called);
   if (refused.size > 0 || settled.some((s) => s.status === 'rejected')) return { ok: false, refused };
   return { ok: true, values: settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) };
 }

@@ -35,26 +35,32 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     let started = 0;
     const startedAtFirstAnswer: number[] = [];
     const modes: boolean[] = [];
+    const writes = { now: 0, atFirstAnswer: [] as number[], stop: () => {} };
     const outcomes = await env.ledger.runs.completeGroupInTransaction(
       claims.map((c) => ({
         claim: c,
         pipelined: true,
         fn: async (tx: pg.PoolClient) => {
           started++;
+          if (started === 1) writes.stop = countSocketWrites(tx, () => writes.now++);
           modes.push(tx.pipeline);
           await effect(tx, c);
           startedAtFirstAnswer.push(started);
+          writes.atFirstAnswer.push(writes.now);
           return c.runId;
         },
       })),
     );
+    writes.stop();
     assert.deepEqual(kinds(outcomes), Array(10).fill('committed'));
     assert.deepEqual(
       outcomes.map((o) => o.kind === 'done' && o.result.status === 'committed' && o.result.value),
       claims.map((c) => c.runId),
     );
-    // Every callback had sent its INSERT before the first one's answer came back.
+    // Every callback had sent its INSERT before the first one's answer came back, all ten in one
+    // socket write (one each before inOneWrite).
     assert.equal(startedAtFirstAnswer[0], 10);
+    assert.equal(writes.atFirstAnswer[0], 1);
     assert.deepEqual(modes, Array(10).fill(true));
     assert.equal(await effects(claims), 10);
     assert.equal(await completed(claims), 10);
@@ -211,3 +217,19 @@ describe('pipelined ctx.transaction (real PostgreSQL)', () => {
     assert.equal(await completed([a!]), 0);
   });
 });
+
+/** Count the writes to `client`'s socket (each _write or _writev: one system call) until the returned stop. */
+function countSocketWrites(client: pg.PoolClient, onWrite: () => void): () => void {
+  type Writes = { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown };
+  const socket = (client as unknown as pg.Client).connection.stream as unknown as Writes;
+  const { _write, _writev } = socket;
+  socket._write = function (this: unknown, ...a: unknown[]) {
+    onWrite();
+    return _write.apply(this, a);
+  };
+  socket._writev = function (this: unknown, ...a: unknown[]) {
+    onWrite();
+    return _writev.apply(this, a);
+  };
+  return () => Object.assign(socket, { _write, _writev });
+}
