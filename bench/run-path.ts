@@ -3,7 +3,7 @@
  * worker doing the same work in the same run, on throwaway servers (a durable PostgreSQL: fsync and
  * full-page writes on; a Redis) so each server's CPU and the WAL can be charged to the runs.
  *
- * Two workloads, each with concurrency 10 and `--runs N` runs queued before the worker starts
+ * The workloads, each with concurrency 10 and `--runs N` runs queued before the worker starts
  * (the clock runs from worker start to the last completion, i.e. to the moment each run is done):
  * - write: the handler inserts one row. Raw: BEGIN / INSERT / COMMIT on a pooled client.
  *   cronwarden: `ctx.transaction((tx) => tx.query(INSERT))`, so the row and the run's completion
@@ -11,10 +11,14 @@
  * - pipelined: as write, with `ctx.transaction(fn, { pipelined: true })` (each group's callbacks at
  *   once, their INSERTs pipelined on its connection); raw does the same as for write.
  * - empty: the handler does nothing. cronwarden still claims (a durable token) and completes.
+ * - medium (on request): the handler waits MEDIUM_MS, as most jobs' handlers take tens or hundreds of
+ *   ms; at most MEDIUM_RUNS runs a round. Runs/s is the slots' (both sides alike); what it shows is
+ *   the CPU a run costs when runs end one by one rather than in batches, and handing back.
  * Rounds go raw, ours, ours, raw per workload, so a drift in the machine's load weighs on both.
  * Reported: runs/s and its ratio, CPU ms per run (Node, PostgreSQL, Redis, total), WAL bytes per run.
  */
 import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
 import pg from 'pg';
@@ -32,7 +36,10 @@ import { cpuMsOf, loadAverage, ownCpuMs } from './cpu.js';
 import { fmt, table } from './stats.js';
 
 const CONCURRENCY = 10;
-export type Workload = 'write' | 'pipelined' | 'empty';
+export type Workload = 'write' | 'pipelined' | 'empty' | 'medium';
+/** The medium workload's handler time, and its most runs a round (10 s of its slots). */
+const MEDIUM_MS = 100;
+const MEDIUM_RUNS = 1000;
 
 export interface Servers {
   pg: PostgresCluster;
@@ -60,9 +67,11 @@ export async function benchRunPath(): Promise<Record<string, unknown>> {
   const results: Record<string, unknown> = { runs, concurrency: CONCURRENCY, loadBefore };
   try {
     for (const w of workloads) {
-      const result = await compareRunPath(s, w, runs);
+      const n = w === 'medium' ? Math.min(runs, MEDIUM_RUNS) : runs;
+      const result = await compareRunPath(s, w, n);
       results[w] = result;
-      table(`Run path, ${w} handler: ${2 * runs} runs each, concurrency ${CONCURRENCY}`, runPathRows(result));
+      const handler = w === 'medium' ? `${MEDIUM_MS} ms` : w;
+      table(`Run path, ${handler} handler: ${2 * n} runs each, concurrency ${CONCURRENCY}`, runPathRows(result));
     }
   } finally {
     results.loadAfter = loadAverage();
@@ -195,6 +204,7 @@ async function rawRound(s: Servers, w: Workload, n: number): Promise<Round> {
       name,
       async (job) => {
         if (w === 'empty') return;
+        if (w === 'medium') return sleep(MEDIUM_MS);
         const c = await s.pool.connect();
         try {
           await c.query('BEGIN');
@@ -228,12 +238,14 @@ export async function oursRound(s: Servers, w: Workload, n: number, base = Date.
     handler:
       w === 'empty'
         ? () => undefined
-        : async (ctx) => {
-            await ctx.transaction(
-              (tx) => tx.query('INSERT INTO public.effects (run) VALUES ($1)', [`${ns}-${ctx.runId}`]),
-              { pipelined: w === 'pipelined' },
-            );
-          },
+        : w === 'medium'
+          ? () => sleep(MEDIUM_MS)
+          : async (ctx) => {
+              await ctx.transaction(
+                (tx) => tx.query('INSERT INTO public.effects (run) VALUES ($1)', [`${ns}-${ctx.runId}`]),
+                { pipelined: w === 'pipelined' },
+              );
+            },
   });
   const registry = new JobRegistry([job]);
   const ledger = new Ledger(s.pool);
