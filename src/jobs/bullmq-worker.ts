@@ -316,7 +316,17 @@ export class BullmqWorker {
       ahead = false;
       this.ahead.give();
     };
-    const run = this.o.executor
+    // The run is over here: its places go back.
+    const over = () => {
+      claimed(false); // no-op once the claim was decided
+      if (handling) this.handlers.give();
+      if (lentOut) this.lent--; // never taken back: not promised any more
+      lentOut = false;
+      leaveAhead();
+      this.slots.give();
+      this.active.delete(run);
+    };
+    const run: Promise<void> = this.o.executor
       .execute(runId, {
         signal: this.shutdown.signal,
         abandon: this.abandon.signal,
@@ -360,29 +370,29 @@ export class BullmqWorker {
           },
         },
       })
+      // Settled in the two callbacks, not with a .finally() after them: one promise less a run.
       .then(
         (result) => {
-          // Its row was held by another statement at the claim: again in a moment (a few times).
-          if (result.status === 'locked' && deferrals < LOCKED_TRIES)
-            this.tryLater(runId, traceparent, deferrals + 1, Math.min(1000, 20 * 2 ** deferrals));
-          // Delivered before its backoff or delay ended (the queue's clock ran ahead of the ledger's).
-          if (result.status === 'early') this.tryLater(runId, traceparent, deferrals, (result.waitMs ?? 0) + 50);
+          try {
+            // Its row was held by another statement at the claim: again in a moment (a few times).
+            if (result.status === 'locked' && deferrals < LOCKED_TRIES)
+              this.tryLater(runId, traceparent, deferrals + 1, Math.min(1000, 20 * 2 ** deferrals));
+            // Delivered before its backoff or delay ended (the queue's clock ran ahead of the ledger's).
+            if (result.status === 'early') this.tryLater(runId, traceparent, deferrals, (result.waitMs ?? 0) + 50);
+          } finally {
+            over();
+          }
         },
         (err: unknown) => {
-          // A handler's failure is recorded, and its retry queued, by the executor.
-          if (err instanceof BackendUnavailableError)
-            this.tryLater(runId, traceparent, deferrals + 1, handBackDelayMs(deferrals), err);
+          try {
+            // A handler's failure is recorded, and its retry queued, by the executor.
+            if (err instanceof BackendUnavailableError)
+              this.tryLater(runId, traceparent, deferrals + 1, handBackDelayMs(deferrals), err);
+          } finally {
+            over();
+          }
         },
-      )
-      .finally(() => {
-        claimed(false); // no-op once the claim was decided
-        if (handling) this.handlers.give();
-        if (lentOut) this.lent--; // never taken back: not promised any more
-        lentOut = false;
-        leaveAhead();
-        this.slots.give();
-        this.active.delete(run);
-      });
+      );
     this.active.add(run);
     return claimDone;
   }

@@ -4,7 +4,7 @@ import { systemClock, type Clock } from '../clock.js';
 import { AbortedError, BackendUnavailableError, InvalidArgumentError, StaleTokenError } from '../errors.js';
 import type { Claim, ClaimResult, RunLedger } from '../ledger/run-ledger.js';
 import { handlerOf } from '../scheduler/schedules/runtime-schedules.js';
-import { Attempt } from './attempt.js';
+import { Attempt, type HandlerOutcome } from './attempt.js';
 import { AttemptReport } from './attempt-report.js';
 import type { AttemptMetrics } from './attempt-metrics.js';
 import type { JobRegistry } from './job-registry.js';
@@ -24,6 +24,7 @@ import { FlowControl, type Admission, type FlowLedger, type Redeliver } from './
 import type { RegisteredStep } from './job-registry.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 import type { SlotLoan } from './slot-loan.js';
+import { runLogger, type RunLog } from './run-logger.js';
 
 export { idempotencyKey } from './idempotency-key.js';
 export { INTERRUPTED } from './settlement.js';
@@ -201,59 +202,58 @@ export class RunExecutor {
   }
 
   private async claimAndRun(runId: bigint, options: ExecuteOptions, report: AttemptReport): Promise<ExecutionResult> {
-    // Delivered while this replica is already shutting down: do not even claim it.
-    if (options.signal?.aborted) return { status: 'interrupted', runId: runId.toString() };
-    // The ledger unreachable: nothing ran, so the delivery is simply tried again later (the worker
-    // delays it without using up an attempt); a failed BullMQ job would strand the run 'pending'.
-    // Being claimed or run here already (a duplicate delivery): leave it to the attempt in hand.
     const id = runId.toString();
+    // Delivered while this replica is already shutting down: do not even claim it.
+    if (options.signal?.aborted) return { status: 'interrupted', runId: id };
+    // Being claimed or run here already (a duplicate delivery): leave it to the attempt in hand.
     if (this.inHand.has(id)) {
       options.onClaimed?.(false);
       return { status: 'busy', runId: id };
     }
     this.inHand.add(id);
     try {
-      return await this.claimAndRunInHand(runId, options, report);
+      // The ledger unreachable: nothing ran, so the delivery is simply tried again later (the
+      // worker delays it without using up an attempt); a failed BullMQ job would strand the run
+      // 'pending'.
+      let claimed: ClaimResult;
+      try {
+        claimed = await ledgerCall(`claim of run ${id}`, () => this.o.ledger.claim(runId, this.o.replicaId));
+      } catch (err) {
+        options.onClaimed?.(false);
+        throw err;
+      }
+      options.onClaimed?.(claimed.status === 'claimed');
+      if (claimed.status !== 'claimed') return this.notClaimed(claimed, id, report);
+      return await this.runClaimed(claimed.claim, options, report);
     } finally {
       this.inHand.delete(id);
     }
   }
 
-  private async claimAndRunInHand(
-    runId: bigint,
-    options: ExecuteOptions,
+  /** A delivery whose claim was refused: nothing runs. */
+  private notClaimed(
+    claimed: Exclude<ClaimResult, { status: 'claimed' }>,
+    id: string,
     report: AttemptReport,
-  ): Promise<ExecutionResult> {
-    let claimed: ClaimResult;
-    try {
-      claimed = await ledgerCall(`claim of run ${runId}`, () => this.o.ledger.claim(runId, this.o.replicaId));
-    } catch (err) {
-      options.onClaimed?.(false);
-      throw err;
+  ): ExecutionResult {
+    const { state } = claimed;
+    if (claimed.status === 'busy' || claimed.status === 'locked' || claimed.status === 'early') {
+      this.o.logger.debug({ runId: id, state, status: claimed.status }, 'run not claimed');
+      return {
+        status: claimed.status,
+        runId: id,
+        ...(claimed.status === 'early' ? { waitMs: claimed.waitMs } : {}),
+      };
     }
-    options.onClaimed?.(claimed.status === 'claimed');
-    if (claimed.status !== 'claimed') {
-      const { state } = claimed;
-      if (claimed.status === 'busy' || claimed.status === 'locked' || claimed.status === 'early') {
-        this.o.logger.debug({ runId: runId.toString(), state, status: claimed.status }, 'run not claimed');
-        return {
-          status: claimed.status,
-          runId: runId.toString(),
-          ...(claimed.status === 'early' ? { waitMs: claimed.waitMs } : {}),
-        };
-      }
-      this.o.logger.info({ runId: runId.toString(), state }, 'delivery skipped: run already finished');
-      report.alreadyFinished(claimed.status === 'finished' ? claimed.job : undefined);
-      return { status: 'skipped', runId: runId.toString() };
-    }
-    const { claim } = claimed;
+    this.o.logger.info({ runId: id, state }, 'delivery skipped: run already finished');
+    report.alreadyFinished(claimed.status === 'finished' ? claimed.job : undefined);
+    return { status: 'skipped', runId: id };
+  }
+
+  /** A run claimed by this delivery: what its job is, its flow control, then its handler. */
+  private async runClaimed(claim: Claim, options: ExecuteOptions, report: AttemptReport): Promise<ExecutionResult> {
     report.claimed(claim);
-    const log = this.o.logger.child({
-      runId: runId.toString(),
-      job: claim.job,
-      attempt: claim.attempt,
-      token: claim.token.toString(),
-    });
+    const log = runLogger(this.o.logger, claim);
     // A workflow step's run ("<workflow>@<fingerprint>:<step>") runs that step of that definition; a
     // runtime schedule's run ("<handler>/<id>") runs its handler.
     const step = this.o.registry.step(claim.job);
@@ -264,29 +264,32 @@ export class RunExecutor {
     // attempt stops sooner if it wakes; the ledger's token check, not this message, refuses its
     // writes. A first claim has no older attempt to tell.
     if (claim.tookOverFrom !== undefined) {
-      log.warn({ from: claim.tookOverFrom }, 'took over a run whose worker stopped beating');
+      log().warn({ from: claim.tookOverFrom }, 'took over a run whose worker stopped beating');
       void this.o
-        .publish?.({ type: 'claimed', runId: runId.toString(), token: claim.token.toString() })
+        .publish?.({ type: 'claimed', runId: claim.runId.toString(), token: claim.token.toString() })
         .catch((err: Error) => {
-          log.warn({ err }, 'could not announce the claim');
+          log().warn({ err }, 'could not announce the claim');
         });
     }
-    // Flow control: a slot of its concurrency key and its turn under its rate limit, or it waits in the ledger.
+    // Flow control: a slot of its concurrency key and its turn under its rate limit, or it waits
+    // in the ledger. A job with neither goes straight on (no promise of its own: the common case).
+    const policy = step ? step.spec.job : job!;
+    if (!policy.concurrency && !policy.rateLimit) return this.runHolding(claim, step, job, options, report, log);
     let admission: Admission;
     try {
-      admission = await this.flow.admit(claim, step ? step.spec.job : job!, log);
+      admission = await this.flow.admit(claim, policy, log());
     } catch (err) {
       if (!(err instanceof InvalidArgumentError)) throw err;
       // The job's key function threw or gave a bad key: a failure of the run, as its handler's would be.
       await ledgerCall(`record the failure of run ${claim.runId}`, () =>
         this.o.ledger.finish(claim, 'failed', err, { failure: true }),
       );
-      log.error({ err }, 'run failed: its flow control key could not be computed');
+      log().error({ err }, 'run failed: its flow control key could not be computed');
       throw err;
     }
     if (admission.status === 'waiting') return result('waiting', claim);
     try {
-      return await this.runHolding(runId, claim, { step, job }, options, report, log);
+      return await this.runHolding(claim, step, job, options, report, log);
     } finally {
       await admission.done();
     }
@@ -294,12 +297,12 @@ export class RunExecutor {
 
   /** Run a claimed run (holding its concurrency slot, if it has a limit): the handler, then its settlement. */
   private async runHolding(
-    runId: bigint,
     claim: Claim,
-    { step, job }: { step: RegisteredStep | undefined; job: JobDefinition | undefined },
+    step: RegisteredStep | undefined,
+    job: JobDefinition | undefined,
     options: ExecuteOptions,
     report: AttemptReport,
-    log: Logger,
+    log: RunLog,
   ): Promise<ExecutionResult> {
     if (options.startWhen && !(await options.startWhen()))
       return this.interrupt(claim, log, `${INTERRUPTED} before its handler started`);
@@ -307,39 +310,42 @@ export class RunExecutor {
       ? await stepRunnable(step, claim, { runs: this.o.ledger, workflows: this.workflows() })
       : jobRunnable(job!, claim, this.o.ledger);
     const attempt = new Attempt(claim, runnable.job, runnable.ledger, log, options.signal, options.slotLoan);
-    this.running.set(runId.toString(), attempt);
+    const id = claim.runId.toString();
+    this.running.set(id, attempt);
     try {
-      const outcome = await attempt.run(options.abandon).finally(() => options.onHandlerDone?.());
-      const held = runnable.held?.();
-      if (held) {
-        // A step's ctx.transaction, held open: it commits with the result the step returned.
-        if (outcome.kind === 'returned') {
-          const committed = await this.commitHeld(held, attempt, runnable).finally(() =>
-            this.deliverMade(runnable.made, log),
-          );
-          return result(committed ? 'completed' : 'stale', claim);
-        }
-        await held.rollback().catch(() => undefined);
-        attempt.transaction = 'none'; // nothing of it committed: the step's outcome is its error
+      let outcome: HandlerOutcome;
+      try {
+        outcome = await attempt.run(options.abandon);
+      } finally {
+        options.onHandlerDone?.();
       }
-      const run = needsRunState(outcome, attempt.transaction)
-        ? await ledgerCall(`read the state of run ${runId}`, () => this.o.ledger.runState(runId))
-        : undefined;
-      report.finalAttempt = options.finalAttempt ?? claim.failures >= runnable.job.retries;
-      const settlement = settle({
-        outcome,
-        transaction: attempt.transaction,
-        stoppedByShutdown: attempt.stoppedByShutdown(),
-        finalAttempt: report.finalAttempt,
-        token: claim.token,
-        run,
-      });
-      const settled = await this.carryOut(settlement, attempt, runnable).finally(() =>
-        this.deliverMade(runnable.made, log),
-      );
-      return settled;
+      try {
+        const held = runnable.held?.();
+        if (held) {
+          // A step's ctx.transaction, held open: it commits with the result the step returned.
+          if (outcome.kind === 'returned')
+            return result((await this.commitHeld(held, attempt, runnable)) ? 'completed' : 'stale', claim);
+          await held.rollback().catch(() => undefined);
+          attempt.transaction = 'none'; // nothing of it committed: the step's outcome is its error
+        }
+        const run = needsRunState(outcome, attempt.transaction)
+          ? await ledgerCall(`read the state of run ${id}`, () => this.o.ledger.runState(claim.runId))
+          : undefined;
+        report.finalAttempt = options.finalAttempt ?? claim.failures >= runnable.job.retries;
+        const settlement = settle({
+          outcome,
+          transaction: attempt.transaction,
+          stoppedByShutdown: attempt.stoppedByShutdown(),
+          finalAttempt: report.finalAttempt,
+          token: claim.token,
+          run,
+        });
+        return await this.carryOut(settlement, attempt, runnable);
+      } finally {
+        if (runnable.made.length > 0) await this.deliverMade(runnable.made, log);
+      }
     } finally {
-      this.running.delete(runId.toString());
+      this.running.delete(id);
       attempt.release();
     }
   }
@@ -353,15 +359,15 @@ export class RunExecutor {
     attempt: Attempt,
     runnable: Runnable,
   ): Promise<boolean> {
-    const { claim, log } = attempt;
+    const { claim, runLog: log } = attempt;
     try {
       const committed = await ledgerCall(`commit of step run ${claim.runId}`, () => held.commit(attempt.returned));
-      if (!committed) log.warn('step returned, but a newer attempt owns the run: rolled back');
+      if (!committed) log().warn('step returned, but a newer attempt owns the run: rolled back');
       return committed;
     } catch (err) {
       if (!(err instanceof InvalidArgumentError)) throw err;
       await ledgerCall(`record the failure of run ${claim.runId}`, () => runnable.fail(err));
-      log.error({ err }, 'step failed: its result cannot be stored');
+      log().error({ err }, 'step failed: its result cannot be stored');
       throw err;
     }
   }
@@ -374,16 +380,16 @@ export class RunExecutor {
   }
 
   /** A workflow run's own claim: start it, and hand its first steps to the queue. */
-  private async startWorkflow(claim: Claim, workflow: WorkflowDefinition, log: Logger): Promise<ExecutionResult> {
+  private async startWorkflow(claim: Claim, workflow: WorkflowDefinition, log: RunLog): Promise<ExecutionResult> {
     try {
       const made = await this.retryWhileUnavailable(`start of workflow run ${claim.runId}`, () =>
-        startWorkflowRun(this.workflows(), claim, workflow.graph, log),
+        startWorkflowRun(this.workflows(), claim, workflow.graph, log()),
       );
       await this.deliverMade(made, log);
       return result('started', claim);
     } catch (err) {
       if (!(err instanceof StaleTokenError)) throw err;
-      log.warn({ err }, 'workflow run start is stale: a newer attempt owns it');
+      log().warn({ err }, 'workflow run start is stale: a newer attempt owns it');
       return result('stale', claim);
     }
   }
@@ -392,20 +398,20 @@ export class RunExecutor {
    * Hand step runs made ready to the queue. Should that fail (Redis down), they are pending in the
    * ledger and not marked handed over: the leader's outbox hands them over.
    */
-  private async deliverMade(made: readonly ReadyStepRun[], log: Logger): Promise<void> {
+  private async deliverMade(made: readonly ReadyStepRun[], log: RunLog): Promise<void> {
     if (made.length === 0 || !this.o.deliverSteps) return;
     await this.o.deliverSteps(made).catch((err: Error) => {
-      log.warn({ err, runs: made.length }, 'could not hand the steps made ready to the queue; the outbox will');
+      log().warn({ err, runs: made.length }, 'could not hand the steps made ready to the queue; the outbox will');
     });
   }
 
   /** Record the settlement in the ledger; rethrows the handler's error where the queue must know. */
   private async carryOut(s: Settlement, attempt: Attempt, runnable: Runnable): Promise<ExecutionResult> {
-    const { claim, log } = attempt;
+    const { claim, runLog: log } = attempt;
     switch (s.kind) {
       case 'settled':
         if (s.handlerFailedAfterCommit)
-          log.error('handler failed after its transaction committed; the run stays completed');
+          log().error('handler failed after its transaction committed; the run stays completed');
         return result(s.status, claim);
       case 'complete': {
         // The handler ran: try hard to record that, rather than have the run delivered and run again.
@@ -418,11 +424,11 @@ export class RunExecutor {
           // A result that cannot be stored (not JSON, too large): the step fails for good, with the reason.
           if (!(err instanceof InvalidArgumentError)) throw err;
           await ledgerCall(`record the failure of run ${claim.runId}`, () => runnable.fail(err));
-          log.error({ err }, 'run failed: its result cannot be stored');
+          log().error({ err }, 'run failed: its result cannot be stored');
           throw err;
         }
         if (accepted) return result('completed', claim);
-        log.warn('completed, but a newer attempt owns the run: outcome not recorded');
+        log().warn('completed, but a newer attempt owns the run: outcome not recorded');
         return result('stale', claim);
       }
       case 'supersede': {
@@ -430,12 +436,12 @@ export class RunExecutor {
           this.o.ledger.finish(claim, 'superseded', s.error),
         );
         if (!accepted) return result('stale', claim);
-        log.info({ reason: messageOf(s.error) }, 'run superseded: a later slot already wrote its resource');
+        log().info({ reason: messageOf(s.error) }, 'run superseded: a later slot already wrote its resource');
         return result('superseded', claim);
       }
       case 'stale':
         await this.o.ledger.finish(claim, 'failed', s.error); // refused, recorded on the attempt as stale
-        log.warn({ err: s.error }, 'attempt is stale: a newer attempt owns the run');
+        log().warn({ err: s.error }, 'attempt is stale: a newer attempt owns the run');
         return result('stale', claim);
       case 'interrupt':
         return this.interrupt(claim, log, s.reason);
@@ -443,7 +449,7 @@ export class RunExecutor {
         // Nothing of this attempt committed. Say so if the ledger answers by now, and let the
         // worker deliver the run again later.
         await this.o.ledger.finish(claim, 'retrying', `ledger unavailable: ${messageOf(s.error)}`).catch(() => false);
-        log.warn({ err: s.error }, 'the ledger is unavailable; the run will be delivered again');
+        log().warn({ err: s.error }, 'the ledger is unavailable; the run will be delivered again');
         throw s.error;
       case 'fail': {
         const retryInMs = s.outcome === 'retrying' ? retryDelayMs(runnable.job.backoff, claim.failures + 1) : undefined;
@@ -453,7 +459,7 @@ export class RunExecutor {
             : this.o.ledger.finish(claim, s.outcome, s.error, { failure: true, retryInMs }),
         );
         if (accepted && retryInMs !== undefined) await this.redeliver(claim, retryInMs, log);
-        log.error({ err: s.error }, s.outcome === 'failed' ? 'run failed' : 'attempt failed; will retry');
+        log().error({ err: s.error }, s.outcome === 'failed' ? 'run failed' : 'attempt failed; will retry');
         throw s.error;
       }
     }
@@ -464,13 +470,13 @@ export class RunExecutor {
    * added it): record the reason, put the run back to 'retrying' and let the worker hand it back
    * to the queue without using up a retry, so a replica that knows the job runs it.
    */
-  private async handBackUnknown(claim: Claim, log: Logger): Promise<ExecutionResult> {
+  private async handBackUnknown(claim: Claim, log: RunLog): Promise<ExecutionResult> {
     const reason = `job "${claim.job}" is not defined on replica ${this.o.replicaId}; handed back for a replica that defines it`;
     const accepted = await ledgerCall(`hand back run ${claim.runId}`, () =>
       this.o.ledger.finish(claim, 'retrying', reason),
     );
     if (accepted) await this.redeliver(claim, handBackDelayMs(claim.attempt - 1 - claim.failures), log);
-    log.warn(reason);
+    log().warn(reason);
     return result('unknown-job', claim);
   }
 
@@ -479,18 +485,21 @@ export class RunExecutor {
    * 'retrying' (not failed, whatever the job's retries), for another replica to claim with a newer
    * token.
    */
-  private async interrupt(claim: Claim, log: Logger, message: string): Promise<ExecutionResult> {
+  private async interrupt(claim: Claim, log: RunLog, message: string): Promise<ExecutionResult> {
     const accepted = await this.o.ledger.finish(claim, 'retrying', message);
     if (!accepted) {
       const state = await this.o.ledger.runState(claim.runId);
       if (state?.state === 'cancelled') return result('cancelled', claim);
       // The abandoned handler's own transaction committed just before: the run is done.
       if (state?.state === 'completed' && state.claimToken === claim.token) return result('completed', claim);
-      log.warn({ state: state?.state }, 'interrupted by shutdown, but the run is no longer ours: outcome not recorded');
+      log().warn(
+        { state: state?.state },
+        'interrupted by shutdown, but the run is no longer ours: outcome not recorded',
+      );
       return result('stale', claim);
     }
     await this.redeliver(claim, 0, log);
-    log.warn({ reason: message }, 'attempt interrupted by shutdown; the run is handed back for another replica');
+    log().warn({ reason: message }, 'attempt interrupted by shutdown; the run is handed back for another replica');
     return result('interrupted', claim);
   }
 
@@ -498,9 +507,9 @@ export class RunExecutor {
    * Queue the run's next delivery. Should the queue not take it (Redis down), the run is still
    * 'retrying' in the ledger and the leader's delivery sweep hands it over again.
    */
-  private async redeliver(claim: Claim, delayMs: number, log: Logger): Promise<void> {
+  private async redeliver(claim: Claim, delayMs: number, log: RunLog): Promise<void> {
     await this.o.redeliver?.({ runId: claim.runId, attempt: claim.attempt }, delayMs).catch((err: Error) => {
-      log.warn({ err }, 'could not hand the run back to the queue; the delivery sweep will');
+      log().warn({ err }, 'could not hand the run back to the queue; the delivery sweep will');
     });
   }
 

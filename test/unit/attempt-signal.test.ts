@@ -24,27 +24,31 @@ const log = pino({ level: 'silent' });
 const job = (timeoutMs = 0) => defineJob({ name: 'j', schedule: '* * * * *', handler: () => {}, timeoutMs });
 
 it("ctx.signal follows the run's abort, the replica's shutdown and the job's timeout, each told apart", async () => {
-  const cancelled = new Attempt(claim, job(), ledger, log, new AbortController().signal);
+  const cancelled = new Attempt(claim, job(), ledger, () => log, new AbortController().signal);
   cancelled.abortBy(new Error('newer claim'));
   assert.equal((cancelled.signal.reason as Error).message, 'newer claim');
   assert.equal(cancelled.stoppedByShutdown(), false);
 
   const shutdown = new AbortController();
-  const stopped = new Attempt(claim, job(), ledger, log, shutdown.signal);
-  const released = new Attempt(claim, job(), ledger, log, shutdown.signal);
+  const stopped = new Attempt(claim, job(), ledger, () => log, shutdown.signal);
+  const released = new Attempt(claim, job(), ledger, () => log, shutdown.signal);
   released.release();
   shutdown.abort(new Error('shutting down'));
   assert.equal(stopped.signal.aborted, true);
   assert.equal(stopped.stoppedByShutdown(), true);
   assert.equal(released.signal.aborted, false, 'a released attempt no longer follows the shutdown');
-  assert.equal(new Attempt(claim, job(), ledger, log, shutdown.signal).signal.aborted, true, 'made after the shutdown');
+  assert.equal(
+    new Attempt(claim, job(), ledger, () => log, shutdown.signal).signal.aborted,
+    true,
+    'made after the shutdown',
+  );
 
-  const timed = new Attempt(claim, job(20), ledger, log, new AbortController().signal);
+  const timed = new Attempt(claim, job(20), ledger, () => log, new AbortController().signal);
   const alive = setTimeout(() => {}, 5000); // the attempt's timer does not keep the process alive
   await new Promise((r) => timed.signal.addEventListener('abort', r, { once: true }));
   assert.equal((timed.signal.reason as DOMException).name, 'TimeoutError');
   assert.equal(timed.stoppedByShutdown(), false);
-  const cleared = new Attempt(claim, job(20), ledger, log, undefined);
+  const cleared = new Attempt(claim, job(20), ledger, () => log, undefined);
   cleared.release();
   await new Promise((r) => setTimeout(r, 40));
   assert.equal(cleared.signal.aborted, false, 'a released attempt has no timeout left');
@@ -52,7 +56,7 @@ it("ctx.signal follows the run's abort, the replica's shutdown and the job's tim
 });
 
 it('ctx.signal read only after the stop is aborted with its reason; read before, it aborts then, once', () => {
-  const late = new Attempt(claim, job(), ledger, log, undefined);
+  const late = new Attempt(claim, job(), ledger, () => log, undefined);
   const lateCtx = late.context();
   late.abortBy(new Error('newer claim'));
   late.abortBy(new Error('a cancel after it'));
@@ -61,7 +65,7 @@ it('ctx.signal read only after the stop is aborted with its reason; read before,
   assert.equal(lateCtx.signal, late.context().signal, 'one signal an attempt');
 
   const shutdown = new AbortController();
-  const early = new Attempt(claim, job(), ledger, log, shutdown.signal);
+  const early = new Attempt(claim, job(), ledger, () => log, shutdown.signal);
   const { signal } = early.context(); // read before the stop, as a handler that passes it on does
   let heard = 0;
   signal.addEventListener('abort', () => heard++);
@@ -78,7 +82,7 @@ it('attempts that share the long-lived shutdown signal leave nothing behind once
   const shutdown = new AbortController();
   const j = job(60_000);
   const make = (n: number) => {
-    for (let i = 0; i < n; i++) new Attempt(claim, j, ledger, log, shutdown.signal).release();
+    for (let i = 0; i < n; i++) new Attempt(claim, j, ledger, () => log, shutdown.signal).release();
   };
   make(1000); // warm up
   gc();

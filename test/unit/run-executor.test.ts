@@ -4,7 +4,7 @@
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import {
   AbortedError,
   BackendUnavailableError,
@@ -31,7 +31,9 @@ function gate(): { promise: Promise<void>; open: () => void } {
   return { promise, open };
 }
 
-function setup(options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger; metrics?: AttemptMetrics } = {}) {
+function setup(
+  options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger; metrics?: AttemptMetrics; logger?: Logger } = {},
+) {
   const fires = new MemoryLedger();
   const runs = new MemoryRunLedger(fires);
   let handler: (ctx: JobContext) => Promise<unknown> = async () => {};
@@ -51,7 +53,7 @@ function setup(options: { ledger?: (runs: MemoryRunLedger) => ExecutorLedger; me
     ledger: options.ledger?.(runs) ?? runs,
     registry,
     replicaId: 'r1',
-    logger: pino({ level: 'silent' }),
+    logger: options.logger ?? pino({ level: 'silent' }),
     publish: async (m) => {
       published.push(m);
     },
@@ -112,6 +114,35 @@ describe('RunExecutor (in-memory ledger)', () => {
       [[1, 'completed']],
     );
     assert.deepEqual(t.published, []);
+  });
+
+  it("a run's own logger (ctx.logger) carries its id, job, attempt and token, and is made only when used", async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger = pino({ level: 'info' }, { write: (line: string) => lines.push(JSON.parse(line)) });
+    let children = 0;
+    const child = logger.child.bind(logger);
+    logger.child = ((...args: Parameters<typeof child>) => {
+      children++;
+      return child(...args);
+    }) as typeof logger.child;
+    const t = setup({ logger });
+    const quiet = await t.fire();
+    assert.equal((await t.executor.execute(quiet, { finalAttempt: true })).status, 'completed');
+    assert.equal(children, 0, 'a run that logs nothing of its own makes no child logger');
+    t.handle(async (ctx) => {
+      ctx.logger.info('from the handler');
+      ctx.logger.info('and again');
+    });
+    const loud = await t.fire();
+    await t.executor.execute(loud, { finalAttempt: true });
+    assert.equal(children, 1, 'one child for the run that logged, however often');
+    const own = lines.filter((l) => l.msg === 'from the handler' || l.msg === 'and again');
+    assert.equal(own.length, 2);
+    for (const l of own)
+      assert.deepEqual(
+        [l.runId, l.job, l.attempt, l.token],
+        [loud.toString(), 'job', 1, t.run(loud).claimToken?.toString()],
+      );
   });
 
   it('a claim that takes a run over from a stopped worker is announced with its token', async () => {
