@@ -172,36 +172,31 @@ export function claimResults(runIds: readonly bigint[], res: pg.QueryResult): Cl
     if (row.status === 'finished')
       return { status: 'finished', state: row.state, ...(row.job !== null && { job: row.job }) };
     if (row.status !== 'claimed') return { status: row.status, state: row.state };
-    return {
-      status: 'claimed',
-      claim: {
-        runId: id,
-        job: row.job!,
-        scheduledAt: row.scheduled_at!,
-        attempt: row.attempts!,
-        token: BigInt(row.claim_token!),
-        trigger: row.trigger!,
-        claimedAt: row.claimed_at!,
-        failures: row.failures ?? 0,
-        ...(row.payload === null ? {} : { payload: row.payload }),
-        ...(row.once_key === null ? {} : { onceKey: row.once_key }),
-        ...(row.took_over_from === null ? {} : { tookOverFrom: row.took_over_from }),
-        ...(row.workflow_run_id === null
-          ? {}
-          : {
-              workflow: {
-                runId: BigInt(row.workflow_run_id),
-                step: row.step!,
-                item: row.item,
-                ...(row.made_at !== null && { madeAt: row.made_at }),
-              },
-            }),
-        ...(row.coalesced && row.coalesced_until
-          ? { coalesced: { count: row.coalesced, until: row.coalesced_until } }
-          : {}),
-      },
-    };
+    return { status: 'claimed', claim: claimOf(id, row) };
   });
+}
+
+/** A claimed row as a Claim: the optional parts assigned when present (not spread in from objects made for it). */
+function claimOf(runId: bigint, row: ClaimRow): Claim {
+  const claim: Claim = {
+    runId,
+    job: row.job!,
+    scheduledAt: row.scheduled_at!,
+    attempt: row.attempts!,
+    token: BigInt(row.claim_token!),
+    trigger: row.trigger!,
+    claimedAt: row.claimed_at!,
+    failures: row.failures ?? 0,
+  };
+  if (row.payload !== null) claim.payload = row.payload;
+  if (row.once_key !== null) claim.onceKey = row.once_key;
+  if (row.took_over_from !== null) claim.tookOverFrom = row.took_over_from;
+  if (row.workflow_run_id !== null) {
+    claim.workflow = { runId: BigInt(row.workflow_run_id), step: row.step!, item: row.item };
+    if (row.made_at !== null) claim.workflow.madeAt = row.made_at;
+  }
+  if (row.coalesced && row.coalesced_until) claim.coalesced = { count: row.coalesced, until: row.coalesced_until };
+  return claim;
 }
 
 /**

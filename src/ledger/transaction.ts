@@ -178,10 +178,16 @@ export function sqlInt(n: bigint | number): string {
   return `${BigInt(n)}`;
 }
 
-/** A string as an SQL literal, for statements sent without parameters. */
+/**
+ * A string as an SQL literal, for statements sent without parameters. Without a quote or a
+ * backslash it is the string in quotes, as escapeLiteral would make it, at once (escapeLiteral
+ * builds its answer a character at a time: about 0.7 KB a run for the outcomes' arrays).
+ */
 export function sqlText(x: string): string {
-  return pg.escapeLiteral(x);
+  return NEEDS_ESCAPE.test(x) ? pg.escapeLiteral(x) : `'${x}'`;
 }
+
+const NEEDS_ESCAPE = /['\\]/;
 
 /** An array of strings (null: SQL NULL) as an SQL literal, each element quoted as PostgreSQL's array input reads it. */
 export function sqlTextArray(xs: readonly (string | null)[]): string {

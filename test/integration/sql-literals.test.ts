@@ -40,6 +40,7 @@ describe('SQL literals (real PostgreSQL)', () => {
     for (const x of xs) {
       const one = await pool.query<{ s: string }>(`SELECT ${sqlText(x)}::text AS s`);
       assert.equal(one.rows[0]!.s, x);
+      assert.equal(sqlText(x), pg.escapeLiteral(x), 'the same literal as escapeLiteral makes');
     }
     const none = await pool.query<{ a: string[] }>(`SELECT (${sqlTextArray([])})::text[] AS a`);
     assert.deepEqual(none.rows[0]!.a, []);
