@@ -112,8 +112,8 @@ export class Attempt {
 
   /**
    * Run the handler; stop waiting for it once `abandon` aborts (its late ctx calls are then
-   * refused). One promise an attempt, not a race of two (allocations are a fifth of a worker's CPU
-   * as garbage collection at thousands of runs a second).
+   * refused). One promise an attempt, not a race of two: at thousands of runs a second, garbage
+   * collection is about a sixth of a worker's CPU.
    */
   run(abandon: AbortSignal | undefined): Promise<HandlerOutcome> {
     return new Promise<HandlerOutcome>((resolve) => {
