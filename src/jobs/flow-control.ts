@@ -28,6 +28,11 @@ const GO: Admission = { status: 'go', done: async () => {} };
 /** The job's (or step's) flow control options. */
 export type FlowPolicy = Pick<JobDefinition, 'concurrency' | 'rateLimit' | 'priority'>;
 
+/** Whether runs under `policy` pass through flow control at all (a concurrency or a rate limit). */
+export function isLimited(policy: FlowPolicy): boolean {
+  return Boolean(policy.concurrency || policy.rateLimit);
+}
+
 export class FlowControl {
   /** Slots whose handler returned but that the ledger could not free yet: freed with the next. */
   private readonly unreleased = new Set<SlotRequest>();
@@ -45,7 +50,7 @@ export class FlowControl {
    * returned a bad key (a failure of the run), BackendUnavailableError when the ledger is down.
    */
   async admit(claim: Claim, policy: FlowPolicy, log: Logger): Promise<Admission> {
-    if (!policy.concurrency && !policy.rateLimit) return GO;
+    if (!isLimited(policy)) return GO;
     const slot = policy.concurrency && slotRequest(policy.concurrency, policy.priority, claim);
     const rate = policy.rateLimit && rateKey(policy.rateLimit, claim);
     const ledger = this.ledger();

@@ -20,7 +20,7 @@ import {
 } from './workflow-step.js';
 import type { ReadyStepRun } from '../ledger/workflow-ledger.js';
 import type { JobDefinition } from './define-job.js';
-import { FlowControl, type Admission, type FlowLedger, type Redeliver } from './flow-control.js';
+import { FlowControl, isLimited, type Admission, type FlowLedger, type Redeliver } from './flow-control.js';
 import type { RegisteredStep } from './job-registry.js';
 import { handBackDelayMs, retryDelayMs } from './retry-backoff.js';
 import type { SlotLoan } from './slot-loan.js';
@@ -274,7 +274,7 @@ export class RunExecutor {
     // Flow control: a slot of its concurrency key and its turn under its rate limit, or it waits
     // in the ledger. A job with neither goes straight on (no promise of its own: the common case).
     const policy = step ? step.spec.job : job!;
-    if (!policy.concurrency && !policy.rateLimit) return this.runHolding(claim, step, job, options, report, log);
+    if (!isLimited(policy)) return this.runHolding(claim, step, job, options, report, log);
     let admission: Admission;
     try {
       admission = await this.flow.admit(claim, policy, log());
