@@ -80,6 +80,8 @@ export interface TransactionOptions {
    * fn is independent of other runs' callbacks: it does not read what they write, lock rows to wait
    * for them, or use savepoints or settings. Then the callbacks of a group commit run at once and
    * their statements are pipelined on one connection instead of sent one answer after another.
+   * The group's callbacks take one handler slot between them, so fn should do nothing but send
+   * statements on tx (other calls it made would be made by the whole group at once).
    * A statement that needs the transaction to itself (FOR UPDATE / SHARE, LOCK, advisory locks,
    * SAVEPOINT, SET, a cursor) is refused with PipelinedStatementError, nothing of the run
    * committed. Default false. Ignored in a workflow step.

@@ -192,9 +192,11 @@ export class RunLedgerBatches {
       lent = true;
       loan!.lend();
     };
-    if (loan && !pipelined && loan.lendsAtCall()) {
+    if (loan && loan.lendsAtCall()) {
       // Lent from the call: the runs that start meanwhile join this group (a group of 10 runs at
-      // concurrency 10 became one of up to maxGroup); the callbacks run in one slot taken back.
+      // concurrency 10 became one of up to maxGroup); the callbacks run in one slot taken back,
+      // one after another, or at once when pipelined (their statements then run one at a time on
+      // the group's connection: to the worker, one handler's work).
       lend();
       item.slot = { takeBack, lend };
     } else if (loan)

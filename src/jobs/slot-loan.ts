@@ -13,7 +13,8 @@ export const LEND_AT_CALL_WITHIN_MS = 5;
  * overlap, one running callbacks while the other commits. A slot is taken back, ahead of runs not
  * started yet, before the handler goes on, before its callback is run again alone, and (one for the
  * group, whose callbacks run one after another) before a group's callbacks, so no more than
- * `concurrency` handlers ever run code at once.
+ * `concurrency` handlers ever run code at once. A pipelined group's callbacks run at once in that
+ * one slot: they only send statements, which run one at a time on the group's connection.
  */
 export interface SlotLoan {
   /**

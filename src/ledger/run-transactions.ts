@@ -49,8 +49,9 @@ export interface GroupItem<T = unknown> {
   onCallbacksDone?: () => void;
   /**
    * The handler slot this run lent when it called ctx.transaction (the worker's slots were freeing
-   * quickly): the group's callbacks, which run one after another, run in one such slot, taken back
-   * before the first of them and lent again after the last. Taken before any callback has written,
+   * quickly): the group's callbacks run in one such slot, taken back before the first of them and
+   * lent again after the last; pipelined callbacks too, all at once in that one slot, since their
+   * statements run one at a time on the group's connection. Taken before any callback has written,
    * so waiting for it never waits on a lock of the group's own.
    */
   slot?: LentSlot;
@@ -243,17 +244,21 @@ export async function inLentSlot<T>(items: readonly GroupItem[], work: () => Pro
 }
 
 /**
- * The group's pipelined callbacks all at once on one client in pipeline mode. Every callback is
- * waited for, failed or not, before the group goes on: a ROLLBACK sent while one still runs would
- * leave its later statements outside any transaction. The statements they send as they are called
- * go out in one socket write (inOneWrite).
+ * The group's pipelined callbacks all at once on one client in pipeline mode, in a slot one of
+ * them lent (GroupItem.slot), if any. Every callback is waited for, failed or not, before the group
+ * goes on: a ROLLBACK sent while one still runs would leave its later statements outside any
+ * transaction. The statements they send as they are called go out in one socket write
+ * (inOneWrite).
  */
 async function callSideBySide(client: pg.PoolClient, items: readonly GroupItem[]): Promise<Called> {
   const refused = new Map<number, unknown>();
-  const called = inOneWrite(client, () =>
-    items.map((item, k) => item.fn(pipelinedClient(client, (error) => refused.set(k, error)))),
+  const settled = await inLentSlot(items, () =>
+    Promise.allSettled(
+      inOneWrite(client, () =>
+        items.map((item, k) => item.fn(pipelinedClient(client, (error) => refused.set(k, error)))),
+      ),
+    ),
   );
-  const settled = await Promise.allSettled(called);
   if (refused.size > 0 || settled.some((s) => s.status === 'rejected')) return { ok: false, refused };
   return { ok: true, values: settled.map((s) => (s as PromiseFulfilledResult<unknown>).value) };
 }

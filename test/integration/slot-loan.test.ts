@@ -66,7 +66,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
   const effectsOf = async (claims: Claim[]) =>
     (
       await env.db.pool.query<{ run_id: string; n: number }>(
-        'SELECT run_id::text, count(*)::int AS n FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY run_id ORDER BY run_id',
+        'SELECT run_id::text, count(*)::int AS n FROM effects WHERE run_id = ANY($1::bigint[]) GROUP BY effects.run_id ORDER BY effects.run_id',
         [claims.map((c) => c.runId.toString())],
       )
     ).rows;
@@ -75,7 +75,7 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
    * Four claimed runs' ctx.transaction at once (one group), each with a loan lending at the call
    * or not; every run committed with its effect once, and had its slot back before its answer.
    */
-  async function fourInOneGroup(atCall: boolean): Promise<{ events: string[] }> {
+  async function fourInOneGroup(atCall: boolean, pipelined = false): Promise<{ events: string[] }> {
     const ledger = new Ledger(env.db.pool);
     const batches = new RunLedgerBatches(ledger.runs);
     const claims = await claimed(ledger, 4);
@@ -88,8 +88,9 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
             async (tx) => {
               events.push(`fn ${i}`);
               await insertEffect(tx, claim);
+              events.push(`wrote ${i}`);
             },
-            { loan: loanFor(i, events, atCall) },
+            { loan: loanFor(i, events, atCall), pipelined },
           )
           .then((r) => {
             events.push(`answer ${i}`);
@@ -113,21 +114,32 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
   it('a grouped run lends its slot once every callback of its group is done, and has it back before it answers', async () => {
     const { events } = await fourInOneGroup(false);
     // One group: every callback ran before any slot was lent.
-    assert.deepEqual(events.slice(0, 8), ['fn 0', 'fn 1', 'fn 2', 'fn 3', 'lend 0', 'lend 1', 'lend 2', 'lend 3']);
+    assert.deepEqual(events.slice(0, 12), [
+      ...['fn 0', 'wrote 0', 'fn 1', 'wrote 1', 'fn 2', 'wrote 2', 'fn 3', 'wrote 3'],
+      ...['lend 0', 'lend 1', 'lend 2', 'lend 3'],
+    ]);
   });
 
   it('while slots free quickly, each run lends as it calls, and the group runs its callbacks in one slot taken back before the first and lent after the last', async () => {
     const { events } = await fourInOneGroup(true);
-    assert.deepEqual(events.slice(0, 10), [
+    assert.deepEqual(events.slice(0, 14), [
       'lend 0',
       'lend 1',
       'lend 2',
       'lend 3',
       'back 0', // one slot for the group's callbacks, before any of them writes
-      'fn 0',
-      'fn 1',
-      'fn 2',
-      'fn 3',
+      ...['fn 0', 'wrote 0', 'fn 1', 'wrote 1', 'fn 2', 'wrote 2', 'fn 3', 'wrote 3'],
+      'lend 0',
+    ]);
+  });
+
+  it('pipelined, while slots free quickly: each run lends as it calls, and the group runs its callbacks at once in one slot taken back', async () => {
+    const { events } = await fourInOneGroup(true, true);
+    assert.deepEqual(events.slice(0, 14), [
+      ...['lend 0', 'lend 1', 'lend 2', 'lend 3'],
+      'back 0', // one slot for the group, before any callback writes
+      ...['fn 0', 'fn 1', 'fn 2', 'fn 3'], // at once: every callback called before any INSERT answered
+      ...['wrote 0', 'wrote 1', 'wrote 2', 'wrote 3'],
       'lend 0',
     ]);
   });
@@ -223,14 +235,30 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
    * writing its effect in ctx.transaction, then sleeping `afterMs` (long enough to overlap others,
    * were its slot not back). Counted: handlers in their own code at once, handlers in hand, and
    * handlers that called ctx.transaction whose callback has not started (each holds its slot
-   * unless it lent it at the call).
+   * unless it lent it at the call). Pipelined, a group's callbacks (told apart by their
+   * connection) count as one handler running code, and `callbacks` is the most at once.
    */
-  async function throughWorker(o: { concurrency: number; runs: number; beforeMs: number; afterMs: number }) {
-    const most = { running: 0, inHand: 0, waitingForGroup: 0 };
-    const now = { running: 0, inHand: 0, waitingForGroup: 0 };
+  async function throughWorker(o: {
+    concurrency: number;
+    runs: number;
+    beforeMs: number;
+    afterMs: number;
+    pipelined?: boolean;
+  }) {
+    const most = { running: 0, inHand: 0, waitingForGroup: 0, callbacks: 0 };
+    const now = { running: 0, inHand: 0, waitingForGroup: 0, callbacks: 0 };
+    /** Pipelined callbacks running, by their group's connection. */
+    const groups = new Map<number, number>();
     const add = (k: keyof typeof most, d: number) => {
       now[k] += d;
       most[k] = Math.max(most[k], now[k]);
+      most.running = Math.max(most.running, now.running + groups.size);
+    };
+    const inGroup = (pid: number, d: number) => {
+      const n = (groups.get(pid) ?? 0) + d;
+      if (n === 0) groups.delete(pid);
+      else groups.set(pid, n);
+      add('callbacks', d);
     };
     const registry = effectRegistry(async (ctx) => {
       add('inHand', 1);
@@ -238,12 +266,22 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
       if (o.beforeMs > 0) await sleep(o.beforeMs);
       add('running', -1);
       add('waitingForGroup', 1);
-      await ctx.transaction(async (tx) => {
-        add('waitingForGroup', -1);
-        add('running', 1);
-        await writeEffect(tx, ctx);
-        add('running', -1);
-      });
+      await ctx.transaction(
+        async (tx) => {
+          add('waitingForGroup', -1);
+          if (!o.pipelined) {
+            add('running', 1);
+            await writeEffect(tx, ctx);
+            add('running', -1);
+            return;
+          }
+          const { rows } = await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+          inGroup(rows[0]!.pid, 1);
+          await writeEffect(tx, ctx);
+          inGroup(rows[0]!.pid, -1);
+        },
+        { pipelined: o.pipelined === true },
+      );
       add('running', 1);
       await sleep(o.afterMs);
       add('running', -1);
@@ -299,6 +337,19 @@ describe('handler slots lent during a group commit (real PostgreSQL, Redis, Bull
         most.waitingForGroup > 3,
         `lent at the call: at most ${most.waitingForGroup} handlers waited on a group at once (each holding a slot, 3 at most)`,
       );
+    },
+  );
+
+  it(
+    "through a BullMQ worker with quick pipelined handlers: lent at the call, a group's callbacks at once in one slot, never more than its concurrency running code",
+    { timeout: 60_000 },
+    async () => {
+      const most = await throughWorker({ concurrency: 3, runs: 90, beforeMs: 0, afterMs: 2, pipelined: true });
+      assert.ok(
+        most.waitingForGroup > 3,
+        `lent at the call: at most ${most.waitingForGroup} waited on a group at once`,
+      );
+      assert.ok(most.callbacks > 3, `groups larger than the slots: at most ${most.callbacks} callbacks at once`);
     },
   );
 
