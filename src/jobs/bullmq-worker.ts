@@ -175,9 +175,23 @@ export class BullmqWorker {
     const redis = this.connect({ maxRetriesPerRequest: 1 });
     redis.on('error', (err) => this.warn(`deliveries:${err.message}`, { err }, 'deliveries connection error'));
     const queue = new Queue(queueName(this.o.namespace), { connection: redis });
-    const deliveries = new DeadDeliveries({ queue, redis, owner, windowMs });
+    const deliveries = new DeadDeliveries({ queue, redis, owner, name: this.o.executor.replicaId, windowMs });
     this.deadDeliveries = { redis, queue, deliveries };
-    void deliveries.beat().catch(() => undefined); // and again at each of the liveness beats
+    // Beaten again at each of the liveness beats; an earlier start's deliveries go back at once.
+    void deliveries
+      .beat()
+      .then(() => deliveries.earlierStarts())
+      .then(
+        (moved) => {
+          if (moved > 0)
+            this.o.logger.warn(
+              { deliveries: moved },
+              'deliveries an earlier start of this worker held: back to the queue',
+            );
+        },
+        (err: Error) =>
+          this.warn(`deliveries:${err.message}`, { err }, 'could not look for deliveries an earlier start held'),
+      );
   }
 
   /** Runs whose handlers are running on this worker. */

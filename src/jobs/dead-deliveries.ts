@@ -14,6 +14,12 @@
  * upgrade) is left to BullMQ's lock. A worker only paused past its window loses its deliveries the
  * same way, as BullMQ's own stalled check would take them after its lock: the ledger claims each
  * run once, so the second delivery is harmless.
+ *
+ * A worker killed and started again under its name (a supervisor's restart) beats under a new
+ * BullMQ id, while its earlier start's key lives on for up to a window. Each owner is listed with
+ * its worker's name, so at its start a worker moves back at once the deliveries of the other owners
+ * listed under its own name: nothing of this start's can be among them, as worker-liveness.ts
+ * claims again the runs an earlier start left running.
  */
 import { Job, type Queue } from 'bullmq';
 import type { Redis } from 'ioredis';
@@ -31,6 +37,8 @@ export interface DeadDeliveriesOptions {
   redis: Redis;
   /** This worker's BullMQ worker id. */
   owner: string;
+  /** This worker's name (the replica's id): the same across its starts, unlike `owner`. */
+  name: string;
   /** The liveness window: an owner whose key was not renewed for this long is dead. */
   windowMs: number;
 }
@@ -40,6 +48,11 @@ export class DeadDeliveries {
 
   private get ownersKey(): string {
     return this.o.queue.toKey('cw-owners');
+  }
+
+  /** Each listed owner's worker name. */
+  private get namesKey(): string {
+    return this.o.queue.toKey('cw-owner-names');
   }
 
   private aliveKey(owner: string): string {
@@ -52,12 +65,18 @@ export class DeadDeliveries {
       .multi()
       .set(this.aliveKey(this.o.owner), '1', 'PX', this.o.windowMs)
       .sadd(this.ownersKey, this.o.owner)
+      .hset(this.namesKey, this.o.owner, this.o.name)
       .exec();
   }
 
   /** Closing: delisted, so what it still holds is BullMQ's lock's business, as before. */
   async forget(): Promise<void> {
-    await this.o.redis.multi().del(this.aliveKey(this.o.owner)).srem(this.ownersKey, this.o.owner).exec();
+    await this.o.redis
+      .multi()
+      .del(this.aliveKey(this.o.owner))
+      .srem(this.ownersKey, this.o.owner)
+      .hdel(this.namesKey, this.o.owner)
+      .exec();
   }
 
   /**
@@ -65,7 +84,7 @@ export class DeadDeliveries {
    * owners (whether they held any: a dead worker's id is looked at once); how many moved.
    */
   async sweep(): Promise<number> {
-    const { queue, redis } = this.o;
+    const { redis } = this.o;
     const others = (await redis.smembers(this.ownersKey)).filter((o) => o !== this.o.owner);
     if (others.length === 0) return 0;
     const asked = redis.pipeline();
@@ -73,6 +92,22 @@ export class DeadDeliveries {
     const alive = ((await asked.exec()) ?? []).map(([err, n]) => err !== null || n !== 0);
     const dead = new Set(others.filter((_, i) => !alive[i]));
     if (dead.size === 0) return 0;
+    return this.moveBack(dead);
+  }
+
+  /**
+   * At this worker's start: move back the deliveries of earlier starts of it (the other owners
+   * listed under its name), and delist them; how many moved.
+   */
+  async earlierStarts(): Promise<number> {
+    const names = await this.o.redis.hgetall(this.namesKey);
+    const earlier = Object.keys(names).filter((owner) => names[owner] === this.o.name && owner !== this.o.owner);
+    return earlier.length === 0 ? 0 : this.moveBack(new Set(earlier));
+  }
+
+  /** The active deliveries locked by `dead` owners back to wait, and those owners delisted. */
+  private async moveBack(dead: Set<string>): Promise<number> {
+    const { queue, redis } = this.o;
     let moved = 0;
     const ids = await redis.lrange(queue.keys.active!, 0, -1);
     const locks = ids.length > 0 ? await redis.mget(ids.map((id) => `${queue.toKey(id)}:lock`)) : [];
@@ -87,7 +122,11 @@ export class DeadDeliveries {
       );
       if (back) moved++;
     }
-    await redis.srem(this.ownersKey, ...dead);
+    await redis
+      .multi()
+      .srem(this.ownersKey, ...dead)
+      .hdel(this.namesKey, ...dead)
+      .exec();
     return moved;
   }
 }

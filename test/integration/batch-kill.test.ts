@@ -9,7 +9,8 @@
  * And a worker killed holding many runs claimed ahead: another takes them over as many at a time as
  * it has places for, not a few a poll. And a worker killed holding deliveries whose runs it had not
  * claimed yet: another moves them back to the queue once the dead one's key in Redis runs out
- * (dead-deliveries.ts), not after BullMQ's lock.
+ * (dead-deliveries.ts), not after BullMQ's lock, or, started again under its name, it moves them
+ * back itself at its start.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -297,6 +298,35 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
           );
           // B's start (a few seconds), A's window (1 s), a poll: far from BullMQ's 60 s lock.
           assert.ok(settledMs < 15_000, `settled ${settledMs} ms after the kill`);
+        },
+      ),
+  );
+
+  it(
+    "started again under its name, a worker moves back at once the deliveries its earlier start had not claimed all of, though that start's key lives on; each run once with its effect once",
+    { timeout: 90_000 },
+    () =>
+      // A window as long as the lock: neither the sweep nor BullMQ's stalled check could be what
+      // frees the delivery within the test's wait. A: 1 handler slot, as in the case above.
+      withWorkerA(
+        (ns) => ({ ...settings(ns, LOCK_MS), name: `A-${ns}` }),
+        { concurrency: 1 },
+        async ({ base, a, started, queue }) => {
+          const runIds = await queue.deliverMany(20, new Date(Date.UTC(2031, 0, 1)));
+          const claimed = await steadyRunning(runIds);
+          assert.ok(claimed > 1 && claimed < 20, `A claimed ${claimed}: 1 running, some ahead, not all`);
+          assert.ok(
+            (await queue.delivery.queue.getActiveCount()) >= 1,
+            'A holds a delivery whose runs it has not all claimed',
+          );
+          const { settledMs } = await killThenTakeOver(
+            a,
+            () => EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' }),
+            started,
+            runIds,
+            LOCK_MS / 2,
+          );
+          assert.ok(settledMs < LOCK_MS / 2, `settled ${settledMs} ms after the kill`);
         },
       ),
   );

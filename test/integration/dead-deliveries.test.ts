@@ -2,7 +2,8 @@
  * Dead workers' deliveries (src/jobs/dead-deliveries.ts) on a real Redis and BullMQ queue: an active
  * delivery whose owner listed itself and whose key ran out goes back to wait; one whose owner is
  * alive, or never listed itself (a replica of an earlier version), stays with its lock; dead owners
- * are delisted; a closed owner is delisted and left to BullMQ's lock.
+ * are delisted; a closed owner is delisted and left to BullMQ's lock. At a worker's start, the
+ * deliveries of earlier starts under its name go back at once, though their keys live on.
  */
 import { describe, it } from 'node:test';
 import assert from 'node:assert/strict';
@@ -26,7 +27,8 @@ describe('dead workers’ deliveries (real Redis, BullMQ)', () => {
     // Takes deliveries by hand: each active with a lock held by the token it is given.
     const takerConnection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
     const taker = new Worker(name, null, { connection: takerConnection, lockDuration: 60_000 });
-    const of = (owner: string, windowMs: number) => new DeadDeliveries({ queue, redis, owner, windowMs });
+    const of = (owner: string, windowMs: number) =>
+      new DeadDeliveries({ queue, redis, owner, name: `worker-${owner}`, windowMs });
     try {
       for (const n of [1, 2, 3]) await queue.add('run', { n });
       const dead = await taker.getNextJob('dead:1');
@@ -60,4 +62,49 @@ describe('dead workers’ deliveries (real Redis, BullMQ)', () => {
       await redis.quit();
     }
   });
+
+  it(
+    "at its start, a worker moves back its earlier starts' deliveries at once, and no one else's",
+    { timeout: 30_000 },
+    async () => {
+      const name = `dd${randomUUID().slice(0, 8)}`;
+      const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: 1 });
+      const queue = new Queue(name, { connection: redis });
+      const takerConnection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
+      const taker = new Worker(name, null, { connection: takerConnection, lockDuration: 60_000 });
+      const of = (owner: string, worker: string) =>
+        new DeadDeliveries({ queue, redis, owner, name: worker, windowMs: 60_000 });
+      try {
+        for (const n of [1, 2, 3]) await queue.add('run', { n });
+        const killed = await taker.getNextJob('start-1:1'); // r1's earlier start, killed: its key lives on
+        const other = await taker.getNextJob('start-2:1'); // r2, alive
+        const mine = await taker.getNextJob('start-3:1'); // r1's new start
+        assert.ok(killed && other && mine);
+        await of('start-1', 'r1').beat();
+        await of('start-2', 'r2').beat();
+        const again = of('start-3', 'r1');
+        await again.beat();
+        assert.equal(await again.sweep(), 0, 'every key is alive: the sweep moves nothing');
+        assert.equal(await again.earlierStarts(), 1, "the earlier start's delivery");
+        assert.equal(await queue.getJobState(killed.id!), 'waiting');
+        assert.equal(await queue.getJobState(other.id!), 'active', "another worker's stays");
+        assert.equal(await queue.getJobState(mine.id!), 'active', "this start's own stays");
+        assert.deepEqual((await redis.smembers(queue.toKey('cw-owners'))).sort(), ['start-2', 'start-3']);
+        assert.deepEqual(await redis.hgetall(queue.toKey('cw-owner-names')), { 'start-2': 'r2', 'start-3': 'r1' });
+        assert.equal(await again.earlierStarts(), 0, 'delisted: looked at once');
+        await again.forget();
+        assert.deepEqual(
+          await redis.hgetall(queue.toKey('cw-owner-names')),
+          { 'start-2': 'r2' },
+          'a closed owner is unnamed',
+        );
+      } finally {
+        await taker.close(true);
+        await takerConnection.quit();
+        await queue.obliterate({ force: true }).catch(() => undefined);
+        await queue.close();
+        await redis.quit();
+      }
+    },
+  );
 });
