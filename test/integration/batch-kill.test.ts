@@ -113,6 +113,22 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
 
   type Settings = ReturnType<typeof settings> & Record<string, unknown>;
 
+  /**
+   * 20 runs at slots of `year` delivered to worker A with 1 handler slot, taught quick: of two
+   * deliveries of 10, 1 running and up to 16 claimed ahead (how many follows how quick its first
+   * runs were: claim-ahead.ts), the rest not claimed, their delivery active (locked by A).
+   */
+  async function holdingUnclaimed(queue: ReturnType<typeof effectDelivery>, year: number): Promise<bigint[]> {
+    const runIds = await queue.deliverMany(20, new Date(Date.UTC(year, 0, 1)));
+    const claimed = await steadyRunning(runIds);
+    assert.ok(claimed > 1 && claimed < 20, `A claimed ${claimed}: 1 running, some ahead, not all`);
+    assert.ok(
+      (await queue.delivery.queue.getActiveCount()) >= 1,
+      'A holds a delivery whose runs it has not all claimed',
+    );
+    return runIds;
+  }
+
   /** Runs that teach worker A its handlers are quick, so it claims runs ahead of busy slots. */
   const TAUGHT = 2;
   let taughtYear = 2041; // each case's teaching runs at slots of their own (the cases share a ledger)
@@ -276,20 +292,12 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     "a dead worker's deliveries it had not claimed all of go back to the queue after its liveness window, not its lock; each run once with its effect once",
     { timeout: 90_000 },
     () =>
-      // A: 1 handler slot, taught quick, then runs working 1 s: of two deliveries of 10, 1 running
-      // and up to 16 claimed ahead, the rest not claimed, their delivery active (locked by A for
-      // LOCK_MS). How many ahead follows how quick its first runs were (claim-ahead.ts).
+      // A holds a delivery whose runs it has not all claimed (holdingUnclaimed), locked for LOCK_MS.
       withWorkerA(
         (ns) => settings(ns, LIVENESS_MS),
         { concurrency: 1 },
         async ({ namespace, base, a, started, queue }) => {
-          const runIds = await queue.deliverMany(20, new Date(Date.UTC(2030, 0, 1)));
-          const claimed = await steadyRunning(runIds);
-          assert.ok(claimed > 1 && claimed < 20, `A claimed ${claimed}: 1 running, some ahead, not all`);
-          assert.ok(
-            (await queue.delivery.queue.getActiveCount()) >= 1,
-            'A holds a delivery whose runs it has not all claimed',
-          );
+          const runIds = await holdingUnclaimed(queue, 2030);
           const { settledMs } = await killThenTakeOver(
             a,
             () => EventedChild.fixture('B', fixture, { ...base, mode: 'plain', name: `B-${namespace}` }),
@@ -307,18 +315,12 @@ describe('a worker killed mid-batch (real PostgreSQL, Redis, child processes)', 
     { timeout: 90_000 },
     () =>
       // A window as long as the lock: neither the sweep nor BullMQ's stalled check could be what
-      // frees the delivery within the test's wait. A: 1 handler slot, as in the case above.
+      // frees the delivery within the test's wait.
       withWorkerA(
         (ns) => ({ ...settings(ns, LOCK_MS), name: `A-${ns}` }),
         { concurrency: 1 },
         async ({ base, a, started, queue }) => {
-          const runIds = await queue.deliverMany(20, new Date(Date.UTC(2031, 0, 1)));
-          const claimed = await steadyRunning(runIds);
-          assert.ok(claimed > 1 && claimed < 20, `A claimed ${claimed}: 1 running, some ahead, not all`);
-          assert.ok(
-            (await queue.delivery.queue.getActiveCount()) >= 1,
-            'A holds a delivery whose runs it has not all claimed',
-          );
+          const runIds = await holdingUnclaimed(queue, 2031);
           const { settledMs } = await killThenTakeOver(
             a,
             () => EventedChild.fixture('A again', fixture, { ...base, mode: 'plain' }),

@@ -14,22 +14,37 @@ import { Redis } from 'ioredis';
 import { DeadDeliveries, lockOwner } from '../../src/jobs/dead-deliveries.js';
 import { SHARED_REDIS_URL } from './failover-scenario.js';
 
+/**
+ * `body` with a queue of its own and a BullMQ worker taking its deliveries by hand (each active with
+ * a lock held by the token it is given); then the queue is removed.
+ */
+async function withQueue(body: (q: { redis: Redis; queue: Queue; taker: Worker }) => Promise<void>): Promise<void> {
+  const name = `dd${randomUUID().slice(0, 8)}`;
+  const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: 1 });
+  const queue = new Queue(name, { connection: redis });
+  const takerConnection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
+  const taker = new Worker(name, null, { connection: takerConnection, lockDuration: 60_000 });
+  try {
+    await body({ redis, queue, taker });
+  } finally {
+    await taker.close(true);
+    await takerConnection.quit();
+    await queue.obliterate({ force: true }).catch(() => undefined);
+    await queue.close();
+    await redis.quit();
+  }
+}
+
 describe('dead workers’ deliveries (real Redis, BullMQ)', () => {
   it('reads the owner of a lock as BullMQ writes it', () => {
     assert.equal(lockOwner('5e0c7a53-8f0e-4a51-9a43-0b1d1c8b2f10:17'), '5e0c7a53-8f0e-4a51-9a43-0b1d1c8b2f10');
     assert.equal(lockOwner('no-counter'), 'no-counter');
   });
 
-  it('moves back to wait only the deliveries of listed owners whose key ran out', { timeout: 30_000 }, async () => {
-    const name = `dd${randomUUID().slice(0, 8)}`;
-    const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: 1 });
-    const queue = new Queue(name, { connection: redis });
-    // Takes deliveries by hand: each active with a lock held by the token it is given.
-    const takerConnection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
-    const taker = new Worker(name, null, { connection: takerConnection, lockDuration: 60_000 });
-    const of = (owner: string, windowMs: number) =>
-      new DeadDeliveries({ queue, redis, owner, name: `worker-${owner}`, windowMs });
-    try {
+  it('moves back to wait only the deliveries of listed owners whose key ran out', { timeout: 30_000 }, () =>
+    withQueue(async ({ redis, queue, taker }) => {
+      const of = (owner: string, windowMs: number) =>
+        new DeadDeliveries({ queue, redis, owner, name: `worker-${owner}`, windowMs });
       for (const n of [1, 2, 3]) await queue.add('run', { n });
       const dead = await taker.getNextJob('dead:1');
       const alive = await taker.getNextJob('alive:1');
@@ -54,27 +69,16 @@ describe('dead workers’ deliveries (real Redis, BullMQ)', () => {
       await aliveOwner.forget();
       assert.equal(await me.sweep(), 0, 'a closed owner is left to its lock');
       assert.equal(await queue.getJobState(alive.id!), 'active');
-    } finally {
-      await taker.close(true);
-      await takerConnection.quit();
-      await queue.obliterate({ force: true }).catch(() => undefined);
-      await queue.close();
-      await redis.quit();
-    }
-  });
+    }),
+  );
 
   it(
     "at its start, a worker moves back its earlier starts' deliveries at once, and no one else's",
     { timeout: 30_000 },
-    async () => {
-      const name = `dd${randomUUID().slice(0, 8)}`;
-      const redis = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: 1 });
-      const queue = new Queue(name, { connection: redis });
-      const takerConnection = new Redis(SHARED_REDIS_URL, { maxRetriesPerRequest: null });
-      const taker = new Worker(name, null, { connection: takerConnection, lockDuration: 60_000 });
-      const of = (owner: string, worker: string) =>
-        new DeadDeliveries({ queue, redis, owner, name: worker, windowMs: 60_000 });
-      try {
+    () =>
+      withQueue(async ({ redis, queue, taker }) => {
+        const of = (owner: string, worker: string) =>
+          new DeadDeliveries({ queue, redis, owner, name: worker, windowMs: 60_000 });
         for (const n of [1, 2, 3]) await queue.add('run', { n });
         const killed = await taker.getNextJob('start-1:1'); // r1's earlier start, killed: its key lives on
         const other = await taker.getNextJob('start-2:1'); // r2, alive
@@ -98,13 +102,6 @@ describe('dead workers’ deliveries (real Redis, BullMQ)', () => {
           { 'start-2': 'r2' },
           'a closed owner is unnamed',
         );
-      } finally {
-        await taker.close(true);
-        await takerConnection.quit();
-        await queue.obliterate({ force: true }).catch(() => undefined);
-        await queue.close();
-        await redis.quit();
-      }
-    },
+      }),
   );
 });
