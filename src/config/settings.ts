@@ -208,7 +208,7 @@ export const settings = {
     description:
       "BullMQ's lock on a delivery while its runs wait for this replica's handler slots: what frees a dead worker's delivery when nothing else does",
     details:
-      "A claimed run does not depend on it: a run whose worker stopped beating for a lease TTL is taken over by a live worker within about a second more, and a frozen one that wakes is fenced out. A dead worker's deliveries with runs it had not claimed go back to the queue after the same TTL (its key in Redis ran out); only a replica of an earlier version, or a Redis that lost the key, leaves them to this lock",
+      "A claimed run does not depend on it: a run whose worker stopped beating for a lease TTL is taken over by a live worker within about a second more, and a frozen one that wakes is fenced out. A dead worker's deliveries with runs it had not claimed go back to the queue after the same TTL (its key in Redis ran out), or at once when it starts again under the same replica id; only a replica of an earlier version, or a Redis that lost the key, leaves them to this lock",
   },
   shutdownGraceMs: {
     ...bounded(replicaSettings.shutdownGraceMs),

@@ -12,7 +12,8 @@
  * it: nothing of this start can be, so it is an earlier start's.
  *
  * A dead worker's deliveries with runs it had not claimed yet are not in the ledger's hands: each
- * poll also moves them back to the queue once their owner's key in Redis ran out (dead-deliveries.ts).
+ * poll also moves them back to the queue once their owner's key in Redis ran out, and a worker
+ * started again under its name moves back its earlier start's at once (dead-deliveries.ts).
  */
 import type { Logger } from 'pino';
 import type { Clock, TimerHandle } from '../clock.js';
