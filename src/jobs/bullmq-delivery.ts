@@ -28,9 +28,10 @@ export interface RunJobData {
  * Runs per BullMQ job when the fire path hands many over at once. Each BullMQ job costs Redis and
  * Node the same whatever it carries, and a worker claims a delivery's runs as its slots free up
  * whatever its size, so larger deliveries are cheaper; a worker that cannot start them all hands
- * the rest back (bullmq-worker.ts). Measured against 10 (speed bench, in turn, load 1.8-2.2): Redis
- * CPU a run halved, empty handlers 0.95x the raw worker against 0.57x, the fire path 0.93x raw
- * addBulk against 0.84x (docs/benchmarks.md, "A twenty-third day").
+ * the rest back (bullmq-worker.ts). Measured against 10, in turn (docs/benchmarks.md, "A
+ * twenty-third day"): Redis CPU a run about halved; empty handlers 10,949-11,675 runs/s against
+ * 10,109-10,370 (run-path, three pairs), 0.73x and 0.94x the raw worker against 0.63x and 0.82x
+ * (speed, two pairs); the write and fire paths alike within the noise.
  */
 export const DEFAULT_DELIVERY_BATCH = 25;
 
