@@ -100,7 +100,19 @@ interface Contender {
   readonly startAgainWithinMs?: number;
   /** The runs each kill caught in a handler, and when another process started them again. */
   caughtByKills(kills: readonly Kill[]): Promise<CaughtRuns>;
+  /** cronwarden: per slot instant (epoch ms), who committed its runs and how late (its ledger). */
+  commits?(from: number, to: number): Promise<Map<number, SlotCommits>>;
   close(): Promise<void>;
+}
+
+/**
+ * A slot instant's commits in the ledger: how many runs each trigger committed ('schedule': the
+ * leader's fire loop on time; 'catchup': a new leader's first plan; 'standin': a follower), and the
+ * latest commit after the slot. Beside the first effects, it tells whom a slow second waited for.
+ */
+interface SlotCommits {
+  byTrigger: Record<string, number>;
+  maxLateMs: number;
 }
 
 /** One kill: when (epoch ms) and which process (its id, as it writes it in the effects table). */
@@ -399,6 +411,23 @@ function cronwardenContender(
         source: "the ledger: a killed attempt's 'stale' row, written by the claim that took its run",
       };
     },
+    async commits(from, to) {
+      const s = schemaForNamespace(namespace);
+      const { rows } = await db.pool.query<{ at: string; trigger: string; n: number; late: string }>(
+        `SELECT (extract(epoch FROM scheduled_at) * 1000)::bigint AS at, trigger, count(*)::int AS n,
+                (extract(epoch FROM max(created_at - scheduled_at)) * 1000)::bigint AS late
+         FROM "${s}".cw_runs WHERE scheduled_at BETWEEN $1 AND $2 GROUP BY 1, 2`,
+        [new Date(from), new Date(to)],
+      );
+      const bySlot = new Map<number, SlotCommits>();
+      for (const r of rows) {
+        const slot = bySlot.get(Number(r.at)) ?? { byTrigger: {}, maxLateMs: 0 };
+        slot.byTrigger[r.trigger] = (slot.byTrigger[r.trigger] ?? 0) + r.n;
+        slot.maxLateMs = Math.max(slot.maxLateMs, Number(r.late));
+        bySlot.set(Number(r.at), slot);
+      }
+      return bySlot;
+    },
     warnings() {
       const byMessage = new Map<string, number>();
       for (const child of everyChild)
@@ -468,8 +497,11 @@ interface Figures {
   nearKills: { p50: number; p99: number; max: number; n: number };
   /** Kill instants, seconds after the window's start. */
   killsAtS: number[];
-  /** Per second of the window: slots with an effect, and their worst first-effect lateness (ms). */
-  timeline: { s: number; slots: number; maxLateMs: number }[];
+  /**
+   * Per second of the window: slots with an effect, and their worst first-effect lateness (ms);
+   * cronwarden: that second's commits too (who committed its runs, and how late).
+   */
+  timeline: { s: number; slots: number; maxLateMs: number; commits?: SlotCommits }[];
   /** Runs a kill caught in a handler: how long after the kill another process started them again. */
   caught: { p50: number; p99: number; max: number; n: number; source: string };
   /** How long after a kill its runs may take to start again (cronwarden: lease TTL + 1 s). */
@@ -566,6 +598,8 @@ async function measure(kind: SystemName, contender: Contender, o: Options): Prom
     await sleep(500);
   await sleep(1000);
   const figures = await check(contender.db, from, to, kills, o);
+  const commits = await contender.commits?.(from, to);
+  if (commits) for (const second of figures.timeline) second.commits = commits.get(from + second.s * 1000);
   const caught = await contender.caughtByKills(kills.map((at, i) => ({ at, victim: killed[i]! })));
   const warnings = contender.warnings?.();
   await contender.close();
