@@ -58,7 +58,7 @@ import { freePort } from '../test/support/free-port.js';
 import { PACK_INPUTS, packPackage, repoRoot, run, scratchDirInRepo, unpack } from '../test/package/support.js';
 import { startEtcdCluster, type TestEtcd } from '../src/drill/servers/etcd-server.js';
 import { DEFAULT_LEASE_TTL_MS } from '../src/ledger/commit-stamps.js';
-import { schemaForNamespace } from '../src/db/tables.js';
+import { schemaForNamespace, tablesIn } from '../src/db/tables.js';
 import { fmt, summarize, table } from './stats.js';
 
 const REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -335,6 +335,8 @@ function cronwardenContender(
   etcd: TestEtcd | undefined,
 ): Contender {
   const namespace = `kb${randomUUID().slice(0, 8)}`;
+  // The replicas' ledger, read at the end: its killed attempts and each second's commits.
+  const tables = tablesIn(schemaForNamespace(namespace));
   const ttlMs = o.leaseTtlMs ?? DEFAULT_LEASE_TTL_MS;
   const bin = join(appDir, 'node_modules', 'cronwarden', 'bin', 'cronwarden.js');
   const settings: Record<string, string> = {
@@ -394,15 +396,14 @@ function cronwardenContender(
     async caughtByKills(kills) {
       // Each killed replica comes back under a new id, so its runs are taken over by the others:
       // the taker's claim writes the killed attempt as 'stale', at the instant it claims the run.
-      const s = schemaForNamespace(namespace);
       const victims = kills.map((k) => k.victim);
       const { rows } = await db.pool.query<{ victim: string; again: string }>(
         `SELECT worker AS victim, (extract(epoch FROM finished_at) * 1000)::bigint AS again
-         FROM "${s}".cw_run_attempts WHERE state = 'stale' AND worker = ANY($1::text[])`,
+         FROM ${tables.runAttempts} WHERE state = 'stale' AND worker = ANY($1::text[])`,
         [victims],
       );
       const left = await db.pool.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM "${s}".cw_runs WHERE state = 'running' AND claimed_by = ANY($1::text[])`,
+        `SELECT count(*)::int AS n FROM ${tables.runs} WHERE state = 'running' AND claimed_by = ANY($1::text[])`,
         [victims],
       );
       return {
@@ -412,11 +413,10 @@ function cronwardenContender(
       };
     },
     async commits(from, to) {
-      const s = schemaForNamespace(namespace);
       const { rows } = await db.pool.query<{ at: string; trigger: string; n: number; late: string }>(
         `SELECT (extract(epoch FROM scheduled_at) * 1000)::bigint AS at, trigger, count(*)::int AS n,
                 (extract(epoch FROM max(created_at - scheduled_at)) * 1000)::bigint AS late
-         FROM "${s}".cw_runs WHERE scheduled_at BETWEEN $1 AND $2 GROUP BY 1, 2`,
+         FROM ${tables.runs} WHERE scheduled_at BETWEEN $1 AND $2 GROUP BY 1, 2`,
         [new Date(from), new Date(to)],
       );
       const bySlot = new Map<number, SlotCommits>();
