@@ -7,6 +7,11 @@
  * - Raw BullMQ addBulk (jobs/s) against the FireLoop's fires/s (committed and handed to BullMQ).
  * - Per-run overhead: the run-path bench's comparison (`--runs N` a round, default 10,000), write
  *   and empty handlers against a raw BullMQ worker, with issue 26's targets.
+ * On this kind of shared VM the same build's ratio moves by a third from one comparison to the next
+ * (empty handler: 0.73 to 1.05 within twenty minutes), so one comparison cannot say whether a
+ * target is met. `--pairs N` makes each run-path comparison N times (the workloads in turn), and
+ * `--repeat N` each lateness load N times: the verdicts are then on the median, with every figure
+ * printed beside it.
  */
 import { randomUUID } from 'node:crypto';
 import { Queue } from 'bullmq';
@@ -17,9 +22,9 @@ import { defineJob } from '../src/jobs/define-job.js';
 import { MemoryLeaseBackend, MemoryLeaseStore } from '../src/locks/memory.js';
 import { Replica } from '../src/replica/replica.js';
 import { createTestDatabase } from '../test/support/postgres-database.js';
-import { compareRunPath, runPathRows, servers } from './run-path.js';
+import { compareRunPath, runPathRows, servers, type RunPathComparison } from './run-path.js';
 import { throughput } from './scheduler.js';
-import { fmt, summarize, table } from './stats.js';
+import { fmt, median, summarize, table } from './stats.js';
 
 const REDIS_URL = process.env.CRONWARDEN_TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const CONCURRENCY = 10;
@@ -33,15 +38,22 @@ export async function benchSpeed(): Promise<Record<string, unknown>> {
   const loads = flag('loads', '1,100,1000').split(',').map(Number);
   const replicas = Number(flag('replicas', '1'));
   const runs = Number(flag('runs', '10000'));
+  const pairs = Number(flag('pairs', '1'));
+  const repeat = Number(flag('repeat', '1'));
   // `--only perRun,lateness` runs a subset (rawPostgres, firePath, perRun, lateness).
   const only = flag('only', 'rawPostgres,firePath,perRun,lateness').split(',');
   const results: Record<string, unknown> = { machine: 'shared 2-core machine, loaded by other work' };
   if (only.includes('rawPostgres')) results.rawPostgres = await rawPostgres();
   if (only.includes('firePath')) results.firePath = await throughput();
-  if (only.includes('perRun')) results.perRun = await perRunOverhead(runs);
+  if (only.includes('perRun')) results.perRun = await perRunOverhead(runs, pairs);
   if (!only.includes('lateness')) return results;
   results.lateness = [];
-  for (const load of loads) (results.lateness as unknown[]).push(await lateness(load, replicas));
+  for (const load of loads) {
+    const rounds: Awaited<ReturnType<typeof lateness>>[] = [];
+    for (let k = 0; k < repeat; k++) rounds.push(await lateness(load, replicas));
+    (results.lateness as unknown[]).push(...rounds);
+    if (repeat > 1) latenessVerdict(load, replicas, rounds);
+  }
   return results;
 }
 
@@ -78,35 +90,76 @@ async function rawPostgres() {
  * same INSERT in its own transaction: the run-path bench's comparison (the same servers, rounds and
  * wiring as a replica's), with issue 26's targets beside it.
  */
-async function perRunOverhead(runs: number) {
+async function perRunOverhead(runs: number, pairs: number) {
   const s = await servers();
+  const workloads = ['write', 'pipelined', 'empty'] as const;
+  const all: Record<(typeof workloads)[number], RunPathComparison[]> = { write: [], pipelined: [], empty: [] };
   try {
-    const write = await compareRunPath(s, 'write', runs);
-    const pipelined = await compareRunPath(s, 'pipelined', runs);
-    const empty = await compareRunPath(s, 'empty', runs);
-    const targets = [
-      { measure: 'write: runs/s vs raw worker', value: fmt(write.ratio), target: '>= 2' },
-      { measure: 'write, pipelined: runs/s vs raw worker', value: fmt(pipelined.ratio), target: '>= 2' },
-      { measure: 'empty handler: runs/s vs raw worker', value: fmt(empty.ratio), target: '>= 1' },
-      { measure: 'write: CPU ms per run', value: fmt(write.ours.cpuMsPerRun.total, 3), target: '<= 0.4' },
-      {
-        measure: 'write, pipelined: CPU ms per run',
-        value: fmt(pipelined.ours.cpuMsPerRun.total, 3),
-        target: '<= 0.4',
-      },
-      { measure: 'write: WAL bytes per run', value: fmt(write.ours.walBytesPerRun, 0), target: '<= 1024' },
-    ];
-    table(`Per-run overhead, write handler: ${2 * runs} runs each, concurrency 10`, runPathRows(write));
-    table(`Per-run overhead, pipelined write: ${2 * runs} runs each, concurrency 10`, runPathRows(pipelined));
-    table(`Per-run overhead, empty handler: ${2 * runs} runs each, concurrency 10`, runPathRows(empty));
-    table('Run path against its targets', targets);
-    return { runs: 2 * runs, write, pipelined, empty };
+    // The workloads in turn, pair after pair: a slow stretch of the machine falls on all of them.
+    for (let k = 0; k < pairs; k++) for (const w of workloads) all[w].push(await compareRunPath(s, w, runs));
+    const titles = { write: 'write handler', pipelined: 'pipelined write', empty: 'empty handler' };
+    for (const w of workloads)
+      for (const [k, c] of all[w].entries())
+        table(
+          `Per-run overhead, ${titles[w]}: ${2 * runs} runs each, concurrency 10` +
+            (pairs > 1 ? ` (comparison ${k + 1} of ${pairs})` : ''),
+          runPathRows(c),
+        );
+    const ratio = (c: RunPathComparison) => c.ratio;
+    const cpu = (c: RunPathComparison) => c.ours.cpuMsPerRun.total;
+    const target = (measure: string, values: number[], digits: number, goal: string, met: (v: number) => boolean) => {
+      const m = median(values);
+      return {
+        measure,
+        value: fmt(m, digits),
+        ...(pairs > 1 && { each: values.map((v) => fmt(v, digits)).join(', ') }),
+        target: goal,
+        met: met(m) ? 'yes' : 'no',
+      };
+    };
+    table(`Run path against its targets${pairs > 1 ? ` (the median of ${pairs} comparisons)` : ''}`, [
+      target('write: runs/s vs raw worker', all.write.map(ratio), 2, '>= 2', (v) => v >= 2),
+      target('write, pipelined: runs/s vs raw worker', all.pipelined.map(ratio), 2, '>= 2', (v) => v >= 2),
+      target('empty handler: runs/s vs raw worker', all.empty.map(ratio), 2, '>= 1', (v) => v >= 1),
+      target('write: CPU ms per run', all.write.map(cpu), 3, '<= 0.4', (v) => v <= 0.4),
+      target('write, pipelined: CPU ms per run', all.pipelined.map(cpu), 3, '<= 0.4', (v) => v <= 0.4),
+      target(
+        'write: WAL bytes per run',
+        all.write.map((c) => c.ours.walBytesPerRun),
+        0,
+        '<= 1024',
+        (v) => v <= 1024,
+      ),
+    ]);
+    const first = { write: all.write[0]!, pipelined: all.pipelined[0]!, empty: all.empty[0]! };
+    return { runs: 2 * runs, pairs, ...first, ...(pairs > 1 && { comparisons: all }) };
   } finally {
     await s.pool.end();
     await s.conn.quit();
     await s.redis.cleanup();
     await s.pg.cleanup();
   }
+}
+
+/** Issue 26's handler start targets for one replica: p99 ≤ 250 ms at 1,000 due, ≤ 2 s at 10,000. */
+function handlerStartTarget(load: number, replicas: number): number | undefined {
+  if (replicas !== 1) return undefined;
+  return load === 1000 ? 250 : load === 10_000 ? 2000 : undefined;
+}
+
+/** Several rounds of one load: each round's handler start p99, and the verdict on their median. */
+function latenessVerdict(load: number, replicas: number, rounds: { handlerStart: { p99: number } }[]): void {
+  const p99s = rounds.map((r) => r.handlerStart.p99);
+  const goal = handlerStartTarget(load, replicas);
+  const m = median(p99s);
+  table(`Lateness, ${load} due: handler start p99 over ${rounds.length} rounds`, [
+    {
+      'median ms': fmt(m, 0),
+      each: p99s.map((v) => fmt(v, 0)).join(', '),
+      target: goal === undefined ? '' : `<= ${goal}`,
+      met: goal === undefined ? '' : m <= goal ? 'yes' : 'no',
+    },
+  ]);
 }
 
 /** The seconds/minutes cron fields that fire at each of `instants` (whole seconds, within an hour). */
@@ -195,8 +248,8 @@ async function lateness(load: number, replicas: number) {
     const c = summarize(commitLate);
     const e = summarize(enqueueLate);
     const h = summarize(handlerLate);
-    // Issue 26's targets for one replica: handler start p99 ≤ 250 ms at 1,000 due, ≤ 2 s at 10,000.
-    const target = replicas !== 1 ? '' : load === 1000 ? '<= 250' : load === 10_000 ? '<= 2000' : '';
+    const goal = handlerStartTarget(load, replicas);
+    const target = goal === undefined ? '' : `<= ${goal}`;
     // The drain: handler starts per second from the first start to the last, the sustained rate.
     const firstStart = handlerLate.reduce((a, b) => Math.min(a, b), Infinity);
     const drainSeconds = h.n > 1 ? (h.max - firstStart) / 1000 : 0;

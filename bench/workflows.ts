@@ -32,7 +32,7 @@ import { Replica } from '../src/replica/replica.js';
 import { startPostgresCluster, type PostgresCluster } from '../src/drill/servers/postgres-cluster.js';
 import { startRedis, type TestRedis } from '../src/drill/servers/redis-server.js';
 import { loadAverage } from './cpu.js';
-import { fmt, summarize, table } from './stats.js';
+import { fmt, median, summarize, table } from './stats.js';
 
 const CONCURRENCY = 10;
 
@@ -129,7 +129,6 @@ export async function benchWorkflows(argv: string[]): Promise<Record<string, unk
       const [first, second] = r % 2 === 0 ? (['bullmq', 'cronwarden'] as const) : (['cronwarden', 'bullmq'] as const);
       for (const who of [first, second]) totals[who].push(await (who === 'bullmq' ? bull : ours).fanOut(o.width));
     }
-    const median = (xs: number[]) => summarize(xs).p50;
     results.fanOut = { ...totals, ratio: median(totals.cronwarden) / median(totals.bullmq) };
     table(`Fan-out of ${o.width} and fan-in: start to the fan-in's input, ${o.rounds} rounds each, ms`, [
       {
