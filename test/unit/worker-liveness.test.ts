@@ -60,3 +60,60 @@ describe('WorkerLiveness: asking for orphans', () => {
     await liveness.stop();
   });
 });
+
+describe('WorkerLiveness: a slow question for orphans', () => {
+  /** A ledger whose orphan questions are answered (with none) only when the test says so. */
+  function slowLedger(clock: ManualClock) {
+    const asked: number[] = [];
+    const pending: (() => void)[] = [];
+    const ledger: LivenessLedger = {
+      claimerLiveWithinMs: 2000, // polls every second; a window of 2 s
+      beat: () => Promise.resolve(),
+      forget: () => Promise.resolve(),
+      claimedBy: () => Promise.resolve([]),
+      orphans: () => {
+        asked.push(clock.monotonic());
+        return new Promise((resolve) => pending.push(() => resolve([])));
+      },
+    };
+    const answer = async (afterMs: number) => {
+      await clock.advance(afterMs);
+      pending.shift()!();
+      await clock.advance(0);
+    };
+    return { ledger, asked, answer };
+  }
+
+  it('waits ten times as long as its last answer took, never less than a poll nor more than a window', async () => {
+    const clock = new ManualClock();
+    const { ledger, asked, answer } = slowLedger(clock);
+    const liveness = new WorkerLiveness({
+      ledger,
+      worker: 'w',
+      clock,
+      logger: pino({ level: 'silent' }),
+      freePlaces: () => 4,
+      deliver: () => Promise.resolve(true),
+    });
+    await liveness.start();
+    await clock.advance(1000);
+    assert.deepEqual(asked, [1000]);
+    await answer(50); // 50 ms: ten times that is less than a poll, so a poll from the answer
+    await clock.advance(999);
+    assert.equal(asked.length, 1);
+    await clock.advance(1);
+    assert.deepEqual(asked, [1000, 2050]);
+    await answer(150); // 150 ms: the next question 1.5 s after the answer, not 1 s
+    await clock.advance(1499);
+    assert.equal(asked.length, 2, 'not a poll after a slow answer');
+    await clock.advance(1);
+    assert.deepEqual(asked, [1000, 2050, 3700]);
+    await answer(900); // ten times 900 ms is more than the 2 s window: a window
+    await clock.advance(1999);
+    assert.equal(asked.length, 3);
+    await clock.advance(1);
+    assert.deepEqual(asked, [1000, 2050, 3700, 6600]);
+    await answer(10);
+    await liveness.stop();
+  });
+});
