@@ -23,15 +23,19 @@ function poller(o: { fullPages: number; claims: boolean }) {
       return Promise.resolve(Array.from({ length: n }, () => next++));
     },
   };
-  const liveness = new WorkerLiveness({
+  return { clock, asked, liveness: livenessOver(ledger, clock, o.claims) };
+}
+
+/** A worker's liveness over `ledger` with 4 places free; `claims`: whether its deliveries claim. */
+function livenessOver(ledger: LivenessLedger, clock: ManualClock, claims: boolean): WorkerLiveness {
+  return new WorkerLiveness({
     ledger,
     worker: 'w',
     clock,
     logger: pino({ level: 'silent' }),
     freePlaces: () => 4,
-    deliver: () => Promise.resolve(o.claims),
+    deliver: () => Promise.resolve(claims),
   });
-  return { clock, asked, liveness };
 }
 
 describe('WorkerLiveness: asking for orphans', () => {
@@ -87,14 +91,7 @@ describe('WorkerLiveness: a slow question for orphans', () => {
   it('waits ten times as long as its last answer took, never less than a poll nor more than a window', async () => {
     const clock = new ManualClock();
     const { ledger, asked, answer } = slowLedger(clock);
-    const liveness = new WorkerLiveness({
-      ledger,
-      worker: 'w',
-      clock,
-      logger: pino({ level: 'silent' }),
-      freePlaces: () => 4,
-      deliver: () => Promise.resolve(true),
-    });
+    const liveness = livenessOver(ledger, clock, true);
     await liveness.start();
     await clock.advance(1000);
     assert.deepEqual(asked, [1000]);
