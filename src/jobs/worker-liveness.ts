@@ -33,7 +33,10 @@ import type { DeadDeliveries } from './dead-deliveries.js';
  */
 export const POLL_SPACING = 10;
 
-export type LivenessLedger = Pick<RunLedger, 'beat' | 'forget' | 'orphans' | 'claimedBy' | 'claimerLiveWithinMs'>;
+export type LivenessLedger = Pick<
+  RunLedger,
+  'beat' | 'forget' | 'orphans' | 'claimedBy' | 'releaseEarlierSlots' | 'claimerLiveWithinMs'
+>;
 
 export interface WorkerLivenessOptions {
   ledger: LivenessLedger;
@@ -97,6 +100,10 @@ export class WorkerLiveness {
   private async earlierStart(): Promise<void> {
     if (this.earlierStartDone) return;
     try {
+      // Its slots first: a run it left running keeps its own when claimed again below.
+      const freed = await this.o.ledger.releaseEarlierSlots(this.o.worker);
+      if (freed > 0)
+        this.o.logger.warn({ slots: freed }, 'concurrency slots an earlier start of this worker held: freed');
       const runs = await this.o.ledger.claimedBy(this.o.worker);
       this.earlierStartDone = true;
       if (runs.length > 0)

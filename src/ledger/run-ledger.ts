@@ -26,6 +26,7 @@ import { beatWorker, forgetWorker, orphanedRuns, runsClaimedBy } from './worker-
 import {
   acquireSlot,
   releaseSlot,
+  releaseEarlierStartSlots,
   slotWaiters,
   waitInLedger,
   type SlotRequest,
@@ -208,6 +209,11 @@ export class RunLedger {
   /** A slot of a concurrency key for a run claimed by `worker` (run-limits.ts). */
   acquireSlot(r: SlotRequest, worker: string): Promise<SlotResult> {
     return acquireSlot(this.pool, this.t, r, { worker, liveWithinMs: this.claimerLiveWithinMs });
+  }
+
+  /** At a worker's start: its earlier start's slots whose runs ended are free (run-limits.ts); how many. */
+  releaseEarlierSlots(worker: string): Promise<number> {
+    return releaseEarlierStartSlots(this.pool, this.t, worker);
   }
 
   /** The run's handler returned: its slot is free. */

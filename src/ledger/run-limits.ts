@@ -5,6 +5,8 @@
  * released it, so:
  * - a worker killed mid-run cannot leak a slot: once its run is taken over, the new claim keeps the
  *   slot (its token moves onto it); once its run settled and it stopped beating, the slot is free;
+ *   started again under its name (so it never stopped beating), it frees its earlier start's slots
+ *   of runs that ended as it starts (releaseEarlierStart);
  * - the key never has more handlers running than slots, through a failover (a paused worker that
  *   resumes after its run was taken over is the exception: its writes are fenced, its code runs on).
  * A run that finds no free slot waits in the ledger (pending, its reason in `error`), in order:
@@ -100,6 +102,19 @@ const statements = perSchema((t) => ({
     'limit_slot_free',
     `SELECT EXISTS (SELECT 1 FROM ${t.limitSlots} s WHERE s.key = $1 AND s.slot < $2 AND ${slotIsFree(t, '$3')}) AS free`,
   ),
+  /**
+   * Worker $1 starts: the slots an earlier start of it held for runs no longer running are free.
+   * That start is dead (killed, then started again under its name within the window, its row never
+   * stopped beating), so it will never release them; a run it left running keeps its slot when this
+   * start claims it again (keep).
+   */
+  releaseEarlierStart: namedStatement(
+    'release_earlier_start_slots',
+    `UPDATE ${t.limitSlots} s SET run_id = NULL, token = NULL, worker = NULL, taken_at = NULL
+     WHERE s.worker = $1
+       AND NOT EXISTS (SELECT 1 FROM ${t.runs} r WHERE r.id = s.run_id AND r.state = 'running')
+     RETURNING s.key`,
+  ),
   /** The handler of run $2 (claim $3) returned: its slot of key $1 is free. */
   release: namedStatement(
     'release_limit_slot',
@@ -168,6 +183,11 @@ export async function acquireSlot(
       wakeOlder,
     };
   });
+}
+
+/** Worker `worker` starts: free the slots its earlier start held for runs that ended; how many. */
+export async function releaseEarlierStartSlots(db: Queryable, t: Tables, worker: string): Promise<number> {
+  return (await db.query({ ...statements(t).releaseEarlierStart, values: [worker] })).rowCount ?? 0;
 }
 
 /** The run's handler returned: its slot is free for the next run. */

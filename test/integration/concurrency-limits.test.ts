@@ -13,6 +13,8 @@ import { RunExecutor, type ExecutionResult } from '../../src/jobs/run-executor.j
 import { Ledger } from '../../src/ledger/ledger.js';
 import { createTestDatabase, type TestDatabase } from '../support/postgres-database.js';
 import { commitTestRun } from '../support/effect-runs.js';
+import { WorkerLiveness } from '../../src/jobs/worker-liveness.js';
+import { ManualClock } from '../support/manual-clock.js';
 
 /** A handler that holds until its run's gate opens. */
 class Gates {
@@ -283,6 +285,61 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
     assert.deepEqual(woken, [z]);
     gates.release(y);
     await ry.done;
+  });
+
+  it('a worker started again under its name frees the slots its earlier start held for runs that ended', async () => {
+    // Found from outside: killed after a run's ctx.transaction committed, before its handler
+    // returned, and started again under its name within the window, a replica kept that slot for
+    // good (its row never stopped beating); a key of limit 2 stalled after two such kills.
+    const earlier = executor('w2');
+    await db.pool.query(
+      `INSERT INTO cw_workers (worker) VALUES ('w2') ON CONFLICT (worker) DO UPDATE SET beat_at = now()`,
+    );
+    const [x, y, z] = [await fire(), await fire(), await fire()];
+    const rx = await start(earlier, x);
+    const ry = await start(earlier, y);
+    // x's run completed by its transaction, then the process died: its handler never returns.
+    await db.pool.query(`UPDATE cw_runs SET state = 'completed' WHERE id = $1`, [x.toString()]);
+    const slotsOf = async () =>
+      (
+        await db.pool.query<{ run_id: string | null; worker: string | null }>(
+          'SELECT run_id::text, worker FROM cw_limit_slots WHERE key = $1 ORDER BY slot',
+          ['crm-api'],
+        )
+      ).rows.map((r) => [r.run_id, r.worker]);
+    assert.deepEqual(await slotsOf(), [
+      [x.toString(), 'w2'],
+      [y.toString(), 'w2'],
+    ]);
+    const redelivered: bigint[] = [];
+    const clock = new ManualClock();
+    const liveness = new WorkerLiveness({
+      ledger: ledger.runs,
+      worker: 'w2',
+      clock,
+      logger: pino({ level: 'silent' }),
+      freePlaces: () => 10,
+      deliver: (runId) => {
+        redelivered.push(runId);
+        return Promise.resolve(false);
+      },
+    });
+    await liveness.start();
+    assert.deepEqual(
+      await slotsOf(),
+      [
+        [null, null],
+        [y.toString(), 'w2'],
+      ],
+      "x's slot is free; y, still running, keeps its slot for its claim again",
+    );
+    assert.deepEqual(redelivered, [y], 'the run left running is claimed again');
+    const later = executor('w2');
+    const rz = await start(later, z);
+    assert.equal(gates.entered.at(-1), z.toString(), 'z took the freed slot');
+    await liveness.stop();
+    for (const id of [x, y, z]) gates.release(id);
+    await Promise.all([rx.done, ry.done, rz.done]);
   });
 
   it('priority: the waiting run of the higher priority takes the freed slot first', async () => {

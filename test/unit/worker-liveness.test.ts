@@ -17,6 +17,7 @@ function poller(o: { fullPages: number; claims: boolean }) {
     beat: () => Promise.resolve(),
     forget: () => Promise.resolve(),
     claimedBy: () => Promise.resolve([]),
+    releaseEarlierSlots: () => Promise.resolve(0),
     orphans: (_worker, limit) => {
       asked.push(clock.monotonic());
       const n = asked.length <= o.fullPages ? limit : limit - 1;
@@ -75,6 +76,7 @@ describe('WorkerLiveness: a slow question for orphans', () => {
       beat: () => Promise.resolve(),
       forget: () => Promise.resolve(),
       claimedBy: () => Promise.resolve([]),
+      releaseEarlierSlots: () => Promise.resolve(0),
       orphans: () => {
         asked.push(clock.monotonic());
         return new Promise((resolve) => pending.push(() => resolve([])));
