@@ -90,6 +90,15 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
       )
     ).rows[0]!;
   }
+  /** The slot rows of key 'crm-api', in slot order. */
+  async function slotRows() {
+    return (
+      await db.pool.query<{ slot: number; run_id: string | null; worker: string | null }>(
+        'SELECT slot, run_id::text, worker FROM cw_limit_slots WHERE key = $1 ORDER BY slot',
+        ['crm-api'],
+      )
+    ).rows;
+  }
   /** Start a run's attempt and wait until it holds a slot (in its handler) or was sent back to wait. */
   async function start(ex: RunExecutor, runId: bigint): Promise<{ done: Promise<ExecutionResult> }> {
     const done = ex.execute(runId, {});
@@ -234,14 +243,7 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
     const [x, y, z] = [await fire(), await fire(), await fire()];
     await start(dead, x);
     await start(dead, y);
-    const slotsOf = async () =>
-      (
-        await db.pool.query<{ slot: number; run_id: string | null; worker: string | null }>(
-          'SELECT slot, run_id::text, worker FROM cw_limit_slots WHERE key = $1 ORDER BY slot',
-          ['crm-api'],
-        )
-      ).rows;
-    const before = await slotsOf();
+    const before = await slotRows();
     // 'dead' never beat (no cw_workers row): its runs are orphans; 'live' takes x over.
     await db.pool.query(
       `INSERT INTO cw_workers (worker) VALUES ('live') ON CONFLICT (worker) DO UPDATE SET beat_at = now()`,
@@ -249,7 +251,7 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
     gates.entered.length = 0;
     const takeover = await start(live, x);
     assert.deepEqual(gates.entered, [x.toString()], 'the taken-over run runs again');
-    const after = await slotsOf();
+    const after = await slotRows();
     assert.deepEqual(
       after.map((s) => [s.slot, s.run_id, s.worker]),
       before.map((s) => [s.slot, s.run_id, s.run_id === x.toString() ? 'live' : s.worker]),
@@ -300,13 +302,7 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
     const ry = await start(earlier, y);
     // x's run completed by its transaction, then the process died: its handler never returns.
     await db.pool.query(`UPDATE cw_runs SET state = 'completed' WHERE id = $1`, [x.toString()]);
-    const slotsOf = async () =>
-      (
-        await db.pool.query<{ run_id: string | null; worker: string | null }>(
-          'SELECT run_id::text, worker FROM cw_limit_slots WHERE key = $1 ORDER BY slot',
-          ['crm-api'],
-        )
-      ).rows.map((r) => [r.run_id, r.worker]);
+    const slotsOf = async () => (await slotRows()).map((r) => [r.run_id, r.worker]);
     assert.deepEqual(await slotsOf(), [
       [x.toString(), 'w2'],
       [y.toString(), 'w2'],
