@@ -171,7 +171,7 @@ export class WorkerLiveness {
   /**
    * Claim here as many runs of dead workers as there are places free. True when that filled them
    * (more may be waiting) and some were claimed here: the next page is asked for as soon as these
-   * are claimed, not a poll later, so a dead worker's runs claimed ahead (up to 16 a slot) are not
+   * are claimed, not a poll later, so a dead worker's runs claimed ahead (up to 32 a slot) are not
    * handed out a few a poll. A page none of whose runs could be claimed (their rows held by another
    * statement, taken by another worker) waits for the next poll, so asking again cannot spin.
    */

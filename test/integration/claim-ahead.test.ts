@@ -93,19 +93,19 @@ describe('claims ahead of the handler slots (real PostgreSQL, Redis, BullMQ)', (
   );
 
   it(
-    'after quick handlers: more than 8 a slot claimed ahead, up to every place in hand (16 a slot); then each run once',
+    'after quick handlers: more than 16 a slot claimed ahead, up to every place in hand (32 a slot); then each run once',
     { timeout: 60_000 },
     async () => {
-      const r = await claimedWhileBusy(100, 40);
+      const r = await claimedWhileBusy(140, 40);
       // Quick handlers take well under a millisecond here, so every place in hand is claimed; a host
-      // slow enough to make them take over 3 ms would claim fewer ahead, but still more than 8 a
-      // slot while they take under 6 ms.
+      // slow enough to make them take over 1.5 ms would claim fewer ahead, but still more than 16 a
+      // slot while they take under 3 ms.
       assert.ok(
-        r.claimed > r.concurrency + 8 * r.concurrency && r.claimed <= 16 * r.concurrency,
-        `claimed ${r.claimed}: more than ${9 * r.concurrency} (8 a slot ahead), at most the ${16 * r.concurrency} places in hand`,
+        r.claimed > r.concurrency + 16 * r.concurrency && r.claimed <= 32 * r.concurrency,
+        `claimed ${r.claimed}: more than ${17 * r.concurrency} (16 a slot ahead), at most the ${32 * r.concurrency} places in hand`,
       );
-      assert.equal(r.completed, 100);
-      assert.deepEqual(r.effects, { n: 60, runs: 60 }, 'one effect per waiting run, none for the quick ones');
+      assert.equal(r.completed, 140);
+      assert.deepEqual(r.effects, { n: 100, runs: 100 }, 'one effect per waiting run, none for the quick ones');
     },
   );
 });
