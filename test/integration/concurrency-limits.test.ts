@@ -6,6 +6,7 @@
  */
 import { after, before, beforeEach, describe, it } from 'node:test';
 import assert from 'node:assert/strict';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { pino } from 'pino';
 import { defineJob } from '../../src/jobs/define-job.js';
 import { JobRegistry } from '../../src/jobs/job-registry.js';
@@ -308,6 +309,8 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
       [y.toString(), 'w2'],
     ]);
     const redelivered: bigint[] = [];
+    let claimedAgain!: () => void;
+    const firstClaimAgain = new Promise<void>((resolve) => (claimedAgain = resolve));
     const clock = new ManualClock();
     const liveness = new WorkerLiveness({
       ledger: ledger.runs,
@@ -317,10 +320,11 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
       freePlaces: () => 10,
       deliver: (runId) => {
         redelivered.push(runId);
+        claimedAgain();
         return Promise.resolve(false);
       },
     });
-    await liveness.start();
+    await liveness.start(); // the slots freed; the runs asked for beside the first deliveries
     assert.deepEqual(
       await slotsOf(),
       [
@@ -329,6 +333,7 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
       ],
       "x's slot is free; y, still running, keeps its slot for its claim again",
     );
+    await Promise.race([firstClaimAgain, sleep(10_000, undefined, { ref: false })]);
     assert.deepEqual(redelivered, [y], 'the run left running is claimed again');
     const later = executor('w2');
     const rz = await start(later, z);

@@ -116,3 +116,52 @@ describe('WorkerLiveness: a slow question for orphans', () => {
     await liveness.stop();
   });
 });
+
+describe('WorkerLiveness: what an earlier start under its name left', () => {
+  it('frees its slots before start() returns, and asks for its runs beside the first deliveries, once', async () => {
+    const clock = new ManualClock();
+    const calls: string[] = [];
+    let answerRuns!: (runs: bigint[]) => void;
+    const ledger: LivenessLedger = {
+      claimerLiveWithinMs: 2000, // polls every second
+      beat: () => Promise.resolve(),
+      forget: () => Promise.resolve(),
+      releaseEarlierSlots: () => {
+        calls.push('slots');
+        return Promise.resolve(1);
+      },
+      claimedBy: () => {
+        calls.push('runs');
+        return new Promise((resolve) => (answerRuns = resolve));
+      },
+      orphans: () => {
+        calls.push('orphans');
+        return Promise.resolve([]);
+      },
+    };
+    const delivered: bigint[] = [];
+    const liveness = new WorkerLiveness({
+      ledger,
+      worker: 'w',
+      clock,
+      logger: pino({ level: 'silent' }),
+      freePlaces: () => 4,
+      deliver: (runId) => {
+        delivered.push(runId);
+        return Promise.resolve(true);
+      },
+    });
+    await liveness.start(); // returns while the question for its runs is unanswered
+    assert.deepEqual(calls, ['slots', 'runs'], 'slots freed first, then the runs asked for');
+    await clock.advance(1000); // a poll while that question is out: not asked again
+    assert.deepEqual(calls, ['slots', 'runs']);
+    assert.deepEqual(delivered, []);
+    answerRuns([7n, 8n]);
+    await clock.advance(0);
+    assert.deepEqual(delivered, [7n, 8n], 'the runs it left running, claimed again here');
+    assert.deepEqual(calls, ['slots', 'runs', 'orphans'], 'the poll that waited for the answer goes on');
+    await clock.advance(1000); // the next poll asks for orphans, not for its runs again
+    assert.deepEqual(calls, ['slots', 'runs', 'orphans', 'orphans']);
+    await liveness.stop();
+  });
+});
