@@ -246,9 +246,7 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
     await start(dead, y);
     const before = await slotRows();
     // 'dead' never beat (no cw_workers row): its runs are orphans; 'live' takes x over.
-    await db.pool.query(
-      `INSERT INTO cw_workers (worker) VALUES ('live') ON CONFLICT (worker) DO UPDATE SET beat_at = now()`,
-    );
+    await ledger.runs.beat('live');
     gates.entered.length = 0;
     const takeover = await start(live, x);
     assert.deepEqual(gates.entered, [x.toString()], 'the taken-over run runs again');
@@ -273,9 +271,7 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
 
   it('a slot of a live worker whose run settled stays held until the handler returns', async () => {
     const ex = executor('w1');
-    await db.pool.query(
-      `INSERT INTO cw_workers (worker) VALUES ('w1') ON CONFLICT (worker) DO UPDATE SET beat_at = now()`,
-    );
+    await ledger.runs.beat('w1');
     const [x, y, z] = [await fire(), await fire(), await fire()];
     const rx = await start(ex, x);
     const ry = await start(ex, y);
@@ -295,9 +291,7 @@ describe('concurrency limits (real PostgreSQL ledger)', () => {
     // returned, and started again under its name within the window, a replica kept that slot for
     // good (its row never stopped beating); a key of limit 2 stalled after two such kills.
     const earlier = executor('w2');
-    await db.pool.query(
-      `INSERT INTO cw_workers (worker) VALUES ('w2') ON CONFLICT (worker) DO UPDATE SET beat_at = now()`,
-    );
+    await ledger.runs.beat('w2');
     const [x, y, z] = [await fire(), await fire(), await fire()];
     const rx = await start(earlier, x);
     const ry = await start(earlier, y);

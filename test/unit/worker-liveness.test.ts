@@ -27,15 +27,26 @@ function poller(o: { fullPages: number; claims: boolean }) {
   return { clock, asked, liveness: livenessOver(ledger, clock, o.claims) };
 }
 
-/** A worker's liveness over `ledger` with 4 places free; `claims`: whether its deliveries claim. */
-function livenessOver(ledger: LivenessLedger, clock: ManualClock, claims: boolean): WorkerLiveness {
+/**
+ * A worker's liveness over `ledger` with 4 places free; `claims`: whether its deliveries claim;
+ * `delivered` (if given) gets each run it delivers to itself.
+ */
+function livenessOver(
+  ledger: LivenessLedger,
+  clock: ManualClock,
+  claims: boolean,
+  delivered?: bigint[],
+): WorkerLiveness {
   return new WorkerLiveness({
     ledger,
     worker: 'w',
     clock,
     logger: pino({ level: 'silent' }),
     freePlaces: () => 4,
-    deliver: () => Promise.resolve(claims),
+    deliver: (runId) => {
+      delivered?.push(runId);
+      return Promise.resolve(claims);
+    },
   });
 }
 
@@ -140,17 +151,7 @@ describe('WorkerLiveness: what an earlier start under its name left', () => {
       },
     };
     const delivered: bigint[] = [];
-    const liveness = new WorkerLiveness({
-      ledger,
-      worker: 'w',
-      clock,
-      logger: pino({ level: 'silent' }),
-      freePlaces: () => 4,
-      deliver: (runId) => {
-        delivered.push(runId);
-        return Promise.resolve(true);
-      },
-    });
+    const liveness = livenessOver(ledger, clock, true, delivered);
     await liveness.start(); // returns while the question for its runs is unanswered
     assert.deepEqual(calls, ['slots', 'runs'], 'slots freed first, then the runs asked for');
     await clock.advance(1000); // a poll while that question is out: not asked again
