@@ -135,17 +135,18 @@ export const FIRE_RECORDS_CTE = `fire AS (
          state text, hold boolean, error text, schedule_version int, payload jsonb))`;
 
 /**
- * The CTEs that insert the runs of `fire` (FIRE_RECORDS_CTE) under token $2 of replica $3, each
- * unless its slot is taken, in the fires' order, when `guard` holds: `inserted` (the runs), and
+ * The CTEs that insert the runs of `fire` (FIRE_RECORDS_CTE) under `token` (SQL: $2, the leader's
+ * own, or a stand-in's read of the fence) of replica $3, each unless its slot is taken, in the
+ * fires' order, when `guard` holds: `inserted` (the runs), and
  * `released`, a cw_hand_overs row for each run handed over at once (pending, not held: released
  * to the queue by its enqueued_at here, so confirming the hand-over deletes a narrow row instead
  * of rewriting the run; outbox.ts). The leader's commit and the stand-ins' share them.
  */
-export function insertFireRunsCtes(t: Tables, guard: string): string {
+export function insertFireRunsCtes(t: Tables, guard: string, token = '$2'): string {
   return `inserted AS (
        INSERT INTO ${t.runs} (job, scheduled_at, trigger, leader_token, leader_id, state, enqueued_at, finished_at, error,
          schedule_version, payload)
-       SELECT f.job, f.scheduled_at, f.trigger, $2, $3, f.state,
+       SELECT f.job, f.scheduled_at, f.trigger, ${token}, $3, f.state,
               CASE WHEN f.state = 'skipped' OR NOT f.hold THEN now() END,
               CASE WHEN f.state = 'skipped' THEN now() END,
               f.error, f.schedule_version, f.payload
@@ -155,6 +156,42 @@ export function insertFireRunsCtes(t: Tables, guard: string): string {
      released AS (
        INSERT INTO ${t.handOvers} (run_id)
        SELECT id FROM inserted WHERE state = 'pending' AND enqueued_at IS NOT NULL)`;
+}
+
+/**
+ * The CTE that moves each job's last scheduled fire forward to the latest of `fire`, never back
+ * (manual triggers do not count), when `guard` holds; the job state rows locked by job.
+ */
+export function advanceJobStateCte(t: Tables, guard: string): string {
+  return `job_state AS (
+       INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
+       SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND ${guard}
+       GROUP BY job ORDER BY job
+       ON CONFLICT (job) DO UPDATE
+         SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now())`;
+}
+
+/** The runs `inserted` returned as JSON (`INSERTED_JSON`), the instant as text. */
+export type InsertedRow = [
+  id: string,
+  job: string,
+  scheduledAt: string,
+  trigger: FireTrigger,
+  state: 'pending' | 'skipped',
+];
+
+/** The select list that returns the runs `inserted` in one JSON value (parsed by insertedFires). */
+export const INSERTED_JSON = `(SELECT json_agg(json_build_array(id::text, job, scheduled_at, trigger, state)) FROM inserted)`;
+
+/** The runs INSERTED_JSON returned (none: null). */
+export function insertedFires(rows: InsertedRow[] | null): InsertedFire[] {
+  return (rows ?? []).map(([id, job, scheduledAt, trigger, state]) => ({
+    runId: BigInt(id),
+    job,
+    scheduledAt: new Date(scheduledAt),
+    trigger,
+    state,
+  }));
 }
 
 /**

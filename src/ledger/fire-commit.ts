@@ -9,15 +9,17 @@
  */
 import type pg from 'pg';
 import { StaleTokenError } from '../errors.js';
-import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import type { LeaderStamp } from './commit-stamps.js';
 import { fenceToken } from './fences.js';
 import {
+  advanceJobStateCte,
   batchResult,
   currentScheduleVersions,
   FIRE_RECORDS_CTE,
   fireRecords,
+  INSERTED_JSON,
+  insertedFires,
   inLockOrder,
   insertFireRunsCtes,
   noFires,
@@ -27,6 +29,7 @@ import {
   type FireBatchResult,
   type FireRequest,
   type InsertedFire,
+  type InsertedRow,
 } from './fire-batch.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { coalesceSkipped } from './coalesced-fires.js';
@@ -58,14 +61,8 @@ const statements = perSchema((t) => ({
      fence AS (SELECT token FROM held UNION ALL SELECT token FROM advanced),
      ${FIRE_RECORDS_CTE},
      ${insertFireRunsCtes(t, 'EXISTS (SELECT 1 FROM fence)')},
-     job_state AS (
-       INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
-       SELECT job, max(scheduled_at) FROM fire WHERE trigger <> 'manual' AND EXISTS (SELECT 1 FROM fence)
-       GROUP BY job ORDER BY job
-       ON CONFLICT (job) DO UPDATE
-         SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now())
-     SELECT EXISTS (SELECT 1 FROM fence) AS fenced,
-            (SELECT json_agg(json_build_array(id::text, job, scheduled_at, trigger, state)) FROM inserted) AS runs`,
+     ${advanceJobStateCte(t, 'EXISTS (SELECT 1 FROM fence)')}
+     SELECT EXISTS (SELECT 1 FROM fence) AS fenced, ${INSERTED_JSON} AS runs`,
   ),
   /** Cancel job $1's active runs but $3, with reason $2; returns their ids. */
   cancelActive: namedStatement(
@@ -79,9 +76,6 @@ const statements = perSchema((t) => ({
      SELECT id FROM cancelled`,
   ),
 }));
-
-/** An inserted run as fenceAndInsert returns it (JSON: the instant as text). */
-type InsertedRow = [id: string, job: string, scheduledAt: string, trigger: FireTrigger, state: 'pending' | 'skipped'];
 
 /**
  * Commit a batch of fires in one transaction under the leader's fence. For each inserted fire
@@ -134,13 +128,7 @@ async function fenceAndInsert(
   const row = res.rows[0]!;
   if (!row.fenced)
     throw new StaleTokenError(leader.fenceResource, leader.token, await fenceToken(client, t, leader.fenceResource));
-  return (row.runs ?? []).map(([id, job, scheduledAt, trigger, state]) => ({
-    runId: BigInt(id),
-    job,
-    scheduledAt: new Date(scheduledAt),
-    trigger,
-    state,
-  }));
+  return insertedFires(row.runs);
 }
 
 /**

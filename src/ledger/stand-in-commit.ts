@@ -12,14 +12,16 @@
  * or row after every one it holds, so no two commits can each wait for the other.
  */
 import type pg from 'pg';
-import type { FireTrigger } from '../cron/fire-trigger.js';
 import type { Tables } from '../db/tables.js';
 import type { StandInStamp } from './commit-stamps.js';
 import {
+  advanceJobStateCte,
   batchResult,
   currentScheduleVersions,
   FIRE_RECORDS_CTE,
   fireRecords,
+  INSERTED_JSON,
+  insertedFires,
   inLockOrder,
   insertFireRunsCtes,
   noFires,
@@ -27,31 +29,25 @@ import {
   withOutdated,
   type FireBatchResult,
   type FireRequest,
+  type InsertedRow,
 } from './fire-batch.js';
 import { coalesceSkipped } from './coalesced-fires.js';
 import { namedStatement, perSchema } from './named-statement.js';
 import { fenceHoldLimit, withTransaction } from './transaction.js';
 
 const statements = perSchema((t) => ({
-  /** The fence $1's token, share-locked until COMMIT. */
-  fenceShared: namedStatement('stand_in_fence', `SELECT token FROM ${t.fences} WHERE resource = $1 FOR SHARE`),
   /**
-   * Insert fires $1 (fireRecords, in lock order) under token $2 of replica $3, as the leader's
-   * commit does (insertFireRunsCtes); returns the ones inserted.
+   * One round trip: the fence $2's token, share-locked until COMMIT, and under it (none: nothing)
+   * fires $1 (fireRecords, in lock order) of replica $3 inserted as the leader's commit inserts them
+   * (insertFireRunsCtes), and each job's last scheduled fire moved forward (advanceJobStateCte).
    */
-  insertRuns: namedStatement(
-    'stand_in_insert_runs',
-    `WITH ${FIRE_RECORDS_CTE},
-     ${insertFireRunsCtes(t, 'true')}
-     SELECT id, job, scheduled_at, trigger, state FROM inserted`,
-  ),
-  /** Move each job's last scheduled fire forward to the latest of fires $1 (never back). */
-  advanceJobState: namedStatement(
-    'stand_in_job_state',
-    `INSERT INTO ${t.jobState} AS s (job, last_scheduled_at)
-     SELECT job, max(scheduled_at) FROM jsonb_to_recordset($1::jsonb) AS f(job text, scheduled_at timestamptz)
-     GROUP BY job ORDER BY job
-     ON CONFLICT (job) DO UPDATE SET last_scheduled_at = GREATEST(s.last_scheduled_at, EXCLUDED.last_scheduled_at), updated_at = now()`,
+  fenceSharedAndInsert: namedStatement(
+    'stand_in_fence_and_insert',
+    `WITH fence AS (SELECT token FROM ${t.fences} WHERE resource = $2 FOR SHARE),
+     ${FIRE_RECORDS_CTE},
+     ${insertFireRunsCtes(t, 'EXISTS (SELECT 1 FROM fence)', '(SELECT token FROM fence)')},
+     ${advanceJobStateCte(t, 'EXISTS (SELECT 1 FROM fence)')}
+     SELECT EXISTS (SELECT 1 FROM fence) AS fenced, ${INSERTED_JSON} AS runs`,
   ),
 }));
 
@@ -76,33 +72,12 @@ export async function commitStandInFires(
       const s = statements(t);
       const accepted = inLockOrder(await currentScheduleVersions(client, t, candidates));
       if (accepted.length === 0) return withOutdated(noFires(), candidates.length, 0);
-      const fence = await client.query<{ token: string }>({ ...s.fenceShared, values: [standIn.fenceResource] });
-      const token = fence.rows[0]?.token;
-      if (token === undefined) return noFires();
-      const inserted = await client.query<{
-        id: string;
-        job: string;
-        scheduled_at: Date;
-        trigger: FireTrigger;
-        state: 'pending' | 'skipped';
-      }>({ ...s.insertRuns, values: [fireRecords(accepted), token, standIn.replicaId] });
-      // Manual triggers do not move a job's last scheduled fire.
-      await client.query({
-        ...s.advanceJobState,
-        values: [fireRecords(accepted.filter((f) => f.trigger !== 'manual'))],
+      const res = await client.query<{ fenced: boolean; runs: InsertedRow[] | null }>({
+        ...s.fenceSharedAndInsert,
+        values: [fireRecords(accepted), standIn.fenceResource, standIn.replicaId],
       });
-      const { rows, held } = await coalesceSkipped(
-        client,
-        t,
-        accepted,
-        inserted.rows.map((r) => ({
-          runId: BigInt(r.id),
-          job: r.job,
-          scheduledAt: r.scheduled_at,
-          trigger: r.trigger,
-          state: r.state,
-        })),
-      );
+      if (!res.rows[0]!.fenced) return noFires();
+      const { rows, held } = await coalesceSkipped(client, t, accepted, insertedFires(res.rows[0]!.runs));
       return withOutdated(batchResult(withHeld(accepted, held), rows, []), candidates.length, accepted.length);
     },
     fenceHoldLimit(fenceIdleLimitMs),
