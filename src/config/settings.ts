@@ -219,7 +219,7 @@ export const settings = {
     ...bounded(replicaSettings.standInGraceMs),
     arg: 'ms',
     description:
-      'the most a follower waits for the leader to commit a due slot before it commits the slot itself (a crashed leader costs this, not a TTL); it waits less, down to 50 ms, once it has seen the leader commit sooner; `0` = off',
+      'the most a follower waits for the leader to commit a due slot before it commits the slot itself (a crashed leader costs this, not a TTL); it waits less, down to 50 ms, once it has seen the leader commit sooner, and 10 ms for the slots after one a crashed leader missed; `0` = off',
     details:
       'Under the same unique (job, scheduled_at) key as the leader, so a slot is still committed once; ' +
       'a healthy cluster commits none this way (runs with trigger `standin`)',

@@ -114,6 +114,7 @@ export class ShardLeadership {
       annotate: (fires) => o.schedules.annotate(fires),
       isLeading: () => this.elector.role === 'leader',
       graceMs: o.standIn.graceMs,
+      leaseTtlMs: o.election.ttlMs,
       perJob: o.standIn.perJob,
       followers: o.standIn.followers,
       onCommitted: o.standIn.onCommitted,

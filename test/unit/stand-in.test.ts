@@ -9,7 +9,7 @@ import type { Lease } from '../../src/locks/lease.js';
 import { FireLoop } from '../../src/scheduler/firing/fire-loop.js';
 import { StandIn } from '../../src/scheduler/stand-in/stand-in.js';
 import { rendezvousOwners } from '../../src/scheduler/stand-in/rendezvous.js';
-import { FLOOR_MS, StandInGrace } from '../../src/scheduler/stand-in/stand-in-grace.js';
+import { FLOOR_MS, MISSING_MS, StandInGrace } from '../../src/scheduler/stand-in/stand-in-grace.js';
 import type { ScheduledJobs } from '../../src/cron/scheduled-job.js';
 import { MemoryLedger } from '../support/memory-ledger.js';
 
@@ -66,6 +66,7 @@ function setup(
     replicaId: 'b',
     fenceResource: FENCE,
     graceMs: o.graceMs ?? 500,
+    leaseTtlMs: 10_000,
     perJob: o.perJob,
     followers: () => o.followers,
   });
@@ -100,13 +101,15 @@ describe('StandIn (driven clock)', () => {
     await t.standIn.start();
     await t.clock.advance(2_000); // the leader fires 1 s and 2 s
     t.crashLeader();
-    await t.clock.advance(5_000); // no leader for 5 s
+    await t.clock.advance(4_950); // no leader for 5 s: 7.05 s
     assert.deepEqual(slots(t.ledger), [
       { at: 1, trigger: 'schedule' },
       { at: 2, trigger: 'schedule' },
-      ...[3, 4, 5, 6].map((at) => ({ at, trigger: 'standin' })),
+      ...[3, 4, 5, 6, 7].map((at) => ({ at, trigger: 'standin' })),
     ]);
-    // The slot at 7 s is due at 7.1 s + grace: not yet.
+    // 3 s at 3.5 s (the grace); the leader is then missing: 4 to 7 s each MISSING_MS after the slot.
+    await t.clock.advance(1_000);
+    assert.equal(slots(t.ledger).length, 8, 'and 8 s');
     const standIns = t.ledger.runs.filter((r) => r.trigger === 'standin');
     assert.ok(
       standIns.every((r) => r.leaderToken === 7n),
@@ -145,13 +148,56 @@ describe('StandIn (driven clock)', () => {
     await t.clock.advance(3_000);
     const standIns = t.ledger.runs.filter((r) => r.trigger === 'standin');
     assert.deepEqual(
-      standIns.map((r) => (r.scheduledAt.getTime() - T0) / 1000),
-      [4, 5, 6],
+      standIns.map((r) => [(r.scheduledAt.getTime() - T0) / 1000, Math.round(r.createdAt! - r.scheduledAt.getTime())]),
+      // The first slot the leader missed waits the learned grace; then the leader is missing.
+      [
+        [4, FLOOR_MS],
+        [5, MISSING_MS],
+        [6, MISSING_MS],
+      ],
     );
-    for (const r of standIns) {
-      const late = r.createdAt! - r.scheduledAt.getTime();
-      assert.ok(late >= FLOOR_MS && late < FLOOR_MS + 20, `stood in ${late} ms after its slot`);
-    }
+  });
+
+  it('while the leader is missing, checks each slot soon after it is due, until a leader commits again', async () => {
+    const t = setup([{}], { learns: true, graceMs: 500 });
+    await t.lead();
+    await t.standIn.start();
+    await t.clock.advance(3_000); // the leader fires 1, 2 and 3 s
+    t.crashLeader();
+    await t.clock.advance(3_900); // 7.0 s: stood in for 4, 5 and 6 s
+    assert.equal(t.standIn.graceMs, MISSING_MS);
+    // A new leader commits 7 s on time: the stand-in's check at 7.01 s sees it.
+    await t.ledger.commitFires([{ job: 'job0', scheduledAt: new Date(T0 + 7_000), trigger: 'schedule' }], {
+      fenceResource: FENCE,
+      token: 8n,
+      replicaId: 'c',
+      stillLeading: () => true,
+    });
+    await t.clock.advance(100);
+    assert.equal(t.standIn.graceMs, FLOOR_MS, 'the leader seen again: the learned grace');
+    assert.deepEqual(slots(t.ledger).slice(3), [
+      ...[4, 5, 6].map((at) => ({ at, trigger: 'standin' })),
+      { at: 7, trigger: 'schedule' },
+    ]);
+  });
+
+  it('counts the leader missing for one lease TTL from the check that found it, not renewed by the quick checks', async () => {
+    const t = setup([{}], { learns: true, graceMs: 500 });
+    await t.lead();
+    await t.standIn.start();
+    await t.clock.advance(3_000);
+    t.crashLeader(); // and no new leader: every slot is stood in for
+    await t.clock.advance(13_900); // 17.0 s
+    const late = t.ledger.runs
+      .filter((r) => r.trigger === 'standin')
+      .map((r) => [(r.scheduledAt.getTime() - T0) / 1000, Math.round(r.createdAt! - r.scheduledAt.getTime())]);
+    // Found missing at 4.05 s, for the 10 s TTL: 5 to 14 s quickly; 15 s waits the grace again.
+    assert.deepEqual(late, [
+      [4, FLOOR_MS],
+      ...[5, 6, 7, 8, 9, 10, 11, 12, 13, 14].map((at) => [at, MISSING_MS]),
+      [15, FLOOR_MS],
+      [16, MISSING_MS],
+    ]);
   });
 
   it('does not race a leader that is alive but behind: waits the whole grace, and learns the lateness', async () => {
@@ -236,8 +282,8 @@ describe('StandIn (driven clock)', () => {
     await t.clock.advance(3_000);
     assert.deepEqual(
       t.ledger.of('job0').map((r) => r.state),
-      ['pending', 'skipped'],
-      'overlap skip: the first run is still active, so the second slot is skipped, as the leader would',
+      ['pending', 'skipped', 'skipped'],
+      'overlap skip: the first run is still active, so the later slots are skipped, as the leader would',
     );
     assert.ok(
       t.ledger.of('job1').every((r) => r.state === 'skipped'),
@@ -283,7 +329,9 @@ describe('StandIn (driven clock)', () => {
     const lastCommitsOf = t.ledger.lastCommitsOf.bind(t.ledger);
     t.ledger.lastCommitsOf = (jobs) => (checked.push([...jobs]), lastCommitsOf(jobs));
     await t.standIn.start();
-    await t.clock.advance(2_000); // stands in for 1 s; the 2 s slot (of both schedules) is checked at 2.5 s
+    // Stands in for 1 s at 1.5 s; the leader is then missing: the 2 s slot (of both schedules) is
+    // checked at 2.01 s.
+    await t.clock.advance(1_850);
     switched = true;
     for (let i = 0; i < 3; i++) await t.standIn.reschedule(['job0'], () => t.clock.now());
     await t.clock.advance(6_000);
@@ -356,5 +404,18 @@ describe('StandInGrace', () => {
     const low = new StandInGrace(30, clock);
     low.observe(0);
     assert.equal(low.current(), 30, 'never above the configured grace, even below the floor');
+    // The leader missing: MISSING_MS for the hold, unless it is seen before.
+    g.leaderMissed(1_000);
+    assert.equal(g.current(), MISSING_MS);
+    await clock.advance(999);
+    assert.equal(g.current(), MISSING_MS);
+    await clock.advance(1);
+    assert.equal(g.current(), 140, 'the hold is over: the learned grace');
+    g.leaderMissed(1_000);
+    g.leaderSeen();
+    assert.equal(g.current(), 140, 'seen again: the learned grace');
+    const off = new StandInGrace(5, clock);
+    off.leaderMissed(1_000);
+    assert.equal(off.current(), 5, 'never above the configured grace');
   });
 });

@@ -23,6 +23,9 @@
  * - runtime schedules too: every replica keeps them current (schedule-sync.ts), a slot is planned
  *   with the version in effect at its instant and the commit re-checks that version in its own
  *   transaction, exactly as the leader's commit does (schedule-ledger.ts states the rule).
+ * - once a check finds the leader committed none of its slots (crashed), the next slots are checked
+ *   soon after they are due until a leader commits again, for at most the lease TTL (its lease
+ *   ends, a new leader fires): a crash costs its first slot the grace, not every slot until then.
  * Retention, the outbox and re-delivery sweeps, catch-up after an election and 'replace' stay the
  * leader's. A healthy cluster's followers commit nothing: `trigger = 'standin'` counts what they did.
  */
@@ -59,6 +62,11 @@ export interface StandInOptions {
    * (it waits less once it has seen the leader commit sooner: stand-in-grace.ts); 0: off.
    */
   graceMs: number;
+  /**
+   * The lease TTL: how long a crashed leader holds its lease. A leader found missing counts as
+   * missing this long (its slots checked soon after they are due) unless it is seen again first.
+   */
+  leaseTtlMs: number;
   /**
    * How many followers stand in for each job, chosen per job by a rendezvous hash over `followers`
    * (so 100 replicas do not all read the ledger for every slot); 0 or no list: every follower.
@@ -200,6 +208,11 @@ export class StandIn implements Reschedulable {
     if (onTime.length === 0) return;
     const last = await this.o.ledger.lastCommitsOf([...new Set(onTime.map((c) => c.job))]);
     const leaderAlive = this.learn(onTime, last);
+    // Found missing at the learned grace (not by a quick check, so the hold is not renewed by them).
+    if (!leaderAlive && !this.grace.leaderMissing) {
+      this.grace.leaderMissed(this.o.leaseTtlMs);
+      this.lookSooner(due.map((c) => c.job));
+    }
     const missing = onTime.filter((c) => this.nextAfterLast(c, last.get(slotOwner(c.job))?.slot));
     const ceiling = this.grace.ceiling;
     const later = new Set(leaderAlive ? missing.filter((c) => !c.deferred && now - c.slot < ceiling) : []);
@@ -224,7 +237,21 @@ export class StandIn implements Reschedulable {
       if (l.trigger === 'schedule' && l.slot.getTime() === c.slot && l.committedAt)
         this.grace.observe(l.committedAt.getTime() - c.slot);
     }
+    if (alive) this.grace.leaderSeen();
     return alive;
+  }
+
+  /**
+   * Queue the jobs' next checks again at the grace now (shorter: the leader is missing). Their
+   * checks queued at the longer grace find the job moved on by then, and are dropped.
+   */
+  private lookSooner(jobs: readonly string[]): void {
+    const grace = this.grace.current();
+    for (const job of new Set(jobs)) {
+      const slot = this.nextSlot.get(job);
+      if (slot !== undefined) this.queue.push({ at: slot + grace, job, slot });
+    }
+    this.arm();
   }
 
   /**
