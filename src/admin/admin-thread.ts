@@ -10,8 +10,9 @@
  * - calls the worker cannot answer alone (trigger, pause, resign, runtime schedule changes, one-off
  *   runs and backfills, the lease backend, the ledger ping) are forwarded here and answered by
  *   message; admin-calls.ts lists them, once, for both sides.
- * The worker lowers its own CPU priority (`niceness`, thread-priority.ts), so the flood's parsing
- * yields the cores to this thread; the probe listener, if any, is served here (probe-server.ts).
+ * The worker lowers its own CPU priority (`niceness`, thread-priority.ts) before it loads the
+ * server (admin-thread-entry.ts), so its start and a flood's parsing yield the cores to this
+ * thread; the probe listener, if any, is served here (probe-server.ts).
  */
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -138,8 +139,8 @@ export interface AdminThreadOptions extends Omit<AdminServerOptions, 'replica' |
 export const DEFAULT_NICENESS = 10;
 
 function workerEntry(): { code: string } {
-  const js = fileURLToPath(new URL('./admin-worker.js', import.meta.url));
-  const url = new URL(existsSync(js) ? './admin-worker.js' : './admin-worker.ts', import.meta.url).href;
+  const js = fileURLToPath(new URL('./admin-thread-entry.js', import.meta.url));
+  const url = new URL(existsSync(js) ? './admin-thread-entry.js' : './admin-thread-entry.ts', import.meta.url).href;
   // The source checkout runs TypeScript through tsx, which a worker registers for itself.
   const load = existsSync(js)
     ? `import(${JSON.stringify(url)})`

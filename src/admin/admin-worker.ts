@@ -1,6 +1,6 @@
 /**
- * The admin thread's entry (see admin-thread.ts): the AdminServer over a view of the replica that
- * the main thread keeps fresh by message.
+ * The admin thread's server (see admin-thread.ts), loaded by admin-thread-entry.ts: the
+ * AdminServer over a view of the replica that the main thread keeps fresh by message.
  */
 import { EventEmitter } from 'node:events';
 import { parentPort, workerData } from 'node:worker_threads';
@@ -23,7 +23,7 @@ import { remoteCalls, type AdminCall } from './admin-calls.js';
 import type { AdminThreadInit, FromThread, ThreadError, ThreadState, ToThread } from './admin-thread.js';
 import type { ReplicaActions, ReplicaEvents, ReplicaView } from './replica-view.js';
 import { AdminServer } from './server.js';
-import { lowerThreadPriority } from './thread-priority.js';
+import type { ThreadPriority } from './thread-priority.js';
 
 const port = parentPort!;
 const init = workerData as AdminThreadInit;
@@ -131,14 +131,13 @@ function reviveError(e: ThreadError): Error {
   return Object.assign(err, e.fields, { name: e.name, message: e.message, code: e.code });
 }
 
-async function main(): Promise<void> {
+/** Serve the admin API; `priority`: what admin-thread-entry.ts did to the thread's priority first. */
+export async function runAdminThread(priority: ThreadPriority | undefined): Promise<void> {
   const state = new RemoteState();
   const remote = remoteCalls((call) => state.call(call));
   const view: ReplicaView = Object.assign(state, remote.replica, {
     runtime: init.runtime ? remote.runtime : undefined,
   });
-  // Before the first connection: the flood's parsing then always yields to the scheduler's thread.
-  const priority = init.niceness > 0 ? lowerThreadPriority(init.niceness) : undefined;
   if (priority && 'unavailable' in priority) {
     view.logger.info(
       { reason: priority.unavailable },
@@ -168,5 +167,3 @@ async function main(): Promise<void> {
     send({ type: 'failed', error: { name: e.name, message: e.message } });
   }
 }
-
-void main();
