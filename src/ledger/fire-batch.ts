@@ -137,10 +137,10 @@ export const FIRE_RECORDS_CTE = `fire AS (
 /**
  * The CTEs that insert the runs of `fire` (FIRE_RECORDS_CTE) under `token` (SQL: $2, the leader's
  * own, or a stand-in's read of the fence) of replica $3, each unless its slot is taken, in the
- * fires' order, when `guard` holds: `inserted` (the runs), and
- * `released`, a cw_hand_overs row for each run handed over at once (pending, not held: released
- * to the queue by its enqueued_at here, so confirming the hand-over deletes a narrow row instead
- * of rewriting the run; outbox.ts). The leader's commit and the stand-ins' share them.
+ * fires' order, when `guard` holds: `inserted` (the runs), and `released`, a cw_hand_overs row for
+ * each run handed over at once (pending, not held: released to the queue by its enqueued_at here,
+ * so confirming the hand-over deletes a narrow row instead of rewriting the run; outbox.ts). The
+ * leader's commit and the stand-ins' share them.
  */
 export function insertFireRunsCtes(t: Tables, guard: string, token = '$2'): string {
   return `inserted AS (
