@@ -6,9 +6,10 @@
  * fires (docs/benchmarks.md, "A twenty-sixth day").
  */
 import { workerData } from 'node:worker_threads';
+import type { AdminThreadInit } from './admin-thread.js';
 import { lowerThreadPriority } from './thread-priority.js';
 
-const { niceness } = workerData as { niceness: number };
+const { niceness } = workerData as Pick<AdminThreadInit, 'niceness'>;
 const priority = niceness > 0 ? lowerThreadPriority(niceness) : undefined;
 const { runAdminThread } = await import('./admin-worker.js');
 await runAdminThread(priority);

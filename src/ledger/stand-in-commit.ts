@@ -76,8 +76,9 @@ export async function commitStandInFires(
         ...s.fenceSharedAndInsert,
         values: [fireRecords(accepted), standIn.fenceResource, standIn.replicaId],
       });
-      if (!res.rows[0]!.fenced) return noFires();
-      const { rows, held } = await coalesceSkipped(client, t, accepted, insertedFires(res.rows[0]!.runs));
+      const row = res.rows[0]!;
+      if (!row.fenced) return noFires();
+      const { rows, held } = await coalesceSkipped(client, t, accepted, insertedFires(row.runs));
       return withOutdated(batchResult(withHeld(accepted, held), rows, []), candidates.length, accepted.length);
     },
     fenceHoldLimit(fenceIdleLimitMs),
